@@ -1,0 +1,35 @@
+// Package engine is the contract between cerberus and the servers that hold
+// its locks. An engine turns a Request into a Lease on one kind of server
+// (Redis, ZooKeeper, Consul, MySQL, or the in-process memory engine); the
+// root package builds reentrancy, multi-key locks and failover on top of
+// engines and never looks inside one.
+//
+// The package imports only the standard library, so an engine depends on
+// nothing but this contract, the way database/sql/driver serves SQL drivers.
+// Besides the interfaces and sentinel errors it holds two small helpers every
+// engine would otherwise write again: request validation (CheckRequest) and a
+// close-once loss signal (Signal). Sharing them keeps the error texts and the
+// order of checks identical across engines, which the conformance suite in
+// engine/enginetest relies on.
+//
+// # Semantics every engine meets
+//
+//   - Mutual exclusion: at most one Exclusive lease per key at a time, across
+//     processes; Shared leases overlap each other but never an Exclusive one.
+//   - Ownership: only the lease that holds a key releases or renews it. A
+//     stale release (after expiry, after another grant, or a second release)
+//     returns ErrNotHeld and changes nothing on the server.
+//   - Leases: with Request.Renew the engine keeps the lease alive until it is
+//     released; otherwise it expires Request.TTL after the grant. A holder
+//     that crashes frees the key within its TTL or session timeout.
+//   - Loss is visible: Lease.Done closes and Lease.Err says why as soon as the
+//     engine can know, and Request.OnLost is called once.
+//   - Fencing: Lease.Token strictly increases over successive grants of one
+//     key on one engine, across expiry and client restarts.
+//   - Waiting is notified where the server can notify, with a bounded
+//     re-check so a missed notification costs a delay, never a hang.
+//   - Bad input is refused before any I/O, and a failed or cancelled Acquire
+//     leaves nothing behind on the server.
+//
+// engine/enginetest checks each of these against a real server.
+package engine

@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// Mode says whether a lease excludes every other lease on its key or only
+// exclusive ones.
+type Mode uint8
+
+const (
+	// Exclusive excludes every other lease on the key: a write lock.
+	Exclusive Mode = iota
+	// Shared overlaps other Shared leases on the key and excludes Exclusive
+	// ones: a read lock.
+	Shared
+)
+
+// String returns "exclusive" or "shared".
+func (m Mode) String() string {
+	switch m {
+	case Exclusive:
+		return "exclusive"
+	case Shared:
+		return "shared"
+	}
+	return "mode(" + itoa(uint64(m)) + ")"
+}
+
+// Request describes one acquisition.
+type Request struct {
+	// Key names the lock. Engines accept at least the keys CheckKey accepts
+	// with their Limits; a key they cannot represent is ErrInvalidKey.
+	Key string
+	// Mode is Exclusive or Shared.
+	Mode Mode
+	// TTL is the lease period. Without Renew the lease expires TTL after the
+	// grant; with Renew it is extended before it runs out, and TTL bounds how
+	// long a crashed holder keeps the key.
+	TTL time.Duration
+	// Renew keeps the lease alive until it is released (a watchdog).
+	Renew bool
+	// Wait blocks until the lock is granted or ctx ends. Without Wait the
+	// engine makes one attempt and returns ErrNotAcquired if the key is held.
+	Wait bool
+	// OnLost, if set, is called at most once, on an engine goroutine, when
+	// the lease is lost for any reason other than its own release: expiry,
+	// failed renewal, session loss, engine close. It receives the same error
+	// as Lease.Err and must not block.
+	OnLost func(err error)
+}
+
+// Limits are the bounds an engine enforces before any I/O.
+type Limits struct {
+	// MaxKeyLen is the longest key, in bytes, the engine stores.
+	MaxKeyLen int
+	// MinTTL and MaxTTL bound Request.TTL.
+	MinTTL, MaxTTL time.Duration
+}
+
+// Engine grants leases on one kind of server. Its methods are safe for
+// concurrent use.
+type Engine interface {
+	// Name is a short lower-case name such as "redis" or "memory".
+	Name() string
+	// Limits reports the bounds Validate enforces.
+	Limits() Limits
+	// Validate checks a request without any I/O. It returns an error that
+	// wraps ErrInvalidKey, ErrInvalidTTL or ErrInvalidRequest, or nil.
+	// Validate works on a closed engine too.
+	Validate(req Request) error
+	// Acquire grants a lease, validating req first.
+	//
+	// Without req.Wait it makes one attempt and returns ErrNotAcquired when
+	// the key is held elsewhere. With req.Wait it blocks until the lease is
+	// granted or ctx ends; then it returns errors.Join(ErrNotAcquired,
+	// ctx.Err()) and leaves nothing behind on the server. A closed engine
+	// returns ErrClosed. Server failures are returned as *OpError.
+	Acquire(ctx context.Context, req Request) (Lease, error)
+	// Ping checks that the server answers. A closed engine returns ErrClosed.
+	Ping(ctx context.Context) error
+	// Close releases every lease the engine still holds (best effort, with a
+	// bounded wait), closes their Done channels with ErrClosed, and stops
+	// the engine's goroutines. Resources passed in by the caller, such as a
+	// client connection, stay open. Close is idempotent.
+	Close() error
+}
+
+// Lease is one granted hold on a key. Its methods are safe for concurrent
+// use.
+type Lease interface {
+	// Key is the key the lease holds.
+	Key() string
+	// Mode is the mode the lease was granted in.
+	Mode() Mode
+	// Token is the fencing token: it strictly increases over successive
+	// grants of the same key on the same engine.
+	Token() uint64
+	// Done is closed when the lease ends, by release or by loss.
+	Done() <-chan struct{}
+	// Err is nil while the lease is held. After Done closes it wraps
+	// ErrReleased, ErrLeaseLost or ErrClosed.
+	Err() error
+	// Release gives the key up on the server with a compare-and-delete on
+	// this lease's ownership. It returns ErrNotHeld, changing nothing, if the
+	// lease no longer holds the key; the lease then ends with ErrLeaseLost if
+	// it had not ended already. Release is safe to call after loss.
+	Release(ctx context.Context) error
+}

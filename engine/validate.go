@@ -1,0 +1,71 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Common bounds. Engines may be stricter and say so in their Limits.
+const (
+	// MaxKeyLen is the longest key any engine must accept, in bytes.
+	MaxKeyLen = 512
+	// MinTTL is the shortest lease any engine must accept.
+	MinTTL = 10 * time.Millisecond
+	// MaxTTL is the longest lease any engine must accept.
+	MaxTTL = 7 * 24 * time.Hour
+)
+
+// CheckKey reports whether key is a valid lock key: non-empty, at most
+// maxLen bytes, valid UTF-8, and free of control characters (including NUL),
+// which several servers cannot store. The error wraps ErrInvalidKey.
+func CheckKey(key string, maxLen int) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case len(key) > maxLen:
+		return fmt.Errorf("%w: key is %d bytes, the limit is %d", ErrInvalidKey, len(key), maxLen)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: key %s is not valid UTF-8", ErrInvalidKey, quote(key))
+	}
+	for i, r := range key {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: key %s has a control character at byte %d", ErrInvalidKey, quote(key), i)
+		}
+	}
+	return nil
+}
+
+// CheckRequest validates req against lim: the key with CheckKey, the mode,
+// and the TTL within [lim.MinTTL, lim.MaxTTL]. Engines call it first in
+// Validate and add their own rules after it.
+func CheckRequest(req Request, lim Limits) error {
+	if err := CheckKey(req.Key, lim.MaxKeyLen); err != nil {
+		return err
+	}
+	if req.Mode != Exclusive && req.Mode != Shared {
+		return fmt.Errorf("%w: unknown %v", ErrInvalidRequest, req.Mode)
+	}
+	if req.TTL < lim.MinTTL || req.TTL > lim.MaxTTL {
+		return fmt.Errorf("%w: %v is outside [%v, %v]", ErrInvalidTTL, req.TTL, lim.MinTTL, lim.MaxTTL)
+	}
+	return nil
+}
+
+// quote quotes a key for an error message, shortened so that a 512-byte key
+// does not flood logs.
+func quote(key string) string {
+	const max = 64
+	if len(key) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(key[cut]) {
+			cut--
+		}
+		return strconv.Quote(key[:cut]) + "..."
+	}
+	return strconv.Quote(key)
+}
+
+func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
