@@ -1,0 +1,23 @@
+// Package enginetest is the conformance suite every cerberus engine passes.
+//
+// An engine's tests call Run with a Factory that connects a fresh engine
+// instance to a real server:
+//
+//	func TestConformance(t *testing.T) {
+//		addr := testenv.RedisAddr(t)
+//		enginetest.Run(t, func() (engine.Engine, error) {
+//			return redis.New(goredis.NewClient(&goredis.Options{Addr: addr})), nil
+//		}, enginetest.Options{})
+//	}
+//
+// Each check is a subtest named after the semantic it covers (see the
+// package engine documentation): mutual exclusion across many engine
+// instances, TryLock versus waiting, context deadlines and cancellation,
+// ownership of release, TTL expiry and renewal, fencing tokens, shared mode,
+// validation before I/O, and Close. Keys are unique per run, so the suite can
+// run again and again against a long-lived server.
+//
+// The checks are written against the small T interface rather than
+// *testing.T, so the suite's own tests can run them against deliberately
+// broken engines and show that each one is caught.
+package enginetest

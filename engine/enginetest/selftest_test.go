@@ -1,0 +1,296 @@
+package enginetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/memory"
+)
+
+// recorder is a T that records failures instead of failing the real test,
+// so a check can be run against a broken engine and expected to fail.
+type recorder struct {
+	name     string
+	mu       sync.Mutex
+	failed   bool
+	msgs     []string
+	cleanups []func()
+}
+
+func (r *recorder) Helper()      {}
+func (r *recorder) Name() string { return r.name }
+func (r *recorder) Logf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, "log: "+fmt.Sprintf(format, args...))
+}
+func (r *recorder) Errorf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failed = true
+	r.msgs = append(r.msgs, fmt.Sprintf(format, args...))
+}
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.Errorf(format, args...)
+	runtime.Goexit()
+}
+func (r *recorder) Failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed
+}
+func (r *recorder) Cleanup(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cleanups = append(r.cleanups, f)
+}
+
+// runCheck runs one named check against f with a recorder and returns it
+// after the check's cleanups have run.
+func runCheck(t *testing.T, name string, f Factory, opts Options) *recorder {
+	t.Helper()
+	var fn func(*harness)
+	for _, c := range checks {
+		if c.name == name {
+			fn = c.fn
+		}
+	}
+	if fn == nil {
+		t.Fatalf("no check named %q", name)
+	}
+	r := &recorder{name: name}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(newHarness(r, f, opts, runID(), name))
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("check %s hung", name)
+	}
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+	return r
+}
+
+// memoryFactory returns a factory of memory engines sharing one store.
+func memoryFactory() Factory {
+	store := memory.NewStore()
+	return func() (engine.Engine, error) { return memory.New(memory.WithStore(store)), nil }
+}
+
+// broken wraps memory engines with one defect.
+type broken struct {
+	engine.Engine
+	defect string
+	reg    *registry
+}
+
+// registry is state shared by every broken engine of one factory, standing
+// in for what a faulty server would get wrong.
+type registry struct {
+	mu      sync.Mutex
+	holders map[string]engine.Lease // the latest lease granted per key
+	fake    atomic.Uint64
+}
+
+func brokenFactory(defect string) Factory {
+	inner := memoryFactory()
+	reg := &registry{holders: make(map[string]engine.Lease)}
+	return func() (engine.Engine, error) {
+		e, err := inner()
+		return &broken{Engine: e, defect: defect, reg: reg}, err
+	}
+}
+
+func (b *broken) Validate(req engine.Request) error {
+	if b.defect == "no-validation" {
+		return nil
+	}
+	return b.Engine.Validate(req)
+}
+
+func (b *broken) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	switch b.defect {
+	case "no-validation":
+		// Stores whatever it is given under a key it can hold.
+		req.Key = strings.ToValidUTF8(strings.Map(func(r rune) rune {
+			if r < 0x20 {
+				return '_'
+			}
+			return r
+		}, req.Key), "?")
+		if req.Key == "" {
+			req.Key = "empty"
+		}
+		if len(req.Key) > engine.MaxKeyLen {
+			req.Key = req.Key[:engine.MaxKeyLen]
+		}
+		if req.TTL < engine.MinTTL || req.TTL > engine.MaxTTL {
+			req.TTL = time.Second
+		}
+		req.Mode &= 1
+	case "never-expires":
+		req.Renew = true
+	case "no-renewal":
+		req.Renew = false
+	case "shared-as-exclusive":
+		req.Mode = engine.Exclusive
+	case "wait-ignores-ctx":
+		if req.Wait {
+			ctx = context.Background()
+		}
+	case "no-exclusion":
+		req.Wait = false
+	case "trylock-waits":
+		if !req.Wait {
+			req.Wait = true
+		}
+	}
+	l, err := b.Engine.Acquire(ctx, req)
+	if errors.Is(err, engine.ErrNotAcquired) && b.defect == "no-exclusion" && ctx.Err() == nil {
+		// Grants anyway, as a lock without a server-side check would.
+		return &brokenLease{key: req.Key, mode: req.Mode, token: 1<<40 + b.reg.fake.Add(1), done: make(chan struct{})}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	bl := &brokenLease{Lease: l, b: b}
+	b.reg.mu.Lock()
+	b.reg.holders[req.Key] = l
+	b.reg.mu.Unlock()
+	return bl, nil
+}
+
+type brokenLease struct {
+	engine.Lease
+	b *broken
+	// set only for the fake grants of "no-exclusion"
+	key   string
+	mode  engine.Mode
+	token uint64
+	done  chan struct{}
+}
+
+func (l *brokenLease) Key() string {
+	if l.Lease == nil {
+		return l.key
+	}
+	return l.Lease.Key()
+}
+
+func (l *brokenLease) Mode() engine.Mode {
+	if l.Lease == nil {
+		return l.mode
+	}
+	return l.Lease.Mode()
+}
+
+func (l *brokenLease) Done() <-chan struct{} {
+	if l.Lease == nil {
+		return l.done
+	}
+	return l.Lease.Done()
+}
+
+func (l *brokenLease) Err() error {
+	if l.Lease == nil {
+		return nil
+	}
+	return l.Lease.Err()
+}
+
+func (l *brokenLease) Token() uint64 {
+	if l.Lease == nil {
+		return l.token
+	}
+	if l.b.defect == "reused-tokens" {
+		return 7
+	}
+	return l.Lease.Token()
+}
+
+func (l *brokenLease) Release(ctx context.Context) error {
+	if l.Lease == nil {
+		return nil
+	}
+	err := l.Lease.Release(ctx)
+	if errors.Is(err, engine.ErrNotHeld) && l.b.defect == "no-owner-check" {
+		// A plain DEL: frees the key whoever holds it.
+		l.b.reg.mu.Lock()
+		cur := l.b.reg.holders[l.Key()]
+		l.b.reg.mu.Unlock()
+		if cur != nil {
+			_ = cur.Release(ctx)
+		}
+		return nil
+	}
+	return err
+}
+
+// TestSuiteCatchesBrokenEngines runs, for each defect, the check meant to
+// catch it, and requires that check to fail. It also runs the same checks
+// on the correct memory engine and requires them to pass, so a check that
+// fails on everything does not count as catching anything.
+func TestSuiteCatchesBrokenEngines(t *testing.T) {
+	cases := []struct {
+		defect string
+		check  string
+	}{
+		{"no-validation", "Validation"},
+		{"no-exclusion", "MutualExclusion"},
+		{"no-exclusion", "TryLockHeld"},
+		{"trylock-waits", "TryLockHeld"},
+		{"wait-ignores-ctx", "WaitDeadline"},
+		{"wait-ignores-ctx", "WaitCancel"},
+		{"no-owner-check", "StaleRelease"},
+		{"no-owner-check", "DoubleRelease"},
+		{"never-expires", "TTLExpiry"},
+		{"never-expires", "StaleRelease"},
+		{"no-renewal", "Renewal"},
+		{"reused-tokens", "TokensIncrease"},
+		{"reused-tokens", "MutualExclusion"},
+		{"shared-as-exclusive", "SharedMode"},
+	}
+	for _, c := range cases {
+		t.Run(c.defect+"/"+c.check, func(t *testing.T) {
+			t.Parallel()
+			good := runCheck(t, c.check, memoryFactory(), Options{})
+			if good.Failed() {
+				t.Fatalf("check %s fails on the correct memory engine:\n%s", c.check, strings.Join(good.msgs, "\n"))
+			}
+			bad := runCheck(t, c.check, brokenFactory(c.defect), Options{})
+			if !bad.Failed() {
+				t.Fatalf("check %s passed an engine with defect %q", c.check, c.defect)
+			}
+			t.Logf("caught %s: %s", c.defect, bad.msgs[0])
+		})
+	}
+}
+
+// TestRecorderGoexit makes sure a Fatalf inside a check stops it, as
+// testing.T does, so later steps do not run on a failed precondition.
+func TestRecorderGoexit(t *testing.T) {
+	ran := false
+	r := &recorder{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Fatalf("stop")
+		ran = true
+	}()
+	<-done
+	if ran || !r.Failed() {
+		t.Fatalf("Fatalf did not stop the check (ran %v, failed %v)", ran, r.Failed())
+	}
+}

@@ -1,0 +1,320 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// Store is the shared state behind memory engines: what a server is to the
+// clients of a network engine. The zero value is not usable; call NewStore.
+type Store struct {
+	mu    sync.Mutex
+	locks map[string]*entry
+	seq   uint64 // the last token granted, for every key
+}
+
+// entry is the state of one key. It exists while the key is held or waited
+// on, and is removed when neither is true.
+type entry struct {
+	writer         *lease
+	readers        map[*lease]struct{}
+	waitingWriters int
+	// wake is closed and replaced on every change that could let a waiter
+	// in; waiters hold the channel they saw.
+	wake chan struct{}
+}
+
+// NewStore returns an empty Store.
+func NewStore() *Store {
+	return &Store{locks: make(map[string]*entry)}
+}
+
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithStore makes the engine share s with other engines, as clients of one
+// server would. The default is a new Store of the engine's own.
+func WithStore(s *Store) Option { return func(e *Engine) { e.store = s } }
+
+// Engine is an in-process engine.Engine.
+type Engine struct {
+	store *Store
+
+	mu      sync.Mutex
+	leases  map[*lease]struct{}
+	closed  bool
+	closing chan struct{}
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// New returns a memory engine.
+func New(opts ...Option) *Engine {
+	e := &Engine{leases: make(map[*lease]struct{}), closing: make(chan struct{})}
+	for _, o := range opts {
+		o(e)
+	}
+	if e.store == nil {
+		e.store = NewStore()
+	}
+	return e
+}
+
+// Name returns "memory".
+func (e *Engine) Name() string { return "memory" }
+
+// Limits returns the common bounds from package engine.
+func (e *Engine) Limits() engine.Limits {
+	return engine.Limits{MaxKeyLen: engine.MaxKeyLen, MinTTL: engine.MinTTL, MaxTTL: engine.MaxTTL}
+}
+
+// Validate checks req with engine.CheckRequest.
+func (e *Engine) Validate(req engine.Request) error {
+	return engine.CheckRequest(req, e.Limits())
+}
+
+// Ping returns engine.ErrClosed after Close, nil before.
+func (e *Engine) Ping(ctx context.Context) error {
+	if e.isClosed() {
+		return engine.ErrClosed
+	}
+	return ctx.Err()
+}
+
+func (e *Engine) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+// Acquire grants a lease; see engine.Engine.
+func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	if err := e.Validate(req); err != nil {
+		return nil, err
+	}
+	if e.isClosed() {
+		return nil, engine.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(engine.ErrNotAcquired, err)
+	}
+	l := &lease{eng: e, key: req.Key, mode: req.Mode, sig: engine.NewSignal(req.OnLost)}
+	s := e.store
+	queued := false // counted in waitingWriters
+	s.mu.Lock()
+	for {
+		ent := s.entry(req.Key)
+		if ent.admits(req.Mode, queued) {
+			if queued {
+				ent.waitingWriters--
+			}
+			s.seq++
+			l.token = s.seq
+			if req.Mode == engine.Exclusive {
+				ent.writer = l
+			} else {
+				ent.readers[l] = struct{}{}
+			}
+			s.mu.Unlock()
+			return e.granted(l, req)
+		}
+		if !req.Wait {
+			s.tidy(req.Key, ent)
+			s.mu.Unlock()
+			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
+		}
+		if req.Mode == engine.Exclusive && !queued {
+			queued = true
+			ent.waitingWriters++
+		}
+		wake := ent.wake
+		s.mu.Unlock()
+
+		var stop error
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			stop = errors.Join(engine.ErrNotAcquired, ctx.Err())
+		case <-e.closing:
+			stop = engine.ErrClosed
+		}
+		s.mu.Lock()
+		if stop != nil {
+			ent := s.entry(req.Key)
+			if queued {
+				// Readers held back by this writer may go now.
+				ent.waitingWriters--
+				ent.changed()
+			}
+			s.tidy(req.Key, ent)
+			s.mu.Unlock()
+			return nil, stop
+		}
+	}
+}
+
+// granted finishes a grant: registers the lease with its engine (or undoes
+// the grant if the engine closed meanwhile) and arms the expiry timer.
+func (e *Engine) granted(l *lease, req engine.Request) (engine.Lease, error) {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		e.store.drop(l)
+		return nil, engine.ErrClosed
+	}
+	e.leases[l] = struct{}{}
+	if !req.Renew {
+		l.timer = time.AfterFunc(req.TTL, l.expire)
+	}
+	e.mu.Unlock()
+	return l, nil
+}
+
+// Close releases every lease this engine holds and ends them with
+// engine.ErrClosed. Waiters in Acquire return engine.ErrClosed.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	close(e.closing)
+	held := make([]*lease, 0, len(e.leases))
+	for l := range e.leases {
+		held = append(held, l)
+	}
+	e.leases = nil
+	e.mu.Unlock()
+	for _, l := range held {
+		l.end(engine.ErrClosed)
+	}
+	return nil
+}
+
+// entry returns the key's entry, creating it. Call with s.mu held.
+func (s *Store) entry(key string) *entry {
+	ent := s.locks[key]
+	if ent == nil {
+		ent = &entry{readers: make(map[*lease]struct{}), wake: make(chan struct{})}
+		s.locks[key] = ent
+	}
+	return ent
+}
+
+// tidy removes an entry nobody holds or waits on, waking anyone still parked
+// on it so they look the key up again. Call with s.mu held.
+func (s *Store) tidy(key string, ent *entry) {
+	if ent.writer == nil && len(ent.readers) == 0 && ent.waitingWriters == 0 && s.locks[key] == ent {
+		delete(s.locks, key)
+		close(ent.wake)
+	}
+}
+
+// drop removes l from its key if it still holds it, and reports whether it
+// did.
+func (s *Store) drop(l *lease) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ent := s.locks[l.key]
+	if ent == nil {
+		return false
+	}
+	switch {
+	case ent.writer == l:
+		ent.writer = nil
+	case l.mode == engine.Shared && hasReader(ent, l):
+		delete(ent.readers, l)
+	default:
+		return false
+	}
+	ent.changed()
+	s.tidy(l.key, ent)
+	return true
+}
+
+func hasReader(ent *entry, l *lease) bool {
+	_, ok := ent.readers[l]
+	return ok
+}
+
+// has reports whether the store keeps any state for key. Tests use it to
+// check that nothing is left behind.
+func (s *Store) has(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.locks[key] != nil
+}
+
+// admits reports whether a request in mode may be granted now. A queued
+// writer is one already counted in waitingWriters.
+func (ent *entry) admits(mode engine.Mode, queued bool) bool {
+	if ent.writer != nil {
+		return false
+	}
+	if mode == engine.Exclusive {
+		return len(ent.readers) == 0
+	}
+	return ent.waitingWriters == 0
+}
+
+// changed wakes every waiter on the entry.
+func (ent *entry) changed() {
+	close(ent.wake)
+	ent.wake = make(chan struct{})
+}
+
+// lease is a memory engine lease.
+type lease struct {
+	eng   *Engine
+	key   string
+	mode  engine.Mode
+	token uint64
+	sig   *engine.Signal
+	timer *time.Timer // nil for renewed leases; guarded by eng.mu
+}
+
+func (l *lease) Key() string           { return l.key }
+func (l *lease) Mode() engine.Mode     { return l.mode }
+func (l *lease) Token() uint64         { return l.token }
+func (l *lease) Done() <-chan struct{} { return l.sig.Done() }
+func (l *lease) Err() error            { return l.sig.Err() }
+
+// Release gives up the key if this lease still holds it.
+func (l *lease) Release(ctx context.Context) error {
+	if l.eng.store.drop(l) {
+		l.stop()
+		l.sig.Close(engine.ErrReleased)
+		return nil
+	}
+	l.stop()
+	l.sig.Close(engine.ErrLeaseLost)
+	return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+}
+
+// expire ends a fixed-TTL lease when its timer fires.
+func (l *lease) expire() { l.end(engine.ErrLeaseLost) }
+
+// end takes the key from the lease, if it still holds it, and closes the
+// lease with err.
+func (l *lease) end(err error) {
+	l.eng.store.drop(l)
+	l.stop()
+	l.sig.Close(err)
+}
+
+// stop disarms the expiry timer and forgets the lease.
+func (l *lease) stop() {
+	e := l.eng
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	delete(e.leases, l)
+}
