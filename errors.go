@@ -1,0 +1,33 @@
+package cerberus
+
+import (
+	"errors"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// Errors returned by the Client and its leases. They are the engine
+// package's sentinels, so errors.Is works whichever package a caller names.
+var (
+	// ErrNotAcquired: TryLock found the key held, or a wait ended with its
+	// context (joined with ctx.Err()).
+	ErrNotAcquired = engine.ErrNotAcquired
+	// ErrNotHeld: Unlock of a lease that had already ended or been unlocked.
+	ErrNotHeld = engine.ErrNotHeld
+	// ErrLeaseLost: the lease ended without Unlock (expiry, failed renewal,
+	// lost session or connection).
+	ErrLeaseLost = engine.ErrLeaseLost
+	// ErrReleased: the lease ended by Unlock.
+	ErrReleased = engine.ErrReleased
+	// ErrEngineSwitched: the lease ended because the client moved to another
+	// engine.
+	ErrEngineSwitched = engine.ErrEngineSwitched
+	// ErrClosed: the client or its engine was closed.
+	ErrClosed = engine.ErrClosed
+	// ErrInvalidKey: the key is empty, too long or not representable.
+	ErrInvalidKey = engine.ErrInvalidKey
+	// ErrInvalidTTL: a TTL outside the engine's limits.
+	ErrInvalidTTL = engine.ErrInvalidTTL
+	// ErrUpgrade: an owner holding a key shared asked for it exclusively.
+	ErrUpgrade = errors.New("cerberus: cannot upgrade a shared hold to exclusive")
+)

@@ -1,0 +1,203 @@
+package cerberus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// hold is one grant from the engine, shared by the nested leases of one
+// owner. count is guarded by c.mu.
+type hold struct {
+	c     *Client
+	key   string
+	mode  engine.Mode
+	owner uint64 // 0: no reentrancy
+	count int
+	ready chan struct{} // closed once acquire settled
+	lease engine.Lease
+	sig   *engine.Signal
+}
+
+func (h *hold) acquire(ctx context.Context, req engine.Request) error {
+	h.sig = engine.NewSignal(nil)
+	req.OnLost = h.lost
+	l, err := h.c.eng.Acquire(ctx, req)
+	if err != nil {
+		return err
+	}
+	h.lease = l
+	return nil
+}
+
+// lost is the engine's OnLost callback.
+func (h *hold) lost(err error) {
+	h.sig.Close(err)
+	h.c.forget(h)
+}
+
+// release counts one nested lease down and gives the key up at zero.
+func (h *hold) release(ctx context.Context) error {
+	c := h.c
+	c.mu.Lock()
+	h.count--
+	last := h.count == 0
+	c.mu.Unlock()
+	if h.sig.Closed() {
+		if last {
+			c.forget(h)
+		}
+		return fmt.Errorf("%w: %q: %w", engine.ErrNotHeld, h.key, h.sig.Err())
+	}
+	if !last {
+		return nil
+	}
+	c.forget(h)
+	err := h.lease.Release(ctx)
+	if err != nil {
+		cause := h.lease.Err()
+		if cause == nil {
+			cause = err
+		}
+		h.sig.Close(cause)
+		return err
+	}
+	h.sig.Close(engine.ErrReleased)
+	return nil
+}
+
+// Lease is a granted lock. Its methods are safe for concurrent use.
+//
+// A lease from LockAll covers several keys: Key and Token describe its first
+// key, Parts lists every key's own lease, Done closes when any of them ends,
+// and Unlock releases them all.
+type Lease struct {
+	h        *hold
+	unlocked atomic.Bool
+
+	// set only for LockAll leases
+	parts []*Lease
+	multi *engine.Signal
+	once  sync.Once
+}
+
+// Key returns the locked key (the first in sorted order for LockAll).
+func (l *Lease) Key() string {
+	if l.parts != nil {
+		return l.parts[0].Key()
+	}
+	return l.h.key
+}
+
+// Keys returns every key the lease covers, sorted.
+func (l *Lease) Keys() []string {
+	if l.parts == nil {
+		return []string{l.h.key}
+	}
+	keys := make([]string, len(l.parts))
+	for i, p := range l.parts {
+		keys[i] = p.Key()
+	}
+	return keys
+}
+
+// Parts returns the per-key leases of a LockAll lease, sorted by key, or
+// the lease itself. Use their tokens to fence each resource; unlock the
+// LockAll lease, not its parts.
+func (l *Lease) Parts() []*Lease {
+	if l.parts == nil {
+		return []*Lease{l}
+	}
+	return append([]*Lease(nil), l.parts...)
+}
+
+// Shared reports whether the lease is a shared (read) lease.
+func (l *Lease) Shared() bool {
+	if l.parts != nil {
+		return false
+	}
+	return l.h.mode == engine.Shared
+}
+
+// Token returns the fencing token: it strictly increases over successive
+// grants of the key on its engine. Nested leases of one owner share their
+// outer lease's token. A fenced resource accepts a write only if its token
+// is at least the largest it has seen.
+func (l *Lease) Token() uint64 {
+	if l.parts != nil {
+		return l.parts[0].Token()
+	}
+	return l.h.lease.Token()
+}
+
+// Done is closed when the lease ends: unlocked (its last nested lease, for
+// reentrant holds), expired, lost, or switched away. Check it before acting
+// on the lock, and fence writes with Token, since the loss may be learnt late.
+func (l *Lease) Done() <-chan struct{} {
+	if l.parts != nil {
+		l.watchParts()
+		return l.multi.Done()
+	}
+	return l.h.sig.Done()
+}
+
+// Err is nil while the lease is held and says why it ended after Done
+// closes: ErrReleased, ErrLeaseLost, ErrEngineSwitched or ErrClosed.
+func (l *Lease) Err() error {
+	if l.parts != nil {
+		l.watchParts()
+		return l.multi.Err()
+	}
+	return l.h.sig.Err()
+}
+
+// Unlock releases the lease on the server (for a nested lease, it counts the
+// hold down and releases at zero). Unlock a second time, or after the lease
+// was lost, returns ErrNotHeld wrapped with the reason. Pass a context that
+// is not cancelled, such as context.WithoutCancel(ctx), so that a release
+// after a cancelled operation still reaches the server.
+func (l *Lease) Unlock(ctx context.Context) error {
+	if l.unlocked.Swap(true) {
+		return fmt.Errorf("%w: lease of %q was already unlocked", engine.ErrNotHeld, l.Key())
+	}
+	if l.parts == nil {
+		return l.h.release(ctx)
+	}
+	var errs []error
+	for i := len(l.parts) - 1; i >= 0; i-- {
+		errs = append(errs, l.parts[i].Unlock(ctx))
+	}
+	l.watchParts()
+	l.multi.Close(engine.ErrReleased)
+	return errors.Join(errs...)
+}
+
+func newMulti(parts []*Lease) *Lease {
+	sortByKey(parts)
+	return &Lease{parts: parts, multi: engine.NewSignal(nil)}
+}
+
+// watchParts starts, once, the goroutine that ends a LockAll lease when any
+// part ends. It exits when the lease ends.
+func (l *Lease) watchParts() {
+	l.once.Do(func() {
+		cases := make([]reflect.SelectCase, 0, len(l.parts)+1)
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(l.multi.Done())})
+		for _, p := range l.parts {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.h.sig.Done())})
+		}
+		go func() {
+			i, _, _ := reflect.Select(cases)
+			if i > 0 {
+				l.multi.Close(l.parts[i-1].Err())
+			}
+		}()
+	})
+}
