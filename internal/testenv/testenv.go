@@ -1,0 +1,325 @@
+// Package testenv tells tests where the real servers for integration tests
+// are: Redis, ZooKeeper, Consul and MySQL.
+//
+// Each helper reads its CERBERUS_* environment variable (falling back to the
+// usual port on 127.0.0.1), checks within a couple of seconds that the server
+// answers a small protocol-level probe, and otherwise fails the test with a
+// message naming the address and the command that starts the servers
+// (StartCommand). Tests are never skipped: a missing server is a failure.
+//
+// The probes are deliberately tiny (a TCP dial plus one request) and use only
+// the standard library; the real clients are exercised by the tests
+// themselves, e.g. the smoke tests in package integration.
+//
+// Only loopback addresses are accepted.
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Environment variables read by the helpers, as printed by
+// `scripts/services.sh env`.
+const (
+	RedisAddrEnv     = "CERBERUS_REDIS_ADDR"
+	ZooKeeperAddrEnv = "CERBERUS_ZK_ADDR"
+	ConsulAddrEnv    = "CERBERUS_CONSUL_ADDR"
+	MySQLDSNEnv      = "CERBERUS_MYSQL_DSN"
+)
+
+// Defaults used when the environment variables are unset or empty.
+const (
+	DefaultRedisAddr     = "127.0.0.1:6379"
+	DefaultZooKeeperAddr = "127.0.0.1:2181"
+	DefaultConsulAddr    = "127.0.0.1:8500"
+	DefaultMySQLDSN      = "root:@tcp(127.0.0.1:3306)/test?parseTime=true"
+)
+
+// StartCommand is what a failure message tells the reader to run (from the
+// repository root) to start the servers.
+const StartCommand = "scripts/services.sh up (or `make test`, which starts them and runs the tests)"
+
+// ProbeTimeout bounds each server check: dial, request and reply.
+const ProbeTimeout = 2 * time.Second
+
+// RedisAddr returns the host:port of the Redis server for tests, from
+// CERBERUS_REDIS_ADDR (default 127.0.0.1:6379). It fails t unless the server
+// answers PING with PONG.
+func RedisAddr(t testing.TB) string {
+	t.Helper()
+	return lookup(t, "Redis", RedisAddrEnv, DefaultRedisAddr, probeRedis)
+}
+
+// ZooKeeperAddr returns the host:port of the ZooKeeper server for tests, from
+// CERBERUS_ZK_ADDR (default 127.0.0.1:2181). It fails t unless the server
+// answers the srvr (or ruok) four-letter word as a serving ZooKeeper.
+func ZooKeeperAddr(t testing.TB) string {
+	t.Helper()
+	return lookup(t, "ZooKeeper", ZooKeeperAddrEnv, DefaultZooKeeperAddr, probeZooKeeper)
+}
+
+// ConsulAddr returns the host:port of the Consul agent's HTTP API for tests,
+// from CERBERUS_CONSUL_ADDR (default 127.0.0.1:8500). It fails t unless
+// /v1/status/leader names a leader.
+func ConsulAddr(t testing.TB) string {
+	t.Helper()
+	return lookup(t, "Consul", ConsulAddrEnv, DefaultConsulAddr, probeConsul)
+}
+
+// MySQLDSN returns the go-sql-driver/mysql DSN of the MySQL (or MariaDB)
+// server for tests, from CERBERUS_MYSQL_DSN (default
+// root:@tcp(127.0.0.1:3306)/test?parseTime=true). It fails t unless the
+// server at the DSN's tcp(host:port) sends a MySQL handshake. Credentials and
+// the database are not checked here.
+func MySQLDSN(t testing.TB) string {
+	t.Helper()
+	dsn := fromEnv(MySQLDSNEnv, DefaultMySQLDSN)
+	addr, err := mysqlAddr(dsn)
+	if err != nil {
+		t.Fatalf("testenv: %s=%q: %v", MySQLDSNEnv, dsn, err)
+		return ""
+	}
+	if err := check(addr, probeMySQL); err != nil {
+		t.Fatalf("%s", failure("MySQL", MySQLDSNEnv, addr, err))
+		return ""
+	}
+	return dsn
+}
+
+func fromEnv(name, def string) string {
+	if v := strings.TrimSpace(os.Getenv(name)); v != "" {
+		return v
+	}
+	return def
+}
+
+func lookup(t testing.TB, server, env, def string, probe func(net.Conn, string) error) string {
+	t.Helper()
+	addr := fromEnv(env, def)
+	if err := check(addr, probe); err != nil {
+		t.Fatalf("%s", failure(server, env, addr, err))
+		return ""
+	}
+	return addr
+}
+
+func failure(server, env, addr string, err error) string {
+	return fmt.Sprintf("testenv: %s is not answering at %s (%s): %v\n"+
+		"\tstart the test servers with: %s\n"+
+		"\tthen export their addresses: eval \"$(scripts/services.sh env)\"",
+		server, addr, env, err, StartCommand)
+}
+
+// answered remembers addresses that passed their probe, so a test binary
+// probes each server once.
+var answered sync.Map
+
+// check dials addr (loopback only) and runs probe on the connection, all
+// within ProbeTimeout.
+func check(addr string, probe func(net.Conn, string) error) error {
+	if _, ok := answered.Load(addr); ok {
+		return nil
+	}
+	if err := requireLoopback(addr); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ProbeTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	deadline, _ := ctx.Deadline()
+	if err := conn.SetDeadline(deadline); err != nil {
+		return err
+	}
+	if err := probe(conn, addr); err != nil {
+		return err
+	}
+	answered.Store(addr, true)
+	return nil
+}
+
+// requireLoopback refuses any host that is not localhost or a loopback IP:
+// tests here must never reach beyond this machine.
+func requireLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("bad address %q: %v", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%q is not a loopback address; only 127.0.0.0/8, ::1 or localhost may be used", host)
+}
+
+// probeRedis sends an inline PING and expects +PONG.
+func probeRedis(conn net.Conn, _ string) error {
+	if _, err := io.WriteString(conn, "PING\r\n"); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("no reply to PING: %w", err)
+	}
+	line = strings.TrimSpace(line)
+	if line != "+PONG" {
+		return fmt.Errorf("PING answered %q, want +PONG", line)
+	}
+	return nil
+}
+
+// probeZooKeeper sends srvr, which reports "Mode: ..." only while the server
+// serves requests. A server that has not whitelisted srvr is asked ruok.
+func probeZooKeeper(conn net.Conn, addr string) error {
+	reply, err := fourLetterWord(conn, "srvr")
+	if err != nil {
+		return err
+	}
+	switch {
+	case strings.Contains(reply, "Mode: "):
+		return nil
+	case strings.Contains(reply, "not in the whitelist"):
+		// One command per connection: ask ruok on a fresh one.
+		return check4LW(addr, "ruok", "imok")
+	case reply == "":
+		return errors.New("no reply to the srvr four-letter word")
+	default:
+		return fmt.Errorf("srvr answered %q", firstLine(reply))
+	}
+}
+
+func check4LW(addr, cmd, want string) error {
+	conn, err := net.DialTimeout("tcp", addr, ProbeTimeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(ProbeTimeout)); err != nil {
+		return err
+	}
+	reply, err := fourLetterWord(conn, cmd)
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(reply, want) {
+		return fmt.Errorf("%s answered %q, want %q", cmd, firstLine(reply), want)
+	}
+	return nil
+}
+
+func fourLetterWord(conn net.Conn, cmd string) (string, error) {
+	if _, err := io.WriteString(conn, cmd); err != nil {
+		return "", err
+	}
+	// The server closes the connection after its reply.
+	b, err := io.ReadAll(io.LimitReader(conn, 64<<10))
+	if err != nil && len(b) == 0 {
+		return "", fmt.Errorf("no reply to the %s four-letter word: %w", cmd, err)
+	}
+	return string(b), nil
+}
+
+// probeConsul asks the HTTP API for the raft leader, which is "" until the
+// agent has elected one.
+func probeConsul(conn net.Conn, addr string) error {
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/status/leader", nil)
+	if err != nil {
+		return err
+	}
+	req.Close = true
+	if err := req.Write(conn); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		return fmt.Errorf("no HTTP reply to GET /v1/status/leader: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /v1/status/leader: %s", resp.Status)
+	}
+	leader := strings.Trim(strings.TrimSpace(string(body)), `"`)
+	if leader == "" {
+		return errors.New("consul has no leader yet (GET /v1/status/leader returned \"\")")
+	}
+	return nil
+}
+
+// probeMySQL reads the server's greeting: a packet whose payload starts with
+// protocol version 10, or an error packet (0xff) explaining why the server
+// refuses us.
+func probeMySQL(conn net.Conn, _ string) error {
+	var hdr [4]byte
+	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
+		return fmt.Errorf("no MySQL handshake: %w", err)
+	}
+	n := int(hdr[0]) | int(hdr[1])<<8 | int(hdr[2])<<16
+	if n == 0 || n > 1<<16 {
+		return fmt.Errorf("no MySQL handshake: bad packet length %d", n)
+	}
+	payload := make([]byte, n)
+	if _, err := io.ReadFull(conn, payload); err != nil {
+		return fmt.Errorf("no MySQL handshake: %w", err)
+	}
+	switch payload[0] {
+	case 10:
+		return nil
+	case 0xff:
+		msg := ""
+		if len(payload) > 3 {
+			msg = string(payload[3:])
+		}
+		return fmt.Errorf("MySQL refused the connection: %s", msg)
+	default:
+		return fmt.Errorf("no MySQL handshake: protocol version %d", payload[0])
+	}
+}
+
+// mysqlAddr extracts host:port from a go-sql-driver/mysql DSN of the form
+// [user[:password]@]tcp(host:port)/dbname[?params].
+func mysqlAddr(dsn string) (string, error) {
+	i := strings.LastIndex(dsn, "@tcp(")
+	rest := ""
+	if i >= 0 {
+		rest = dsn[i+len("@tcp("):]
+	} else if strings.HasPrefix(dsn, "tcp(") {
+		rest = dsn[len("tcp("):]
+	} else {
+		return "", errors.New("the DSN must name a TCP address: user:pass@tcp(host:port)/db")
+	}
+	j := strings.IndexByte(rest, ')')
+	if j <= 0 {
+		return "", errors.New("unterminated tcp(host:port) in the DSN")
+	}
+	addr := rest[:j]
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		addr = net.JoinHostPort(addr, "3306")
+	}
+	return addr, nil
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return strings.TrimSpace(s)
+}

@@ -1,0 +1,529 @@
+#!/usr/bin/env bash
+# Starts, stops and reports the four servers the integration tests need:
+# Redis, ZooKeeper, Consul and MySQL (MariaDB when run from Debian packages).
+#
+# Usage: scripts/services.sh up|down|status|env [redis|zookeeper|consul|mysql ...]
+#
+#   up      Start whatever is not already answering, wait until each server
+#           answers a protocol-level check, then print the env (as `env`).
+#           With a Docker engine (`docker info` works) the servers come from
+#           docker-compose.yml; otherwise from Debian packages, installed with
+#           apt-get when missing and started bound to loopback only, with
+#           data, logs and pid files under $CERBERUS_RUN.
+#   down    Stop only the servers this script started (by their pid files),
+#           or `docker compose down` in Docker mode. A server that was already
+#           running when `up` ran is never touched.
+#   status  One line per server: up/down and its address.
+#   env     Print the export lines for the CERBERUS_* variables the tests read:
+#           eval "$(scripts/services.sh env)"
+#
+# Environment:
+#   CERBERUS_REDIS_ADDR, CERBERUS_ZK_ADDR, CERBERUS_CONSUL_ADDR,
+#   CERBERUS_MYSQL_DSN     addresses (defaults: the usual ports on 127.0.0.1);
+#                          only loopback hosts are accepted.
+#   CERBERUS_RUN           run dir for data/logs/pids (/tmp/cerberus-services)
+#   CERBERUS_WAIT          seconds to wait for each server to answer (60)
+#   CERBERUS_SERVICES_MODE docker|local to force a mode (default: detect)
+#   CERBERUS_CACHE         where scripts/build-consul.sh caches consul
+#   CERBERUS_MYSQL_SOCKET  unix socket used (as root) to let root log in over
+#                          TCP when a reused MySQL refuses it
+# shellcheck disable=SC2016 # bash -c '...' snippets get "$1" "$2" as arguments
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+run=${CERBERUS_RUN:-/tmp/cerberus-services}
+run=$(realpath -m "$run")
+wait_secs=${CERBERUS_WAIT:-60}
+compose_project=cerberus
+
+REDIS_ADDR=${CERBERUS_REDIS_ADDR:-127.0.0.1:6379}
+ZK_ADDR=${CERBERUS_ZK_ADDR:-127.0.0.1:2181}
+CONSUL_ADDR=${CERBERUS_CONSUL_ADDR:-127.0.0.1:8500}
+MYSQL_DSN=${CERBERUS_MYSQL_DSN:-'root:@tcp(127.0.0.1:3306)/test?parseTime=true'}
+
+all_services=(redis zookeeper consul mysql)
+
+log() { echo "services: $*" >&2; }
+die() { echo "services: error: $*" >&2; exit 1; }
+
+# ---------------------------------------------------------------- addresses
+
+# The MySQL DSN's address: user:pass@tcp(host:port)/db?...
+mysql_addr() {
+  local a=${MYSQL_DSN#*@tcp(}
+  [ "$a" != "$MYSQL_DSN" ] || die "CERBERUS_MYSQL_DSN must use tcp(host:port): $MYSQL_DSN"
+  echo "${a%%)*}"
+}
+mysql_user() { local u=${MYSQL_DSN%%@*}; echo "${u%%:*}"; }
+mysql_db() { local d=${MYSQL_DSN#*)/}; echo "${d%%\?*}"; }
+
+addr_of() {
+  case $1 in
+    redis) echo "$REDIS_ADDR" ;;
+    zookeeper) echo "$ZK_ADDR" ;;
+    consul) echo "$CONSUL_ADDR" ;;
+    mysql) mysql_addr ;;
+    *) die "unknown service $1 (want one of: ${all_services[*]})" ;;
+  esac
+}
+
+# host and port of an address; localhost becomes 127.0.0.1, and anything
+# that is not a loopback address is refused.
+host_of() {
+  local h=${1%:*}
+  h=${h#[}; h=${h%]}
+  case $h in
+    localhost) echo 127.0.0.1 ;;
+    127.* | ::1) echo "$h" ;;
+    *) die "$1 is not a loopback address; only 127.0.0.0/8 or localhost may be used" ;;
+  esac
+}
+port_of() { echo "${1##*:}"; }
+
+# ---------------------------------------------------------------- checks
+
+# The bash -c snippets below take their values as "$1" "$2": single quotes
+# are meant (shellcheck SC2016 is disabled at the top for them).
+
+# Sends $3 to host:port $1:$2 and prints what comes back within a second or two.
+tcp_talk() {
+  timeout 3 bash -c '
+    exec 3<>"/dev/tcp/$1/$2" || exit 1
+    printf "%b" "$3" >&3
+    timeout 2 cat <&3 || true
+  ' _ "$1" "$2" "$3" 2>/dev/null
+}
+
+port_open() { timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null; }
+
+check_redis() {
+  local out
+  out=$(timeout 3 bash -c '
+    exec 3<>"/dev/tcp/$1/$2" || exit 1
+    printf "PING\r\n" >&3
+    IFS= read -r -t 2 line <&3 && printf "%s" "$line"
+  ' _ "$1" "$2" 2>/dev/null) || return 1
+  [[ $out == +PONG* ]]
+}
+
+check_zookeeper() {
+  local out
+  out=$(tcp_talk "$1" "$2" srvr) || true
+  [[ $out == *"Mode: "* ]] && return 0
+  # srvr may not be whitelisted on a server we did not configure.
+  out=$(tcp_talk "$1" "$2" ruok) || true
+  [[ $out == imok* ]]
+}
+
+check_consul() {
+  local out
+  out=$(tcp_talk "$1" "$2" "GET /v1/status/leader HTTP/1.0\r\nHost: $1:$2\r\n\r\n") || return 1
+  [[ $out == "HTTP/1."?" 200"* ]] || return 1
+  # The body is a JSON string: "127.0.0.1:8300" once there is a leader, "" before.
+  [[ ${out##*$'\r\n\r\n'} == '"'?*'"'* ]]
+}
+
+mysql_client() {
+  command -v mariadb 2>/dev/null || command -v mysql 2>/dev/null || return 1
+}
+
+check_mysql() {
+  local client
+  client=$(mysql_client) || return 1
+  timeout 5 "$client" --no-defaults --protocol=TCP -h "$1" -P "$2" -u "$(mysql_user)" \
+    --connect-timeout=2 -N -B -e 'SELECT 1' >/dev/null 2>&1
+}
+
+# check SERVICE: does it answer a protocol-level check at its address?
+check() {
+  local addr
+  addr=$(addr_of "$1")
+  "check_$1" "$(host_of "$addr")" "$(port_of "$addr")"
+}
+
+# wait_for SERVICE LOGFILE [PID]: poll check until it passes, the process
+# dies, or $wait_secs run out.
+wait_for() {
+  local svc=$1 logfile=$2 pid=${3:-} deadline=$((SECONDS + wait_secs))
+  until check "$svc"; do
+    if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+      tail -n 20 "$logfile" >&2 2>/dev/null || true
+      die "$svc exited before answering at $(addr_of "$svc"); see $logfile"
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      tail -n 20 "$logfile" >&2 2>/dev/null || true
+      die "$svc did not answer at $(addr_of "$svc") within ${wait_secs}s; see $logfile"
+    fi
+    sleep 0.5
+  done
+}
+
+# ---------------------------------------------------------------- packages
+
+apt_updated=
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"
+  elif command -v sudo >/dev/null; then sudo -n "$@"
+  else die "need root to run: $*"
+  fi
+}
+
+pkg_installed() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+# apt_install PKG...: install the missing ones, without letting their
+# maintainer scripts start the daemons (we start them ourselves, on loopback).
+apt_install() {
+  local missing=() p
+  for p in "$@"; do pkg_installed "$p" || missing+=("$p"); done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  command -v apt-get >/dev/null || die "${missing[*]} missing and no apt-get to install it"
+  log "installing ${missing[*]} (apt-get)"
+  local policy=/usr/sbin/policy-rc.d made_policy=
+  if [ ! -e $policy ]; then
+    as_root sh -c "printf '#!/bin/sh\nexit 101\n' > $policy && chmod 755 $policy"
+    made_policy=1
+    # shellcheck disable=SC2064 # expand now: $policy is local
+    trap "as_root rm -f $policy" EXIT
+  fi
+  local rc=0
+  if [ -z "$apt_updated" ]; then
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
+      -o DPkg::Lock::Timeout=300 </dev/null >&2 || rc=$?
+    apt_updated=1
+  fi
+  if [ $rc = 0 ]; then
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      -o DPkg::Lock::Timeout=300 "${missing[@]}" </dev/null >&2 || rc=$?
+  fi
+  if [ -n "$made_policy" ]; then
+    as_root rm -f $policy
+    trap - EXIT
+  fi
+  [ $rc = 0 ] || die "apt-get install ${missing[*]} failed (exit $rc)"
+}
+
+# ---------------------------------------------------------------- pid files
+
+pidfile_of() { echo "$run/$1/$1.pid"; }
+
+# Prints the pid recorded for SERVICE if that process is alive and is still
+# the server we started: its command line mentions our run dir, or (Redis,
+# which rewrites its process title) its working directory is there.
+our_pid() {
+  local f pid
+  f=$(pidfile_of "$1")
+  [ -s "$f" ] || return 1
+  pid=$(tr -dc 0-9 <"$f")
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+  if [ "$(readlink "/proc/$pid/cwd" 2>/dev/null)" != "$run/$1" ] &&
+    ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$run/$1"; then
+    return 1
+  fi
+  echo "$pid"
+}
+
+# ---------------------------------------------------------------- local starts
+
+start_redis() {
+  local host=$1 port=$2 dir=$run/redis
+  apt_install redis-server
+  mkdir -p "$dir"
+  redis-server --daemonize yes --bind "$host" --port "$port" --save "" --appendonly no \
+    --dir "$dir" --logfile "$dir/redis.log" --pidfile "$dir/redis.pid" </dev/null 8>&-
+  wait_for redis "$dir/redis.log"
+}
+
+start_zookeeper() {
+  local host=$1 port=$2 dir=$run/zookeeper java
+  apt_install zookeeperd
+  java=$(command -v java) || die "java not found (zookeeperd should have installed it)"
+  mkdir -p "$dir/data"
+  cat >"$dir/zoo.cfg" <<EOF
+# Written by scripts/services.sh: standalone, loopback only.
+tickTime=2000
+initLimit=10
+syncLimit=5
+dataDir=$dir/data
+clientPort=$port
+clientPortAddress=$host
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr,stat,mntr,cons
+EOF
+  setsid "$java" -Xmx512m -Dzookeeper.log.dir="$dir" -Dzookeeper.root.logger=INFO,CONSOLE \
+    -Dzookeeper.admin.enableServer=false \
+    -cp "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar" \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" \
+    </dev/null >"$dir/zookeeper.log" 2>&1 8>&- &
+  echo $! >"$dir/zookeeper.pid"
+  wait_for zookeeper "$dir/zookeeper.log" $!
+}
+
+consul_bin() {
+  if command -v consul >/dev/null; then command -v consul; return; fi
+  log "consul not on PATH; using scripts/build-consul.sh (cached; a first build takes ~10 min)"
+  "$root/scripts/build-consul.sh"
+}
+
+start_consul() {
+  local host=$1 port=$2 dir=$run/consul bin
+  bin=$(consul_bin) || die "could not get a consul binary (scripts/build-consul.sh failed)"
+  mkdir -p "$dir/data"
+  # -client binds HTTP/DNS/gRPC, -bind binds the server RPC and serf ports:
+  # both loopback. Dev mode keeps state in memory.
+  setsid "$bin" agent -dev -client "$host" -bind "$host" -http-port "$port" \
+    -data-dir "$dir/data" -pid-file "$dir/consul.pid" -log-file "$dir/consul.log" \
+    -hcl 'disable_update_check = true' -log-level info \
+    </dev/null >"$dir/stdout.log" 2>&1 8>&- &
+  local pid=$!
+  echo $pid >"$dir/consul.pid" # consul rewrites it with the same pid
+  wait_for consul "$dir/stdout.log" $pid
+}
+
+start_mysql() {
+  local host=$1 port=$2 dir=$run/mysql user
+  apt_install mariadb-server mariadb-client
+  mkdir -p "$dir/data"
+  user=$(id -un)
+  if [ "$user" = root ]; then
+    # mariadbd refuses to run as root unless told; prefer the mysql user when
+    # it can reach the run dir.
+    if id mysql >/dev/null 2>&1 && chown -R mysql:mysql "$dir" &&
+      runuser -u mysql -- test -w "$dir/data"; then
+      user=mysql
+    fi
+  fi
+  if [ ! -d "$dir/data/mysql" ]; then
+    log "initialising a MariaDB data dir in $dir/data"
+    # normal auth: root@localhost gets an empty password, no unix_socket.
+    mariadb-install-db --no-defaults --user="$user" --datadir="$dir/data" \
+      --auth-root-authentication-method=normal --skip-test-db \
+      >"$dir/install.log" 2>&1 || { tail -n 20 "$dir/install.log" >&2; die "mariadb-install-db failed; see $dir/install.log"; }
+  fi
+  setsid mariadbd --no-defaults --user="$user" --datadir="$dir/data" \
+    --bind-address="$host" --port="$port" --socket="$dir/mysqld.sock" \
+    --pid-file="$dir/mysql.pid" --log-error="$dir/mysqld.log" --max-connections=500 \
+    </dev/null >/dev/null 2>&1 8>&- &
+  local pid=$!
+  echo $pid >"$dir/mysql.pid" # mariadbd rewrites it with the same pid
+  [ "$user" = "$(id -un)" ] || chown "$user" "$dir/mysql.pid"
+  wait_for mysql "$dir/mysqld.log" $pid
+}
+
+# The server answers on its port but root over TCP fails: on a stock Debian
+# install root@localhost authenticates by unix_socket only. Fix that through
+# the socket (we are root), so root with an empty password works over TCP.
+# Only a socket whose server reports our port is used ($CERBERUS_MYSQL_SOCKET,
+# then the client's default socket).
+fix_mysql_root() {
+  local client port sock args
+  client=$(mysql_client) || return 1
+  [ "$(id -u)" = 0 ] || return 1
+  port=$(port_of "$(mysql_addr)")
+  for sock in "${CERBERUS_MYSQL_SOCKET:-}" default; do
+    [ -n "$sock" ] || continue
+    args=(-u root)
+    [ "$sock" = default ] || args+=(--socket="$sock")
+    [ "$(timeout 10 "$client" "${args[@]}" -N -B -e 'SELECT @@port' 2>/dev/null)" = "$port" ] || continue
+    log "mysql: root cannot log in over TCP; allowing root with an empty password (via the unix socket)"
+    timeout 10 "$client" "${args[@]}" -e "
+      ALTER USER 'root'@'localhost' IDENTIFIED VIA mysql_native_password USING PASSWORD('') OR unix_socket;
+      CREATE USER IF NOT EXISTS 'root'@'127.0.0.1' IDENTIFIED BY '';
+      GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;
+      FLUSH PRIVILEGES;" >&2
+    return
+  done
+  return 1
+}
+
+mysql_create_db() {
+  local addr client db
+  addr=$(mysql_addr); db=$(mysql_db)
+  [ -n "$db" ] || return 0
+  client=$(mysql_client) || return 0
+  timeout 10 "$client" --no-defaults --protocol=TCP -h "$(host_of "$addr")" -P "$(port_of "$addr")" \
+    -u "$(mysql_user)" -e "CREATE DATABASE IF NOT EXISTS \`$db\`" ||
+    die "could not create database $db at $addr"
+}
+
+up_local() {
+  local svc addr host port pid
+  for svc in "$@"; do
+    addr=$(addr_of "$svc"); host=$(host_of "$addr"); port=$(port_of "$addr")
+    if port_open "$host" "$port"; then
+      if [ "$svc" = mysql ] && ! check mysql; then
+        # A MySQL client is needed for the check itself.
+        mysql_client >/dev/null || apt_install mariadb-client
+        check mysql || { fix_mysql_root && check mysql; } ||
+          die "something answers on $addr but root cannot log in over TCP with an empty password (set CERBERUS_MYSQL_SOCKET to its unix socket to let this script fix that as root)"
+      fi
+      check "$svc" || wait_for "$svc" "the logs of the server on $addr (not started by this script)"
+      if pid=$(our_pid "$svc"); then
+        log "$svc: reusing the server already answering at $addr (started earlier by this script, pid $pid)"
+      else
+        log "$svc: reusing the server already answering at $addr"
+      fi
+    else
+      log "$svc: starting at $addr"
+      "start_$svc" "$host" "$port"
+      log "$svc: up at $addr (logs in $run/$svc)"
+    fi
+    [ "$svc" != mysql ] || mysql_create_db
+  done
+}
+
+# ---------------------------------------------------------------- docker
+
+docker_mode() {
+  case ${CERBERUS_SERVICES_MODE:-} in
+    docker) return 0 ;;
+    local) return 1 ;;
+  esac
+  command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 || return 1
+  if ! docker compose version >/dev/null 2>&1; then
+    log "a Docker engine answers but the compose plugin is missing; using local packages"
+    return 1
+  fi
+}
+
+compose() { docker compose -p "$compose_project" -f "$root/docker-compose.yml" "$@"; }
+
+up_docker() {
+  local svc addr todo=() reused_mysql=
+  for svc in "$@"; do
+    addr=$(addr_of "$svc")
+    [ "$addr" = "$(default_addr "$svc")" ] ||
+      die "docker mode publishes the default ports only; unset the override for $svc ($addr)"
+    if port_open "$(host_of "$addr")" "$(port_of "$addr")" && ! compose ps -q "$svc" 2>/dev/null | grep -q .; then
+      log "$svc: reusing the server already answering at $addr"
+      [ "$svc" != mysql ] || reused_mysql=1
+    else
+      todo+=("$svc")
+    fi
+  done
+  if [ ${#todo[@]} -gt 0 ]; then
+    log "docker compose up ${todo[*]}"
+    compose up -d --wait --wait-timeout "$((wait_secs * 3))" "${todo[@]}" >&2
+  fi
+  for svc in "$@"; do
+    # MySQL was checked by its compose healthcheck (a host mariadb client may
+    # not speak MySQL 8.4's default auth); the others are checked again here.
+    if [ "$svc" = mysql ]; then
+      addr=$(addr_of mysql)
+      port_open "$(host_of "$addr")" "$(port_of "$addr")" && continue
+    fi
+    check "$svc" || die "$svc does not answer at $(addr_of "$svc") after docker compose up; see: docker compose -p $compose_project logs $svc"
+  done
+  [ -z "$reused_mysql" ] || mysql_create_db
+}
+
+default_addr() {
+  case $1 in
+    redis) echo 127.0.0.1:6379 ;;
+    zookeeper) echo 127.0.0.1:2181 ;;
+    consul) echo 127.0.0.1:8500 ;;
+    mysql) echo 127.0.0.1:3306 ;;
+  esac
+}
+
+# ---------------------------------------------------------------- commands
+
+cmd_env() {
+  echo "export CERBERUS_REDIS_ADDR=$REDIS_ADDR"
+  echo "export CERBERUS_ZK_ADDR=$ZK_ADDR"
+  echo "export CERBERUS_CONSUL_ADDR=$CONSUL_ADDR"
+  echo "export CERBERUS_MYSQL_DSN='$MYSQL_DSN'"
+}
+
+cmd_status() {
+  local svc addr state rc=0
+  for svc in "$@"; do
+    addr=$(addr_of "$svc")
+    if check "$svc"; then state=up; else state=down; rc=1; fi
+    if [ $state = up ] && our_pid "$svc" >/dev/null; then
+      printf '%-10s %-5s %s (started by services.sh, pid %s)\n' "$svc" $state "$addr" "$(our_pid "$svc")"
+    else
+      printf '%-10s %-5s %s\n' "$svc" $state "$addr"
+    fi
+  done
+  return $rc
+}
+
+# One up/down at a time per run dir. The servers are started with fd 8
+# closed, so they do not hold the lock.
+lock_run() {
+  mkdir -p "$run"
+  exec 8>"$run/.lock"
+  if ! flock -n 8; then
+    log "another services.sh up/down is running on $run; waiting for it"
+    flock -w 1800 8 || die "gave up waiting for the lock $run/.lock"
+  fi
+}
+
+cmd_up() {
+  local t0=$SECONDS
+  lock_run
+  if docker_mode; then
+    log "Docker engine found: using docker-compose.yml"
+    up_docker "$@"
+  else
+    log "no Docker engine: using local packages (run dir $run)"
+    up_local "$@"
+  fi
+  log "all up in $((SECONDS - t0))s"
+  cmd_env
+}
+
+stop_pid() {
+  local svc=$1 pid=$2 i
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < 60; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.5
+  done
+  log "$svc (pid $pid) did not stop in 30s; killing it"
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
+cmd_down() {
+  local svc pid
+  lock_run
+  if docker_mode; then
+    if [ $# -eq ${#all_services[@]} ]; then compose down -v >&2
+    else compose rm -f -s -v "$@" >&2
+    fi
+    return
+  fi
+  for svc in "$@"; do
+    if pid=$(our_pid "$svc"); then
+      log "$svc: stopping pid $pid"
+      stop_pid "$svc" "$pid"
+      rm -f "$(pidfile_of "$svc")"
+    else
+      log "$svc: not started by this script; leaving it alone"
+    fi
+  done
+}
+
+main() {
+  local cmd=${1:-}
+  [ $# -gt 0 ] && shift
+  local services=("$@")
+  [ ${#services[@]} -gt 0 ] || services=("${all_services[@]}")
+  local s a
+  for s in "${services[@]}"; do
+    a=$(addr_of "$s")
+    a=$(host_of "$a")
+  done
+  case $cmd in
+    up) cmd_up "${services[@]}" ;;
+    down) cmd_down "${services[@]}" ;;
+    status) cmd_status "${services[@]}" ;;
+    env) cmd_env ;;
+    *) sed -n '2,/^# shellcheck/{/^# shellcheck/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
+  esac
+}
+
+main "$@"
