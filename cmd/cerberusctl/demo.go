@@ -1,0 +1,369 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cerberus-go/cerberus"
+)
+
+// workerCommand is the hidden subcommand a demo runs in each child process.
+const workerCommand = "demo-worker"
+
+// demoConfig is what the demo flags set.
+type demoConfig struct {
+	engine   string
+	buyers   int
+	products int
+	stock    int64
+	procs    int
+	store    string // "memory" or "file"
+	storeDir string // the file store's directory
+	timeout  time.Duration
+}
+
+func (c *demoConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.engine, "engine", "memory", "lock engine: "+strings.Join(engineNames, ", "))
+	fs.IntVar(&c.buyers, "buyers", 1000, "concurrent buyers; buyer i buys product i mod -products")
+	fs.IntVar(&c.products, "products", 2, "products on sale")
+	fs.Int64Var(&c.stock, "stock", 10000, "initial stock of each product")
+	fs.IntVar(&c.procs, "procs", 1, "OS processes to spread the buyers over (needs a cross-process engine)")
+	fs.StringVar(&c.store, "store", "", "where the stock lives: memory (one process) or file (default: file when -procs > 1)")
+	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up after this long")
+}
+
+// check validates the flags before anything is started.
+func (c *demoConfig) check() error {
+	var errs []error
+	if c.buyers < 1 {
+		errs = append(errs, fmt.Errorf("-buyers must be at least 1, got %d", c.buyers))
+	}
+	if c.products < 1 {
+		errs = append(errs, fmt.Errorf("-products must be at least 1, got %d", c.products))
+	}
+	if c.stock < 0 {
+		errs = append(errs, fmt.Errorf("-stock must not be negative, got %d", c.stock))
+	}
+	if c.procs < 1 || c.procs > 64 {
+		errs = append(errs, fmt.Errorf("-procs must be between 1 and 64, got %d", c.procs))
+	}
+	if c.timeout <= 0 {
+		errs = append(errs, fmt.Errorf("-timeout must be positive, got %v", c.timeout))
+	}
+	if c.store == "" {
+		c.store = "memory"
+		if c.procs > 1 {
+			c.store = "file"
+		}
+	}
+	if c.store != "memory" && c.store != "file" {
+		errs = append(errs, fmt.Errorf("-store must be memory or file, got %q", c.store))
+	}
+	if c.procs > 1 && c.store == "memory" {
+		errs = append(errs, errors.New("-store memory cannot be shared by several processes; use -store file"))
+	}
+	if _, err := newEngineChecked(c.engine); err != nil {
+		errs = append(errs, err)
+	} else if c.procs > 1 && !crossProcess(c.engine) {
+		errs = append(errs, fmt.Errorf("engine %q locks within one process only; -procs %d needs a server engine", c.engine, c.procs))
+	}
+	return errors.Join(errs...)
+}
+
+// newEngineChecked validates an engine name without building the engine.
+func newEngineChecked(name string) (string, error) {
+	for _, n := range engineNames {
+		if n == name {
+			return name, nil
+		}
+	}
+	_, err := newEngine(name)
+	return "", err
+}
+
+// tally counts what the buyers did.
+type tally struct {
+	acquisitions atomic.Int64 // locks granted
+	sold         atomic.Int64 // decrements written
+	fenced       atomic.Int64 // writes refused by the fence
+	failed       atomic.Int64 // lock or store errors
+	firstErr     atomic.Value
+}
+
+func (t *tally) fail(err error) {
+	t.failed.Add(1)
+	t.firstErr.CompareAndSwap(nil, err.Error())
+}
+
+func (t *tally) line() string {
+	return fmt.Sprintf("acquisitions=%d sold=%d fenced=%d failed=%d",
+		t.acquisitions.Load(), t.sold.Load(), t.fenced.Load(), t.failed.Load())
+}
+
+// buy runs one buyer: lock the product, read, decrement, fenced write,
+// unlock.
+func buy(ctx context.Context, c *cerberus.Client, st stock, key string, product int, t *tally) {
+	l, err := c.Lock(ctx, key)
+	if err != nil {
+		t.fail(err)
+		return
+	}
+	defer func() {
+		if err := l.Unlock(context.WithoutCancel(ctx)); err != nil {
+			t.fail(err)
+		}
+	}()
+	t.acquisitions.Add(1)
+	n, err := st.Read(ctx, product)
+	if err != nil {
+		t.fail(err)
+		return
+	}
+	if n <= 0 {
+		return // sold out
+	}
+	switch err := st.Write(ctx, product, n-1, l.Token()); {
+	case errors.Is(err, errFenced):
+		t.fenced.Add(1)
+	case err != nil:
+		t.fail(err)
+	default:
+		t.sold.Add(1)
+	}
+}
+
+// runBuyers runs the buyers numbered index, index+step, ... below total,
+// each in its own goroutine, and waits for them.
+func runBuyers(ctx context.Context, cfg demoConfig, st stock, run string, index, step int, t *tally) error {
+	eng, err := newEngine(cfg.engine)
+	if err != nil {
+		return err
+	}
+	c, err := cerberus.New(eng)
+	if err != nil {
+		_ = eng.Close()
+		return err
+	}
+	defer c.Close()
+	var wg sync.WaitGroup
+	for i := index; i < cfg.buyers; i += step {
+		product := i % cfg.products
+		key := "cerberus-demo/" + run + "/product/" + strconv.Itoa(product)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buy(ctx, c, st, key, product, t)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func demoMain(args []string, stdout, stderr io.Writer) int {
+	var cfg demoConfig
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg.flags(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := cfg.check(); err != nil {
+		fmt.Fprintf(stderr, "cerberusctl demo: %v\n", err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+	defer cancel()
+	run := newRunID()
+
+	fmt.Fprintf(stdout, "seckill demo: engine %s, %d buyers over %d process(es), %d products with %d stock each\n",
+		cfg.engine, cfg.buyers, cfg.procs, cfg.products, cfg.stock)
+	var (
+		st   stock
+		read func(p int) (int64, error)
+		t    tally
+	)
+	if cfg.store == "memory" {
+		ms := newMemStock(cfg.products, cfg.stock)
+		st, read = ms, func(p int) (int64, error) { return ms.Read(ctx, p) }
+	} else {
+		dir, err := os.MkdirTemp("", "cerberus-demo-")
+		if err != nil {
+			fmt.Fprintf(stderr, "cerberusctl demo: %v\n", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		fst, err := initFileStock(dir, cfg.products, cfg.stock)
+		if err != nil {
+			fmt.Fprintf(stderr, "cerberusctl demo: %v\n", err)
+			return 1
+		}
+		st, read = fst, func(p int) (int64, error) { return fst.Read(ctx, p) }
+		cfg.storeDir = dir
+	}
+
+	start := time.Now()
+	var err error
+	if cfg.procs == 1 {
+		err = runBuyers(ctx, cfg, st, run, 0, 1, &t)
+	} else {
+		err = runWorkers(ctx, cfg, run, &t, stderr)
+	}
+	elapsed := time.Since(start)
+	if err != nil {
+		fmt.Fprintf(stderr, "cerberusctl demo: %v\n", err)
+		return 1
+	}
+
+	ok := t.failed.Load() == 0 && t.fenced.Load() == 0
+	for p := range cfg.products {
+		want := cfg.stock - int64(buyersOf(cfg, p))
+		if want < 0 {
+			want = 0
+		}
+		got, err := read(p)
+		if err != nil {
+			fmt.Fprintf(stderr, "cerberusctl demo: reading stock of product %d: %v\n", p, err)
+			return 1
+		}
+		mark := "ok"
+		if got != want {
+			mark, ok = "WRONG", false
+		}
+		fmt.Fprintf(stdout, "product %d: stock %d (want %d) %s\n", p, got, want, mark)
+	}
+	n := t.acquisitions.Load()
+	fmt.Fprintf(stdout, "%d acquisitions in %v: %.0f acquisitions/s; fenced writes refused: %d; errors: %d\n",
+		n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), t.fenced.Load(), t.failed.Load())
+	if first := t.firstErr.Load(); first != nil {
+		fmt.Fprintf(stdout, "first error: %v\n", first)
+	}
+	if !ok {
+		fmt.Fprintln(stdout, "FAIL: the lock did not keep the stock consistent")
+		return 1
+	}
+	fmt.Fprintln(stdout, "PASS")
+	return 0
+}
+
+// buyersOf counts the buyers of product p.
+func buyersOf(cfg demoConfig, p int) int {
+	n := cfg.buyers / cfg.products
+	if p < cfg.buyers%cfg.products {
+		n++
+	}
+	return n
+}
+
+func newRunID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// runWorkers starts one child process per -procs, each running its share of
+// the buyers against the shared file stock, and adds up their tallies.
+func runWorkers(ctx context.Context, cfg demoConfig, run string, t *tally, stderr io.Writer) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	type child struct {
+		cmd *exec.Cmd
+		out bytes.Buffer
+	}
+	children := make([]*child, cfg.procs)
+	for i := range children {
+		ch := &child{}
+		ch.cmd = exec.CommandContext(ctx, self, workerCommand,
+			"-engine", cfg.engine, "-buyers", strconv.Itoa(cfg.buyers), "-products", strconv.Itoa(cfg.products),
+			"-procs", strconv.Itoa(cfg.procs), "-index", strconv.Itoa(i), "-dir", cfg.storeDir, "-run", run,
+			"-timeout", cfg.timeout.String())
+		ch.cmd.Stdout = &ch.out
+		ch.cmd.Stderr = stderr
+		if err := ch.cmd.Start(); err != nil {
+			return fmt.Errorf("starting worker %d: %w", i, err)
+		}
+		children[i] = ch
+	}
+	var errs []error
+	for i, ch := range children {
+		if err := ch.cmd.Wait(); err != nil {
+			errs = append(errs, fmt.Errorf("worker %d: %w", i, err))
+			continue
+		}
+		if err := addTally(t, ch.out.String()); err != nil {
+			errs = append(errs, fmt.Errorf("worker %d: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// addTally adds a worker's "result ..." line to t.
+func addTally(t *tally, out string) error {
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, "result "); ok {
+			counters := map[string]*atomic.Int64{
+				"acquisitions": &t.acquisitions, "sold": &t.sold, "fenced": &t.fenced, "failed": &t.failed,
+			}
+			for _, f := range strings.Fields(rest) {
+				name, val, _ := strings.Cut(f, "=")
+				n, err := strconv.ParseInt(val, 10, 64)
+				if c := counters[name]; c != nil && err == nil {
+					c.Add(n)
+				}
+			}
+		} else if msg, ok := strings.CutPrefix(line, "error "); ok {
+			t.firstErr.CompareAndSwap(nil, msg)
+		}
+	}
+	return nil
+}
+
+// workerMain is one child process of a -procs demo.
+func workerMain(args []string, stdout, stderr io.Writer) int {
+	var cfg demoConfig
+	var index int
+	var run string
+	fs := flag.NewFlagSet(workerCommand, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg.flags(fs)
+	fs.IntVar(&index, "index", 0, "this worker's index")
+	fs.StringVar(&cfg.storeDir, "dir", "", "stock directory")
+	fs.StringVar(&run, "run", "", "run id")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg.store = "file"
+	if err := cfg.check(); err != nil || cfg.storeDir == "" || run == "" || index < 0 || index >= cfg.procs {
+		fmt.Fprintf(stderr, "%s: bad arguments: %v\n", workerCommand, err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+	defer cancel()
+	var t tally
+	if err := runBuyers(ctx, cfg, fileStock{cfg.storeDir}, run, index, cfg.procs, &t); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", workerCommand, err)
+		return 1
+	}
+	if first := t.firstErr.Load(); first != nil {
+		fmt.Fprintf(stdout, "error %v\n", first)
+	}
+	fmt.Fprintf(stdout, "result %s\n", t.line())
+	return 0
+}

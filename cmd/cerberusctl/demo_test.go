@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func runCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestDemoKeepsStockConsistent(t *testing.T) {
+	for _, store := range []string{"memory", "file"} {
+		t.Run(store, func(t *testing.T) {
+			code, out, errOut := runCmd(t, "demo", "-buyers", "301", "-products", "3", "-stock", "200", "-store", store)
+			if code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+			}
+			// 301 buyers over 3 products: 101, 100 and 100 of them.
+			for _, want := range []string{"product 0: stock 99 (want 99) ok", "product 1: stock 100 (want 100) ok", "product 2: stock 100 (want 100) ok", "301 acquisitions", "PASS"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("output lacks %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
+
+func TestDemoSellsOutWithoutGoingNegative(t *testing.T) {
+	code, out, _ := runCmd(t, "demo", "-buyers", "50", "-products", "1", "-stock", "20")
+	if code != 0 || !strings.Contains(out, "product 0: stock 0 (want 0) ok") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+}
+
+func TestDemoRefusesBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"demo", "-engine", "nope"}, `unknown engine "nope"`},
+		{[]string{"demo", "-buyers", "0"}, "-buyers must be at least 1"},
+		{[]string{"demo", "-procs", "2"}, "locks within one process only"},
+		{[]string{"demo", "-store", "disk"}, "-store must be memory or file"},
+		{[]string{"demo", "-procs", "2", "-store", "memory"}, "cannot be shared by several processes"},
+		{[]string{"bogus"}, `unknown command "bogus"`},
+	} {
+		code, _, errOut := runCmd(t, tc.args...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 mentioning %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
+func TestStoresRefuseStaleTokens(t *testing.T) {
+	ctx := context.Background()
+	fst, err := initFileStock(t.TempDir(), 1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, st := range map[string]stock{"memory": newMemStock(1, 10), "file": fst} {
+		if err := st.Write(ctx, 0, 9, 5); err != nil {
+			t.Fatalf("%s: write with token 5: %v", name, err)
+		}
+		if err := st.Write(ctx, 0, 8, 4); !errors.Is(err, errFenced) {
+			t.Fatalf("%s: write with older token 4: want errFenced, got %v", name, err)
+		}
+		if n, err := st.Read(ctx, 0); err != nil || n != 9 {
+			t.Fatalf("%s: stock after a refused write = %d, %v; want 9", name, n, err)
+		}
+	}
+}
