@@ -44,7 +44,7 @@ type Request struct {
 	// Wait blocks until the lock is granted or ctx ends. Without Wait the
 	// engine makes one attempt and returns ErrNotAcquired if the key is held.
 	Wait bool
-	// OnLost, if set, is called at most once, on an engine goroutine, when
+	// OnLost, if set, is called at most once, before Done closes, when
 	// the lease is lost for any reason other than its own release: expiry,
 	// failed renewal, session loss, engine close. It receives the same error
 	// as Lease.Err and must not block.

@@ -10,8 +10,8 @@ import (
 // value is not usable; call NewSignal.
 type Signal struct {
 	done   chan struct{}
-	once   sync.Once
 	mu     sync.Mutex
+	ending bool // Close has begun
 	err    error
 	onLost func(error)
 }
@@ -25,7 +25,7 @@ func NewSignal(onLost func(error)) *Signal {
 // Done is closed by the first Close.
 func (s *Signal) Done() <-chan struct{} { return s.done }
 
-// Err is nil until the first Close, then the error it was given.
+// Err is nil until the first Close begins, then the error it was given.
 func (s *Signal) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -33,21 +33,22 @@ func (s *Signal) Err() error {
 }
 
 // Close ends the signal with err and reports whether this call did so; later
-// calls change nothing. Unless err wraps ErrReleased it then calls onLost
-// synchronously, so callers must not hold locks that onLost might need.
+// calls change nothing. Unless err wraps ErrReleased it calls onLost before
+// Done closes, so whoever wakes on Done sees onLost's effects. onLost runs
+// synchronously: callers must not hold locks that onLost might need.
 func (s *Signal) Close(err error) bool {
-	first := false
-	s.once.Do(func() {
-		first = true
-		s.mu.Lock()
-		s.err = err
+	s.mu.Lock()
+	if s.ending {
 		s.mu.Unlock()
-		close(s.done)
-	})
-	if first && s.onLost != nil && !errors.Is(err, ErrReleased) {
+		return false
+	}
+	s.ending, s.err = true, err
+	s.mu.Unlock()
+	if s.onLost != nil && !errors.Is(err, ErrReleased) {
 		s.onLost(err)
 	}
-	return first
+	close(s.done)
+	return true
 }
 
 // Closed reports whether Close has been called.
