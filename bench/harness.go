@@ -1,0 +1,165 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+)
+
+// LockFunc takes a lock for one client and returns the function that
+// releases it. Each library under test is adapted to this shape so that the
+// same loops measure all of them.
+type LockFunc func(ctx context.Context) (unlock func() error, err error)
+
+// HotKeyResult is the outcome of HotKey for one library.
+type HotKeyResult struct {
+	Name         string
+	Acquisitions int
+	Elapsed      time.Duration
+	Errors       int
+	WaitP50      time.Duration
+	WaitP99      time.Duration
+	WaitMax      time.Duration
+	PerClientMin int
+	PerClientMax int
+}
+
+// Rate is acquisitions per second.
+func (r HotKeyResult) Rate() float64 { return float64(r.Acquisitions) / r.Elapsed.Seconds() }
+
+// Fairness is the per-client min/max acquisition ratio: 1 is perfectly even.
+func (r HotKeyResult) Fairness() float64 {
+	if r.PerClientMax == 0 {
+		return 0
+	}
+	return float64(r.PerClientMin) / float64(r.PerClientMax)
+}
+
+// Report prints one machine-readable line per figure:
+//
+//	BENCH hotkey <name> <figure>=<value>
+func (r HotKeyResult) Report(w io.Writer) {
+	fmt.Fprintf(w, "BENCH hotkey %s acq_per_s=%.1f\n", r.Name, r.Rate())
+	fmt.Fprintf(w, "BENCH hotkey %s wait_p50_ms=%.3f\n", r.Name, ms(r.WaitP50))
+	fmt.Fprintf(w, "BENCH hotkey %s wait_p99_ms=%.3f\n", r.Name, ms(r.WaitP99))
+	fmt.Fprintf(w, "BENCH hotkey %s wait_max_ms=%.3f\n", r.Name, ms(r.WaitMax))
+	fmt.Fprintf(w, "BENCH hotkey %s per_client_min=%d\n", r.Name, r.PerClientMin)
+	fmt.Fprintf(w, "BENCH hotkey %s per_client_max=%d\n", r.Name, r.PerClientMax)
+	fmt.Fprintf(w, "BENCH hotkey %s fairness=%.3f\n", r.Name, r.Fairness())
+	fmt.Fprintf(w, "BENCH hotkey %s errors=%d\n", r.Name, r.Errors)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// HotKey runs one goroutine per client, each with its own LockFunc (and so
+// its own connection), locking one shared key in a loop for dur, holding it
+// for hold each time. A wait is the time from asking for the lock to getting
+// it. Each Lock call is bounded by maxWait; a call that fails counts as an
+// error and the client goes on.
+func HotKey(name string, clients []LockFunc, hold, dur, maxWait time.Duration) HotKeyResult {
+	var (
+		mu     sync.Mutex
+		waits  []time.Duration
+		counts = make([]int, len(clients))
+		errs   int
+		wg     sync.WaitGroup
+	)
+	start := time.Now()
+	stop := start.Add(dur)
+	for i, lock := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var local []time.Duration
+			for time.Now().Before(stop) {
+				ctx, cancel := context.WithTimeout(context.Background(), maxWait)
+				t0 := time.Now()
+				unlock, err := lock(ctx)
+				wait := time.Since(t0)
+				cancel()
+				if err != nil {
+					mu.Lock()
+					errs++
+					mu.Unlock()
+					continue
+				}
+				local = append(local, wait)
+				counts[i]++
+				time.Sleep(hold)
+				if err := unlock(); err != nil {
+					mu.Lock()
+					errs++
+					mu.Unlock()
+				}
+			}
+			mu.Lock()
+			waits = append(waits, local...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	r := HotKeyResult{Name: name, Elapsed: time.Since(start), Errors: errs}
+	slices.Sort(waits)
+	r.Acquisitions = len(waits)
+	if n := len(waits); n > 0 {
+		r.WaitP50 = waits[n*50/100]
+		r.WaitP99 = waits[min(n-1, n*99/100)]
+		r.WaitMax = waits[n-1]
+	}
+	r.PerClientMin, r.PerClientMax = slices.Min(counts), slices.Max(counts)
+	return r
+}
+
+// Latencies summarises lock+unlock cycle times for the uncontended figure.
+type Latencies struct {
+	Name   string
+	Cycles int
+	Total  time.Duration
+	P50    time.Duration
+	P99    time.Duration
+}
+
+// Uncontended runs n lock+unlock cycles of one client on fresh keys from
+// key(i) and reports the rate and the cycle-time percentiles.
+func Uncontended(name string, n int, lock func(ctx context.Context, i int) (unlock func() error, err error)) (Latencies, error) {
+	ctx := context.Background()
+	cycles := make([]time.Duration, 0, n)
+	start := time.Now()
+	for i := range n {
+		t0 := time.Now()
+		unlock, err := lock(ctx, i)
+		if err != nil {
+			return Latencies{}, fmt.Errorf("%s: cycle %d: lock: %w", name, i, err)
+		}
+		if err := unlock(); err != nil {
+			return Latencies{}, fmt.Errorf("%s: cycle %d: unlock: %w", name, i, err)
+		}
+		cycles = append(cycles, time.Since(t0))
+	}
+	l := Latencies{Name: name, Cycles: n, Total: time.Since(start)}
+	slices.Sort(cycles)
+	l.P50, l.P99 = cycles[n*50/100], cycles[min(n-1, n*99/100)]
+	return l, nil
+}
+
+// Rate is cycles per second.
+func (l Latencies) Rate() float64 { return float64(l.Cycles) / l.Total.Seconds() }
+
+// Report prints the machine-readable lines of the uncontended figure.
+func (l Latencies) Report(w io.Writer) {
+	fmt.Fprintf(w, "BENCH uncontended %s cycles_per_s=%.1f\n", l.Name, l.Rate())
+	fmt.Fprintf(w, "BENCH uncontended %s p50_us=%.1f\n", l.Name, float64(l.P50)/float64(time.Microsecond))
+	fmt.Fprintf(w, "BENCH uncontended %s p99_us=%.1f\n", l.Name, float64(l.P99)/float64(time.Microsecond))
+}
+
+// Ratio prints "BENCH ratio <figure> <a>/<b>=<x>".
+func Ratio(w io.Writer, figure, a, b string, va, vb float64) {
+	if vb == 0 {
+		fmt.Fprintf(w, "BENCH ratio %s %s/%s=inf\n", figure, a, b)
+		return
+	}
+	fmt.Fprintf(w, "BENCH ratio %s %s/%s=%.2f\n", figure, a, b, va/vb)
+}
