@@ -36,7 +36,7 @@ bench:
 	@if [ ! -d bench ]; then \
 	  echo "bench: no bench/ directory yet; nothing to run"; \
 	else \
-	  eval "$$($(SERVICES) up)" && cd bench && $(GO) test -run '^$$' -bench . -benchmem ./...; \
+	  eval "$$($(SERVICES) up)" && cd bench && $(GO) test -run '^$$' -bench . -benchtime=1x -benchmem -timeout 60m ./...; \
 	fi
 
 ## vet: go vet the module
