@@ -1,0 +1,297 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// Client is the part of a go-redis client the engine uses. *redis.Client,
+// *redis.ClusterClient, *redis.Ring and every redis.UniversalClient
+// (including Sentinel's failover client) satisfy it.
+type Client interface {
+	goredis.Scripter
+	Pipeline() goredis.Pipeliner
+	Subscribe(ctx context.Context, channels ...string) *goredis.PubSub
+	Ping(ctx context.Context) *goredis.StatusCmd
+}
+
+// Option configures an Engine.
+type Option func(*options)
+
+type options struct {
+	prefix   string
+	fair     bool
+	recheck  time.Duration
+	queueTTL time.Duration
+	timeout  time.Duration
+}
+
+// WithPrefix sets the prefix of every Redis key and channel the engine
+// uses. It must not contain '{' or '}'. The default is "cerberus:".
+func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithFair grants waiting writers the lock in arrival order, as Redisson's
+// fair lock does. The default is unordered: whoever retries first after a
+// release wins, which is faster under contention.
+func WithFair() Option { return func(o *options) { o.fair = true } }
+
+// WithRecheck bounds how long a waiter sleeps without a notification before
+// it tries again: the most a lost pub/sub message can cost. It must be
+// between 10ms and a third of the queue TTL. The default is 500ms.
+func WithRecheck(d time.Duration) Option { return func(o *options) { o.recheck = d } }
+
+// WithQueueTTL sets how long a waiting writer keeps its place (in the fair
+// queue, and ahead of new readers) without refreshing it; a waiter refreshes
+// it on every attempt, so only a crashed waiter loses it. The default is 5s.
+func WithQueueTTL(d time.Duration) Option { return func(o *options) { o.queueTTL = d } }
+
+// WithTimeout bounds each Redis round trip made outside a caller's context:
+// renewals and releases on Close. The default is 2s.
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// Engine is the Redis engine.Engine. Create it with New.
+type Engine struct {
+	c    Client
+	opts options
+	id   string // prefix of this engine's lease ids
+	seq  atomic.Uint64
+	hub  *hub
+
+	mu       sync.Mutex
+	leases   map[*lease]struct{} // leases this engine holds
+	closed   bool
+	closing  chan struct{}
+	renewNow chan struct{} // pokes the renewal loop
+	loopDone chan struct{}
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// New returns a Redis engine over c. It does no I/O; the renewal loop starts
+// now and stops at Close. Close does not close c.
+func New(c Client, opts ...Option) (*Engine, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: redis: nil client", engine.ErrInvalidRequest)
+	}
+	o := options{prefix: "cerberus:", recheck: 500 * time.Millisecond, queueTTL: 5 * time.Second, timeout: 2 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch {
+	case strings.ContainsAny(o.prefix, "{}"):
+		return nil, fmt.Errorf("%w: redis: prefix %q contains a brace", engine.ErrInvalidRequest, o.prefix)
+	case o.queueTTL < 30*time.Millisecond:
+		return nil, fmt.Errorf("%w: redis: queue TTL %v is under 30ms", engine.ErrInvalidRequest, o.queueTTL)
+	case o.recheck < 10*time.Millisecond || o.recheck > o.queueTTL/3:
+		return nil, fmt.Errorf("%w: redis: recheck %v must be between 10ms and a third of the queue TTL (%v)", engine.ErrInvalidRequest, o.recheck, o.queueTTL)
+	case o.timeout <= 0:
+		return nil, fmt.Errorf("%w: redis: timeout %v is not positive", engine.ErrInvalidRequest, o.timeout)
+	}
+	var b [9]byte
+	_, _ = rand.Read(b[:])
+	e := &Engine{
+		c: c, opts: o, id: hex.EncodeToString(b[:]),
+		leases:   make(map[*lease]struct{}),
+		closing:  make(chan struct{}),
+		renewNow: make(chan struct{}, 1),
+		loopDone: make(chan struct{}),
+	}
+	e.hub = newHub(e)
+	go e.renewLoop()
+	return e, nil
+}
+
+// Name returns "redis".
+func (e *Engine) Name() string { return "redis" }
+
+// Limits: keys up to engine.MaxKeyLen bytes, TTLs from 10ms (PX has
+// millisecond resolution) to engine.MaxTTL.
+func (e *Engine) Limits() engine.Limits {
+	return engine.Limits{MaxKeyLen: engine.MaxKeyLen, MinTTL: engine.MinTTL, MaxTTL: engine.MaxTTL}
+}
+
+// Validate checks req with engine.CheckRequest; Redis stores any valid key.
+func (e *Engine) Validate(req engine.Request) error {
+	return engine.CheckRequest(req, e.Limits())
+}
+
+// Ping sends PING.
+func (e *Engine) Ping(ctx context.Context) error {
+	if e.isClosed() {
+		return engine.ErrClosed
+	}
+	if err := e.c.Ping(ctx).Err(); err != nil {
+		return e.opError("ping", "", err)
+	}
+	return nil
+}
+
+func (e *Engine) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+// opError wraps a Redis failure. Context errors pass through as they are;
+// anything else is marked engine.ErrUnavailable.
+func (e *Engine) opError(op, key string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return &engine.OpError{Engine: "redis", Op: op, Key: key, Err: err}
+	}
+	return &engine.OpError{Engine: "redis", Op: op, Key: key, Err: errors.Join(engine.ErrUnavailable, err)}
+}
+
+func ms(d time.Duration) int64 {
+	m := d.Milliseconds()
+	if time.Duration(m)*time.Millisecond < d {
+		m++ // round up: never hold for less than asked
+	}
+	return m
+}
+
+// Acquire grants a lease; see engine.Engine.
+func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	if err := e.Validate(req); err != nil {
+		return nil, err
+	}
+	if e.isClosed() {
+		return nil, engine.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(engine.ErrNotAcquired, err)
+	}
+	l := &lease{
+		e: e, key: req.Key, keys: e.keysOf(req.Key), mode: req.Mode,
+		id:  e.id + ":" + strconv.FormatUint(e.seq.Add(1), 36),
+		ttl: req.TTL, renew: req.Renew, sig: engine.NewSignal(req.OnLost),
+	}
+	var w *waiter
+	if req.Wait {
+		w = e.hub.join(ctx, l.keys.c, req.Mode == engine.Shared)
+		defer e.hub.leave(w)
+	}
+	queued := false // registered as a waiting writer on the server
+	for {
+		sent := time.Now()
+		ok, n, err := l.try(ctx, req.Wait)
+		if err != nil {
+			// The reply is lost, not necessarily the write: undo whatever
+			// the script may have done under this lease's id.
+			l.undo(queued || req.Wait)
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return nil, errors.Join(engine.ErrNotAcquired, ctxErr)
+			}
+			return nil, e.opError("acquire", req.Key, err)
+		}
+		if ok {
+			return e.granted(l, uint64(n), sent)
+		}
+		if !req.Wait {
+			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
+		}
+		queued = req.Mode == engine.Exclusive
+		pause := e.opts.recheck
+		if n > 0 && time.Duration(n)*time.Millisecond < pause {
+			pause = time.Duration(n)*time.Millisecond + time.Millisecond // the holder's TTL runs out first
+		}
+		timer := time.NewTimer(pause)
+		select {
+		case <-w.wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			l.undo(queued)
+			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
+		case <-e.closing:
+			timer.Stop()
+			l.undo(queued)
+			return nil, engine.ErrClosed
+		}
+		timer.Stop()
+	}
+}
+
+// granted registers a new lease with the engine and arms its expiry or
+// renewal, or gives the key back if the engine closed meanwhile.
+func (e *Engine) granted(l *lease, token uint64, sent time.Time) (engine.Lease, error) {
+	l.token = token
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		l.undo(false)
+		return nil, engine.ErrClosed
+	}
+	e.leases[l] = struct{}{}
+	l.valid = sent.Add(l.ttl)
+	if l.renew {
+		l.due = sent.Add(l.ttl / 3)
+	} else {
+		l.timer = time.AfterFunc(time.Until(sent.Add(l.ttl)), l.expire)
+	}
+	e.mu.Unlock()
+	if l.renew {
+		e.poke()
+	}
+	return l, nil
+}
+
+// forget stops tracking l and reports whether it was tracked.
+func (e *Engine) forget(l *lease) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	_, ok := e.leases[l]
+	delete(e.leases, l)
+	return ok
+}
+
+// Close releases every lease the engine holds, ends them with
+// engine.ErrClosed, wakes waiters with engine.ErrClosed, and stops the
+// renewal loop and the pub/sub connection. It does not close the client.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	close(e.closing)
+	held := make([]*lease, 0, len(e.leases))
+	for l := range e.leases {
+		if l.timer != nil {
+			l.timer.Stop()
+		}
+		held = append(held, l)
+	}
+	e.leases = map[*lease]struct{}{}
+	e.mu.Unlock()
+	<-e.loopDone
+	if len(held) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), e.opts.timeout)
+		pipe := e.c.Pipeline()
+		for _, l := range held {
+			l.releaseCmd(ctx, pipe)
+		}
+		_, _ = pipe.Exec(ctx) // best effort: the keys expire by themselves
+		cancel()
+		for _, l := range held {
+			l.sig.Close(engine.ErrClosed)
+		}
+	}
+	e.hub.close()
+	return nil
+}

@@ -1,0 +1,244 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/internal/testenv"
+)
+
+func hold(key string, ttl time.Duration) engine.Request {
+	return engine.Request{Key: key, Mode: engine.Exclusive, TTL: ttl, Renew: true, Wait: true}
+}
+
+func mustEngine(t *testing.T, c Client, opts ...Option) *Engine {
+	t.Helper()
+	e, err := New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestServerKilledLeasesLost kills redis-server under held leases: every
+// lease learns it is lost before its TTL could have run out on the server,
+// and later calls return instead of hanging.
+func TestServerKilledLeasesLost(t *testing.T) {
+	srv := startServer(t)
+	// Loss is learnt at the first renewal after the kill, plus however long
+	// the client takes to give up on a dead server: go-redis retries a
+	// refused dial 5 times, 100ms apart, by default; one try fails at once.
+	c := goredis.NewClient(&goredis.Options{Addr: srv.addr, DialTimeout: 200 * time.Millisecond, MaxRetries: -1, DialerRetries: 1})
+	t.Cleanup(func() { _ = c.Close() })
+	const ttl = 1500 * time.Millisecond // renewed every 500ms
+	e := mustEngine(t, c)
+	var leases []engine.Lease
+	for i := range 20 {
+		req := hold("killed/"+string(rune('a'+i)), ttl)
+		if i%2 == 1 {
+			req.Mode = engine.Shared
+		}
+		l, err := e.Acquire(ctxT(t), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	killed := time.Now()
+	srv.kill()
+	var worst time.Duration
+	for _, l := range leases {
+		select {
+		case <-l.Done():
+		case <-time.After(ttl):
+			t.Fatalf("lease %q still looked held %v after the server died", l.Key(), ttl)
+		}
+		if took := time.Since(killed); took > ttl/3+ttl/6 {
+			// The renewal loop runs every ttl/3 (a batch may go up to ttl/6
+			// early); a dead server fails it at once with DialerRetries 1.
+			t.Errorf("lease %q learnt of the loss %v after the kill, more than one renewal interval (%v)", l.Key(), took, ttl/3)
+		}
+		worst = max(worst, time.Since(killed))
+		if !errors.Is(l.Err(), engine.ErrLeaseLost) {
+			t.Errorf("lease %q: Err = %v, want ErrLeaseLost", l.Key(), l.Err())
+		}
+	}
+	t.Logf("every lease learnt it was lost within %v of the kill (renewal interval %v)", worst, ttl/3)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := e.Acquire(ctx, hold("killed/after", ttl))
+	if err == nil {
+		t.Fatal("Acquire on a dead server succeeded")
+	}
+	if !errors.Is(err, engine.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Acquire on a dead server: want ErrUnavailable or the deadline, got %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Acquire on a dead server returned after %v, past its 500ms context", took)
+	}
+}
+
+// frozen wraps a client so that its pipelines (the renewal loop's only way
+// to the server) stop dead, as in a stop-the-world pause, until thawed.
+type frozen struct {
+	Client
+	mu   sync.Mutex
+	thaw chan struct{} // nil: not frozen
+}
+
+func (f *frozen) freeze() {
+	f.mu.Lock()
+	f.thaw = make(chan struct{})
+	f.mu.Unlock()
+}
+
+func (f *frozen) unfreeze() {
+	f.mu.Lock()
+	if f.thaw != nil {
+		close(f.thaw)
+		f.thaw = nil
+	}
+	f.mu.Unlock()
+}
+
+func (f *frozen) Pipeline() goredis.Pipeliner {
+	return &frozenPipe{Pipeliner: f.Client.Pipeline(), f: f}
+}
+
+type frozenPipe struct {
+	goredis.Pipeliner
+	f *frozen
+}
+
+func (p *frozenPipe) Exec(ctx context.Context) ([]goredis.Cmder, error) {
+	p.f.mu.Lock()
+	thaw := p.f.thaw
+	p.f.mu.Unlock()
+	if thaw != nil {
+		<-thaw // a paused process does not look at its context either
+	}
+	return p.Pipeliner.Exec(ctx)
+}
+
+// fencedSet writes a value only with a token above the last one written:
+// the fenced resource the paused holder must not be able to damage.
+var fencedSet = goredis.NewScript(`
+local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[1]) <= last then return 0 end
+redis.call('SET', KEYS[2], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+`)
+
+// TestPausedHolderIsFenced stops a holder's renewals past its TTL. The next
+// holder gets a larger token, and the paused holder's late write is refused
+// by the fenced resource.
+func TestPausedHolderIsFenced(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	admin := newClient(t, addr)
+	fz := &frozen{Client: newClient(t, addr)}
+	const ttl = 600 * time.Millisecond
+	a := mustEngine(t, fz)
+	t.Cleanup(fz.unfreeze) // runs before a.Close, which waits for the loop
+	b := mustEngine(t, newClient(t, addr))
+	key := "paused/" + t.Name() + time.Now().Format("150405.000000")
+	res, fence := key+":resource", key+":fence"
+	t.Cleanup(func() { admin.Del(context.Background(), res, fence) })
+	write := func(l engine.Lease, v string) bool {
+		n, err := fencedSet.Run(context.Background(), admin, []string{res, fence}, l.Token(), v).Int()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+
+	la, err := a.Acquire(ctxT(t), hold(key, ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !write(la, "a1") {
+		t.Fatal("the holder's first fenced write was refused")
+	}
+	fz.freeze()
+	lb, err := b.Acquire(ctxT(t), hold(key, ttl)) // granted once a's key expires
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb.Token() <= la.Token() {
+		t.Fatalf("token after the pause %d, want > %d", lb.Token(), la.Token())
+	}
+	if !write(lb, "b1") {
+		t.Fatal("the new holder's fenced write was refused")
+	}
+	// The paused holder wakes up and, not yet knowing, writes.
+	if write(la, "a2") {
+		t.Fatal("the paused holder's stale write was accepted")
+	}
+	if v := admin.Get(context.Background(), res).Val(); v != "b1" {
+		t.Fatalf("resource = %q, want b1", v)
+	}
+	fz.unfreeze()
+	select {
+	case <-la.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the paused holder never learnt it lost the lease")
+	}
+	if !errors.Is(la.Err(), engine.ErrLeaseLost) {
+		t.Errorf("paused holder Err = %v, want ErrLeaseLost", la.Err())
+	}
+	if err := la.Release(ctxT(t)); !errors.Is(err, engine.ErrNotHeld) {
+		t.Errorf("paused holder's release: want ErrNotHeld, got %v", err)
+	}
+	if lb.Err() != nil {
+		t.Errorf("the new holder lost its lease: %v", lb.Err())
+	}
+	_ = lb.Release(ctxT(t))
+}
+
+// TestScriptCacheFlushed: renewals and acquisitions survive SCRIPT FLUSH
+// (EVALSHA falls back after NOSCRIPT).
+func TestScriptCacheFlushed(t *testing.T) {
+	srv := startServer(t)
+	c := newClient(t, srv.addr)
+	e := mustEngine(t, c)
+	const ttl = 300 * time.Millisecond
+	l, err := e.Acquire(ctxT(t), hold("flush/a", ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+		t.Fatalf("lease lost after SCRIPT FLUSH: %v", l.Err())
+	case <-time.After(4 * ttl):
+	}
+	if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := e.Acquire(ctxT(t), hold("flush/b", ttl))
+	if err != nil {
+		t.Fatalf("acquire after SCRIPT FLUSH: %v", err)
+	}
+	for _, x := range []engine.Lease{l, l2} {
+		if err := x.Release(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// lease is a Redis engine lease.
+type lease struct {
+	e     *Engine
+	key   string
+	keys  lockKeys
+	mode  engine.Mode
+	id    string // the value stored on the server: engine id + sequence
+	ttl   time.Duration
+	renew bool
+	token uint64
+	sig   *engine.Signal
+
+	// guarded by e.mu
+	due   time.Time   // next renewal (renewed leases)
+	valid time.Time   // the server keeps the key at least until then
+	timer *time.Timer // local expiry (fixed leases)
+}
+
+func (l *lease) Key() string           { return l.key }
+func (l *lease) Mode() engine.Mode     { return l.mode }
+func (l *lease) Token() uint64         { return l.token }
+func (l *lease) Done() <-chan struct{} { return l.sig.Done() }
+func (l *lease) Err() error            { return l.sig.Err() }
+
+// try runs the acquire script once. It returns (true, token) on a grant and
+// (false, holder's PTTL in ms or <= 0 if unknown) otherwise.
+func (l *lease) try(ctx context.Context, wait bool) (bool, int64, error) {
+	o := l.e.opts
+	var res []int64
+	var err error
+	if l.mode == engine.Exclusive {
+		res, err = acquireExclusive.Run(ctx, l.e.c,
+			[]string{l.keys.w, l.keys.r, l.keys.ww, l.keys.q, l.keys.f},
+			l.id, ms(l.ttl), flag(o.fair), flag(wait), ms(o.queueTTL)).Int64Slice()
+	} else {
+		res, err = acquireShared.Run(ctx, l.e.c,
+			[]string{l.keys.w, l.keys.r, l.keys.ww, l.keys.f},
+			l.id, ms(l.ttl)).Int64Slice()
+	}
+	if err != nil {
+		return false, 0, err
+	}
+	if len(res) != 2 {
+		return false, 0, fmt.Errorf("acquire script returned %v", res)
+	}
+	return res[0] == 1, res[1], nil
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// undo removes, with a fresh bounded context, whatever an acquisition under
+// this lease's id may have left: a grant whose reply was lost, or a place
+// among the waiting writers.
+func (l *lease) undo(queued bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.e.opts.timeout)
+	defer cancel()
+	pipe := l.e.c.Pipeline()
+	l.releaseCmd(ctx, pipe)
+	if queued {
+		leaveQueue.EvalSha(ctx, pipe, []string{l.keys.ww, l.keys.q}, l.id, l.keys.c)
+	}
+	if _, err := pipe.Exec(ctx); hasNoScript(err) {
+		loadScripts(ctx, l.e.c)
+		pipe = l.e.c.Pipeline()
+		l.releaseCmd(ctx, pipe)
+		if queued {
+			leaveQueue.EvalSha(ctx, pipe, []string{l.keys.ww, l.keys.q}, l.id, l.keys.c)
+		}
+		_, _ = pipe.Exec(ctx)
+	}
+}
+
+// releaseCmd queues this lease's release script on a pipeline.
+func (l *lease) releaseCmd(ctx context.Context, pipe goredis.Pipeliner) *goredis.Cmd {
+	if l.mode == engine.Exclusive {
+		return releaseExclusive.EvalSha(ctx, pipe, []string{l.keys.w}, l.id, l.keys.c)
+	}
+	return releaseShared.EvalSha(ctx, pipe, []string{l.keys.r}, l.id, l.keys.c)
+}
+
+// Release gives the key up with a compare-and-delete on this lease's id.
+func (l *lease) Release(ctx context.Context) error {
+	l.e.forget(l)
+	var n int64
+	var err error
+	if l.mode == engine.Exclusive {
+		n, err = releaseExclusive.Run(ctx, l.e.c, []string{l.keys.w}, l.id, l.keys.c).Int64()
+	} else {
+		n, err = releaseShared.Run(ctx, l.e.c, []string{l.keys.r}, l.id, l.keys.c).Int64()
+	}
+	switch {
+	case err != nil:
+		// Unknown whether it still holds; it is no longer renewed, so it
+		// is lost either way.
+		l.sig.Close(fmt.Errorf("%w: release failed: %w", engine.ErrLeaseLost, err))
+		return l.e.opError("release", l.key, err)
+	case n == 1:
+		l.sig.Close(engine.ErrReleased)
+		return nil
+	default:
+		l.sig.Close(engine.ErrLeaseLost)
+		return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+	}
+}
+
+// expire ends a fixed lease when its local timer fires. Redis expires the
+// key on its own, no earlier than this.
+func (l *lease) expire() {
+	if l.e.forget(l) {
+		l.sig.Close(engine.ErrLeaseLost)
+	}
+}
+
+// lost ends a lease that a renewal could not extend.
+func (l *lease) lost(cause error) {
+	if l.e.forget(l) {
+		l.sig.Close(cause)
+	}
+}

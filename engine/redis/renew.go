@@ -1,0 +1,138 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// renewBatch caps the scripts in one renewal pipeline.
+const renewBatch = 1000
+
+// poke wakes the renewal loop so it reconsiders its next deadline.
+func (e *Engine) poke() {
+	select {
+	case e.renewNow <- struct{}{}:
+	default:
+	}
+}
+
+// renewLoop is the engine's one renewal goroutine: it sleeps until the
+// earliest lease is due, then renews every lease that is due (or nearly) in
+// pipelines.
+func (e *Engine) renewLoop() {
+	defer close(e.loopDone)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		timer.Reset(time.Until(e.nextDue()))
+		select {
+		case <-e.closing:
+			return
+		case <-e.renewNow:
+		case <-timer.C:
+			e.renewDue()
+		}
+	}
+}
+
+// nextDue returns when the loop should next wake, and records it so that
+// granted pokes the loop only for a lease due earlier.
+func (e *Engine) nextDue() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	next := time.Now().Add(time.Hour)
+	for l := range e.leases {
+		if l.renew && l.due.Before(next) {
+			next = l.due
+		}
+	}
+	return next
+}
+
+// renewDue renews the leases that are due, or within a sixth of their TTL
+// of it, so that leases granted close together share a pipeline.
+func (e *Engine) renewDue() {
+	now := time.Now()
+	e.mu.Lock()
+	var due []*lease
+	for l := range e.leases {
+		if l.renew && l.due.Sub(now) <= l.ttl/6 {
+			due = append(due, l)
+		}
+	}
+	e.mu.Unlock()
+	for start := 0; start < len(due); start += renewBatch {
+		e.renew(due[start:min(start+renewBatch, len(due))])
+	}
+}
+
+// renew extends a batch of leases in one pipeline. A lease whose renewal
+// fails, or finds it no longer holds the key, is lost. The pipeline may not
+// outlast the earliest validity in the batch: a renewal still in flight when
+// the server may have expired the key counts as failed.
+func (e *Engine) renew(batch []*lease) {
+	sent := time.Now()
+	deadline := sent.Add(e.opts.timeout)
+	e.mu.Lock()
+	for _, l := range batch {
+		if l.valid.Before(deadline) {
+			deadline = l.valid
+		}
+	}
+	e.mu.Unlock()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	cmds, err := e.renewPipeline(ctx, batch)
+	if hasNoScript(err) {
+		loadScripts(ctx, e.c)
+		cmds, _ = e.renewPipeline(ctx, batch)
+	}
+	for i, l := range batch {
+		n, err := cmds[i].Int64()
+		switch {
+		case err != nil:
+			l.lost(fmt.Errorf("%w: renewal failed: %w", engine.ErrLeaseLost, err))
+		case n != 1:
+			l.lost(fmt.Errorf("%w: renewal found the key gone or held by another", engine.ErrLeaseLost))
+		default:
+			e.mu.Lock()
+			l.due, l.valid = sent.Add(l.ttl/3), sent.Add(l.ttl)
+			e.mu.Unlock()
+		}
+	}
+}
+
+func (e *Engine) renewPipeline(ctx context.Context, batch []*lease) ([]*goredis.Cmd, error) {
+	pipe := e.c.Pipeline()
+	cmds := make([]*goredis.Cmd, len(batch))
+	for i, l := range batch {
+		if l.mode == engine.Exclusive {
+			cmds[i] = renewExclusive.EvalSha(ctx, pipe, []string{l.keys.w}, l.id, ms(l.ttl))
+		} else {
+			cmds[i] = renewShared.EvalSha(ctx, pipe, []string{l.keys.r}, l.id, ms(l.ttl))
+		}
+	}
+	_, err := pipe.Exec(ctx)
+	return cmds, err
+}
+
+// hasNoScript reports whether err (or one of a pipeline's errors) is
+// Redis's NOSCRIPT: the script cache was flushed or never filled.
+func hasNoScript(err error) bool {
+	return err != nil && (goredis.HasErrorPrefix(err, "NOSCRIPT") || errors.Is(err, errNoScript))
+}
+
+var errNoScript = errors.New("NOSCRIPT")
+
+// loadScripts loads every script, for pipelines that use EVALSHA.
+func loadScripts(ctx context.Context, c Client) {
+	for _, s := range []*goredis.Script{acquireExclusive, acquireShared, releaseExclusive, releaseShared, renewExclusive, renewShared, leaveQueue} {
+		_ = s.Load(ctx, c).Err()
+	}
+}

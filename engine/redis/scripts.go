@@ -1,0 +1,116 @@
+package redis
+
+import goredis "github.com/redis/go-redis/v9"
+
+// luaNow is the server's clock in milliseconds.
+const luaNow = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+
+// acquireExclusive: KEYS w r ww q f; ARGV id ttl_ms fair wait queue_ttl_ms.
+// Returns {1, token} on a grant, {0, pttl of the holder} otherwise.
+var acquireExclusive = goredis.NewScript(luaNow + `
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local fair = ARGV[3] == '1'
+if fair then
+  while true do
+    local head = redis.call('LINDEX', KEYS[4], 0)
+    if not head or redis.call('ZSCORE', KEYS[3], head) then break end
+    redis.call('LPOP', KEYS[4])
+  end
+end
+local free = redis.call('EXISTS', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[2]) == 0
+if free and fair then
+  local head = redis.call('LINDEX', KEYS[4], 0)
+  free = (not head) or head == ARGV[1]
+end
+if free then
+  if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 and fair then
+    redis.call('LREM', KEYS[4], 0, ARGV[1])
+  end
+  local token = redis.call('INCR', KEYS[5])
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1, token}
+end
+if ARGV[4] == '1' then
+  if redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), ARGV[1]) == 1 and fair then
+    redis.call('LREM', KEYS[4], 0, ARGV[1])
+    redis.call('RPUSH', KEYS[4], ARGV[1])
+  end
+  redis.call('PEXPIRE', KEYS[3], ARGV[5])
+  if fair then redis.call('PEXPIRE', KEYS[4], ARGV[5]) end
+end
+return {0, redis.call('PTTL', KEYS[1])}
+`)
+
+// acquireShared: KEYS w r ww f; ARGV id ttl_ms. Readers stay out while a
+// writer holds the key or waits for it.
+var acquireShared = goredis.NewScript(luaNow + `
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('ZCARD', KEYS[3]) > 0 then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+local token = redis.call('INCR', KEYS[4])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+local top = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[2], top[2])
+return {1, token}
+`)
+
+// releaseExclusive: KEYS w; ARGV id channel. Compare-and-delete.
+var releaseExclusive = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], 'w')
+  return 1
+end
+return 0
+`)
+
+// releaseShared: KEYS r; ARGV id channel. Publishes when the last reader
+// leaves, the only release a waiter can be waiting for.
+var releaseShared = goredis.NewScript(luaNow + `
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not s then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if tonumber(s) <= now then return 0 end
+if redis.call('ZCARD', KEYS[1]) == 0 then
+  redis.call('PUBLISH', ARGV[2], 'r')
+end
+return 1
+`)
+
+// renewExclusive: KEYS w; ARGV id ttl_ms.
+var renewExclusive = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// renewShared: KEYS r; ARGV id ttl_ms.
+var renewShared = goredis.NewScript(luaNow + `
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not s or tonumber(s) <= now then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  return 0
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], top[2])
+return 1
+`)
+
+// leaveQueue: KEYS ww q; ARGV id channel. A waiter that gives up leaves the
+// writer set and the fair queue, and wakes the others: readers it held back
+// and the next in line.
+var leaveQueue = goredis.NewScript(`
+local gone = redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('LREM', KEYS[2], 0, ARGV[1])
+if gone == 1 then redis.call('PUBLISH', ARGV[2], 'q') end
+return gone
+`)

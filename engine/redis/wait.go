@@ -1,0 +1,155 @@
+package redis
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// hub shares one pub/sub connection among the engine's waiters. A channel
+// is subscribed while anyone waits on it.
+type hub struct {
+	e      *Engine
+	mu     sync.Mutex
+	ps     *goredis.PubSub // nil until the first waiter
+	chans  map[string]*channelState
+	closed bool
+}
+
+type channelState struct {
+	waiters []*waiter
+	ready   chan struct{} // closed when the subscription is confirmed
+	isReady bool
+}
+
+// waiter is one Acquire waiting on a channel.
+type waiter struct {
+	channel string
+	shared  bool
+	wake    chan struct{} // buffered: a wake-up is never lost, only merged
+}
+
+func newHub(e *Engine) *hub { return &hub{e: e, chans: make(map[string]*channelState)} }
+
+// subscribeWait bounds how long join waits for the subscription to be
+// confirmed; past it the waiter relies on its recheck timer.
+const subscribeWait = time.Second
+
+// join registers a waiter on channel and returns once the subscription is
+// confirmed (or after a bounded wait), so that a release published after the
+// waiter's next attempt reaches it.
+func (h *hub) join(ctx context.Context, channel string, shared bool) *waiter {
+	w := &waiter{channel: channel, shared: shared, wake: make(chan struct{}, 1)}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return w
+	}
+	if h.ps == nil {
+		h.ps = h.e.c.Subscribe(context.Background())
+		go h.dispatch(h.ps.ChannelWithSubscriptions())
+	}
+	st := h.chans[channel]
+	if st == nil {
+		st = &channelState{ready: make(chan struct{})}
+		h.chans[channel] = st
+		// Under h.mu, so that an unsubscribe by leave cannot overtake it.
+		_ = h.ps.Subscribe(ctx, channel)
+	}
+	st.waiters = append(st.waiters, w)
+	ready := st.ready
+	h.mu.Unlock()
+	t := time.NewTimer(subscribeWait)
+	defer t.Stop()
+	select {
+	case <-ready:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return w
+}
+
+// leave unregisters a waiter, unsubscribing when it was the channel's last.
+func (h *hub) leave(w *waiter) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := h.chans[w.channel]
+	if st == nil {
+		return
+	}
+	for i, x := range st.waiters {
+		if x == w {
+			st.waiters = append(st.waiters[:i], st.waiters[i+1:]...)
+			break
+		}
+	}
+	if len(st.waiters) == 0 {
+		delete(h.chans, w.channel)
+		if !h.closed {
+			ctx, cancel := context.WithTimeout(context.Background(), h.e.opts.timeout)
+			_ = h.ps.Unsubscribe(ctx, w.channel)
+			cancel()
+		}
+	}
+}
+
+// dispatch reads the pub/sub connection until it is closed.
+func (h *hub) dispatch(ch <-chan any) {
+	for msg := range ch {
+		switch m := msg.(type) {
+		case *goredis.Subscription:
+			if m.Kind == "subscribe" {
+				h.mu.Lock()
+				if st := h.chans[m.Channel]; st != nil && !st.isReady {
+					st.isReady = true
+					close(st.ready)
+				}
+				h.mu.Unlock()
+			}
+		case *goredis.Message:
+			h.notify(m.Channel)
+		}
+	}
+}
+
+// notify wakes the waiters a release on channel may let in: every waiting
+// reader, and one waiting writer (every writer in fair mode, where only the
+// queue head can win). The woken writer goes to the back of the local line.
+func (h *hub) notify(channel string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := h.chans[channel]
+	if st == nil {
+		return
+	}
+	wokeWriter := false
+	for i := 0; i < len(st.waiters); i++ {
+		w := st.waiters[i]
+		if !w.shared && wokeWriter && !h.e.opts.fair {
+			continue
+		}
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+		if !w.shared && !wokeWriter {
+			wokeWriter = true
+			if !h.e.opts.fair && i < len(st.waiters)-1 {
+				st.waiters = append(append(st.waiters[:i:i], st.waiters[i+1:]...), w)
+				i--
+			}
+		}
+	}
+}
+
+// close shuts the pub/sub connection; waiters fall back to their timers.
+func (h *hub) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	if h.ps != nil {
+		_ = h.ps.Close()
+	}
+}
