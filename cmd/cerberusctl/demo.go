@@ -286,6 +286,7 @@ func runWorkers(ctx context.Context, cfg demoConfig, run string, t *tally, stder
 		out bytes.Buffer
 	}
 	children := make([]*child, cfg.procs)
+	stderr = &lockedWriter{w: stderr} // the children's stderr copiers run concurrently
 	for i := range children {
 		ch := &child{}
 		ch.cmd = exec.CommandContext(ctx, self, workerCommand,
@@ -366,4 +367,16 @@ func workerMain(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "result %s\n", t.line())
 	return 0
+}
+
+// lockedWriter serialises writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -4,9 +4,46 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/cerberus-go/cerberus/internal/testenv"
 )
+
+// TestMain lets the test binary stand in for cerberusctl when a -procs demo
+// starts its workers (they run os.Executable with the worker command).
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == workerCommand {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// TestDemoAcrossProcesses runs the seckill demo with its buyers spread over
+// four OS processes that share the stock files, on each server engine.
+func TestDemoAcrossProcesses(t *testing.T) {
+	for _, tc := range []struct {
+		engine string
+		check  func(testing.TB) string
+	}{
+		{"redis", testenv.RedisAddr},
+	} {
+		t.Run(tc.engine, func(t *testing.T) {
+			tc.check(t)
+			code, out, errOut := runCmd(t, "demo", "-engine", tc.engine, "-procs", "4", "-buyers", "1000", "-stock", "10000")
+			if code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+			}
+			for _, want := range []string{"over 4 process(es)", "product 0: stock 9500 (want 9500) ok", "product 1: stock 9500 (want 9500) ok", "1000 acquisitions", "fenced writes refused: 0", "PASS"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("output lacks %q:\n%s", want, out)
+				}
+			}
+			t.Logf("%s", out)
+		})
+	}
+}
 
 func runCmd(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
@@ -47,6 +84,7 @@ func TestDemoRefusesBadFlags(t *testing.T) {
 		{[]string{"demo", "-engine", "nope"}, `unknown engine "nope"`},
 		{[]string{"demo", "-buyers", "0"}, "-buyers must be at least 1"},
 		{[]string{"demo", "-procs", "2"}, "locks within one process only"},
+		{[]string{"demo", "-engine", "redis", "-procs", "99"}, "-procs must be between 1 and 64"},
 		{[]string{"demo", "-store", "disk"}, "-store must be memory or file"},
 		{[]string{"demo", "-procs", "2", "-store", "memory"}, "cannot be shared by several processes"},
 		{[]string{"bogus"}, `unknown command "bogus"`},

@@ -2,26 +2,61 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/memory"
+	"github.com/cerberus-go/cerberus/engine/redis"
 )
 
 // engineNames lists the engines the demo can run on. Each engine's issue
 // adds its own entry; the failover manager's config package will take this
-// over.
-var engineNames = []string{"memory"}
+// over. Server addresses come from the same CERBERUS_* variables the tests
+// read (scripts/services.sh env prints them).
+var engineNames = []string{"memory", "redis"}
 
 // crossProcess reports whether an engine locks across OS processes.
 func crossProcess(name string) bool { return name != "memory" }
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// owned is an engine that also owns the client it was built on.
+type owned struct {
+	engine.Engine
+	closeClient func() error
+}
+
+// Close closes the engine, then its client.
+func (o owned) Close() error {
+	err := o.Engine.Close()
+	if cerr := o.closeClient(); err == nil {
+		err = cerr
+	}
+	return err
+}
 
 // newEngine builds the named engine, checking the name before any I/O.
 func newEngine(name string) (engine.Engine, error) {
 	switch name {
 	case "memory":
 		return memory.New(), nil
+	case "redis":
+		c := goredis.NewClient(&goredis.Options{Addr: envOr("CERBERUS_REDIS_ADDR", "127.0.0.1:6379"), PoolSize: 64})
+		e, err := redis.New(c)
+		if err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		return owned{e, c.Close}, nil
 	}
 	if !slices.Contains(engineNames, name) {
 		return nil, fmt.Errorf("unknown engine %q (available: %s)", name, strings.Join(engineNames, ", "))
