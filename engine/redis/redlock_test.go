@@ -1,0 +1,209 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/enginetest"
+)
+
+// redlockNodes starts five private redis-servers.
+func redlockNodes(t *testing.T) ([]*privateServer, []*goredis.Client) {
+	t.Helper()
+	var servers []*privateServer
+	var admins []*goredis.Client
+	for range 5 {
+		s := startServer(t)
+		servers = append(servers, s)
+		admins = append(admins, newClient(t, s.addr))
+	}
+	return servers, admins
+}
+
+func newRedlock(t *testing.T, servers []*privateServer, opts ...RedlockOption) *Redlock {
+	t.Helper()
+	clients := make([]Client, len(servers))
+	for i, s := range servers {
+		clients[i] = newClient(t, s.addr)
+	}
+	r, err := NewRedlock(clients, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+func TestRedlockConformance(t *testing.T) {
+	servers, admins := redlockNodes(t)
+	probe := newRedlock(t, servers)
+	enginetest.Run(t, func() (engine.Engine, error) {
+		clients := make([]Client, len(servers))
+		for i, s := range servers {
+			clients[i] = newClient(t, s.addr)
+		}
+		return NewRedlock(clients)
+	}, enginetest.Options{
+		Leftovers: func(ctx context.Context, key string) ([]string, error) {
+			var left []string
+			for i, a := range admins {
+				l, err := leftovers(a, probe.nodes[i])(ctx, key)
+				if err != nil {
+					return nil, err
+				}
+				for _, k := range l {
+					left = append(left, fmt.Sprintf("node %d: %s", i, k))
+				}
+			}
+			return left, nil
+		},
+	})
+}
+
+// TestRedlockMajority pre-sets a conflicting holder on every subset of the
+// five nodes. The lock is granted exactly when a majority is free, and an
+// attempt, granted or not, leaves the other holder's keys as they were and
+// none of its own.
+func TestRedlockMajority(t *testing.T) {
+	servers, admins := redlockNodes(t)
+	r := newRedlock(t, servers)
+	ctx := ctxT(t)
+	for subset := range 1 << 5 {
+		key := fmt.Sprintf("majority/%d", subset)
+		k := r.nodes[0].keysOf(key)
+		blocked := 0
+		for i, a := range admins {
+			if subset&(1<<i) != 0 {
+				blocked++
+				if err := a.Set(ctx, k.w, "someone-else", 10*time.Second).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		req := hold(key, 5*time.Second)
+		req.Wait = false
+		l, err := r.Acquire(ctx, req)
+		wantGrant := 5-blocked >= 3
+		if wantGrant != (err == nil) {
+			t.Fatalf("%d of 5 nodes held elsewhere: granted=%v (err %v), want granted=%v", blocked, err == nil, err, wantGrant)
+		}
+		if err != nil && !errors.Is(err, engine.ErrNotAcquired) {
+			t.Fatalf("%d of 5 nodes held elsewhere: want ErrNotAcquired, got %v", blocked, err)
+		}
+		if l != nil {
+			if err := l.Release(ctx); err != nil {
+				t.Fatalf("release: %v", err)
+			}
+		}
+		for i, a := range admins {
+			v, err := a.Get(ctx, k.w).Result()
+			switch {
+			case subset&(1<<i) != 0 && v != "someone-else":
+				t.Fatalf("subset %05b: node %d's other holder was disturbed: %q, %v", subset, i, v, err)
+			case subset&(1<<i) == 0 && !errors.Is(err, goredis.Nil):
+				t.Fatalf("subset %05b: node %d kept a key of ours after the attempt: %q", subset, i, v)
+			}
+		}
+	}
+}
+
+// TestRedlockTokensAcrossMajorities grants one key many times, each time on
+// a different random majority; tokens still strictly increase because each
+// grant raises its nodes' counters.
+func TestRedlockTokensAcrossMajorities(t *testing.T) {
+	servers, admins := redlockNodes(t)
+	r := newRedlock(t, servers)
+	ctx := ctxT(t)
+	key := "tokens/majorities"
+	k := r.nodes[0].keysOf(key)
+	// Skew the counters first: one node far ahead of the rest.
+	if err := admins[4].Set(ctx, k.f, 1000, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for round := range 60 {
+		// Block two random nodes, so each grant uses a different majority.
+		perm := rand.Perm(5)
+		for _, i := range perm[:2] {
+			admins[i].Set(ctx, k.w, "someone-else", time.Minute)
+		}
+		req := hold(key, 5*time.Second)
+		req.Wait = false
+		l, err := r.Acquire(ctx, req)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if l.Token() <= last {
+			t.Fatalf("round %d: token %d after %d", round, l.Token(), last)
+		}
+		last = l.Token()
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range perm[:2] {
+			admins[i].Del(ctx, k.w)
+		}
+	}
+}
+
+// TestRedlockSurvivesMinorityLoss: a renewed lease outlives the death of
+// two of five nodes, and is lost when a third dies.
+func TestRedlockSurvivesMinorityLoss(t *testing.T) {
+	servers, _ := redlockNodes(t)
+	clients := make([]Client, len(servers))
+	for i, s := range servers {
+		clients[i] = goredis.NewClient(&goredis.Options{Addr: s.addr, MaxRetries: -1, DialerRetries: 1})
+		t.Cleanup(func() { _ = clients[i].(*goredis.Client).Close() })
+	}
+	r, err := NewRedlock(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	const ttl = 600 * time.Millisecond
+	l, err := r.Acquire(ctxT(t), hold("minority", ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers[0].kill()
+	servers[1].kill()
+	select {
+	case <-l.Done():
+		t.Fatalf("lease lost with a majority of nodes alive: %v", l.Err())
+	case <-time.After(3 * ttl):
+	}
+	servers[2].kill()
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("lease still held with only two of five nodes alive")
+	}
+	if !errors.Is(l.Err(), engine.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", l.Err())
+	}
+}
+
+func TestRedlockRefusesBadSetups(t *testing.T) {
+	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for _, tc := range []struct {
+		clients []Client
+		opts    []RedlockOption
+	}{
+		{[]Client{c, c}, nil},
+		{[]Client{c, c, c}, []RedlockOption{WithNodeOptions(WithFair())}},
+		{[]Client{c, c, c}, []RedlockOption{WithNodeTimeout(0)}},
+		{[]Client{c, c, c}, []RedlockOption{WithDriftFactor(0.7)}},
+	} {
+		if _, err := NewRedlock(tc.clients, tc.opts...); !errors.Is(err, engine.ErrInvalidRequest) {
+			t.Errorf("NewRedlock(%d nodes, %d opts): want ErrInvalidRequest, got %v", len(tc.clients), len(tc.opts), err)
+		}
+	}
+}
