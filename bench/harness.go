@@ -122,27 +122,60 @@ type Latencies struct {
 	P99    time.Duration
 }
 
-// Uncontended runs n lock+unlock cycles of one client on fresh keys from
-// key(i) and reports the rate and the cycle-time percentiles.
-func Uncontended(name string, n int, lock func(ctx context.Context, i int) (unlock func() error, err error)) (Latencies, error) {
+// Cycle is one library's lock+unlock on one client, for Interleaved.
+type Cycle struct {
+	Name string
+	Lock func(ctx context.Context) (unlock func() error, err error)
+}
+
+// Interleaved runs n lock+unlock cycles for each library, interleaved in
+// chunks of 50 so that load from elsewhere on the machine falls on every
+// library alike, and reports each one's rate and cycle-time percentiles.
+func Interleaved(n int, libs ...Cycle) ([]Latencies, error) {
 	ctx := context.Background()
-	cycles := make([]time.Duration, 0, n)
-	start := time.Now()
-	for i := range n {
-		t0 := time.Now()
-		unlock, err := lock(ctx, i)
-		if err != nil {
-			return Latencies{}, fmt.Errorf("%s: cycle %d: lock: %w", name, i, err)
+	const chunk = 50
+	cycles := make([][]time.Duration, len(libs))
+	for done := 0; done < n; done += chunk {
+		for i, lib := range libs {
+			for range min(chunk, n-done) {
+				t0 := time.Now()
+				unlock, err := lib.Lock(ctx)
+				if err != nil {
+					return nil, fmt.Errorf("%s: lock: %w", lib.Name, err)
+				}
+				if err := unlock(); err != nil {
+					return nil, fmt.Errorf("%s: unlock: %w", lib.Name, err)
+				}
+				cycles[i] = append(cycles[i], time.Since(t0))
+			}
 		}
-		if err := unlock(); err != nil {
-			return Latencies{}, fmt.Errorf("%s: cycle %d: unlock: %w", name, i, err)
-		}
-		cycles = append(cycles, time.Since(t0))
 	}
-	l := Latencies{Name: name, Cycles: n, Total: time.Since(start)}
-	slices.Sort(cycles)
-	l.P50, l.P99 = cycles[n*50/100], cycles[min(n-1, n*99/100)]
-	return l, nil
+	out := make([]Latencies, len(libs))
+	for i, lib := range libs {
+		c := cycles[i]
+		slices.Sort(c)
+		var total time.Duration
+		for _, d := range c {
+			total += d
+		}
+		out[i] = Latencies{Name: lib.Name, Cycles: len(c), Total: total, P50: c[len(c)*50/100], P99: c[min(len(c)-1, len(c)*99/100)]}
+	}
+	return out, nil
+}
+
+// Uncontended runs n lock+unlock cycles of one client on keys from key(i)
+// and reports the rate and the cycle-time percentiles. Prefer Interleaved
+// to compare libraries: it spreads outside load over all of them.
+func Uncontended(name string, n int, lock func(ctx context.Context, i int) (unlock func() error, err error)) (Latencies, error) {
+	i := 0
+	res, err := Interleaved(n, Cycle{name, func(ctx context.Context) (func() error, error) {
+		i++
+		return lock(ctx, i-1)
+	}})
+	if err != nil {
+		return Latencies{}, err
+	}
+	return res[0], nil
 }
 
 // Rate is cycles per second.

@@ -74,6 +74,7 @@ type Engine struct {
 	closed   bool
 	closing  chan struct{}
 	renewNow chan struct{} // pokes the renewal loop
+	wakeAt   time.Time     // when the renewal loop next wakes; guarded by mu
 	loopDone chan struct{}
 }
 
@@ -177,12 +178,13 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 		id:  e.id + ":" + strconv.FormatUint(e.seq.Add(1), 36),
 		ttl: req.TTL, renew: req.Renew, sig: engine.NewSignal(req.OnLost),
 	}
-	var w *waiter
-	if req.Wait {
-		w = e.hub.join(ctx, l.keys.c, req.Mode == engine.Shared)
-		defer e.hub.leave(w)
-	}
+	var w *waiter   // joined after the first refusal: uncontended locks never subscribe
 	queued := false // registered as a waiting writer on the server
+	defer func() {
+		if w != nil {
+			e.hub.leave(w)
+		}
+	}()
 	for {
 		sent := time.Now()
 		ok, n, err := l.try(ctx, req.Wait)
@@ -202,6 +204,12 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
 		}
 		queued = req.Mode == engine.Exclusive
+		if w == nil {
+			// Subscribe, then try again at once: a release published
+			// between the refusal and the subscription is not lost.
+			w = e.hub.join(ctx, l.keys.c, req.Mode == engine.Shared)
+			continue
+		}
 		pause := e.opts.recheck
 		if n > 0 && time.Duration(n)*time.Millisecond < pause {
 			pause = time.Duration(n)*time.Millisecond + time.Millisecond // the holder's TTL runs out first
@@ -235,13 +243,15 @@ func (e *Engine) granted(l *lease, token uint64, sent time.Time) (engine.Lease, 
 	}
 	e.leases[l] = struct{}{}
 	l.valid = sent.Add(l.ttl)
+	poke := false
 	if l.renew {
 		l.due = sent.Add(l.ttl / 3)
+		poke = l.due.Before(e.wakeAt)
 	} else {
 		l.timer = time.AfterFunc(time.Until(sent.Add(l.ttl)), l.expire)
 	}
 	e.mu.Unlock()
-	if l.renew {
+	if poke {
 		e.poke()
 	}
 	return l, nil

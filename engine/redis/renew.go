@@ -52,6 +52,7 @@ func (e *Engine) nextDue() time.Time {
 			next = l.due
 		}
 	}
+	e.wakeAt = next
 	return next
 }
 

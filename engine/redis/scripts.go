@@ -9,8 +9,18 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
 // acquireExclusive: KEYS w r ww q f; ARGV id ttl_ms fair wait queue_ttl_ms.
-// Returns {1, token} on a grant, {0, pttl of the holder} otherwise.
-var acquireExclusive = goredis.NewScript(luaNow + `
+// Returns {1, token} on a grant, {0, pttl of the holder} otherwise. The
+// first branch is the uncontended fast path: no holder, no reader, and in
+// fair mode no queue; then only a writer that queued before has a place in
+// the waiting set to give up.
+var acquireExclusive = goredis.NewScript(`
+if redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 and (ARGV[3] ~= '1' or redis.call('EXISTS', KEYS[4]) == 0) then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  local token = redis.call('INCR', KEYS[5])
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1, token}
+end
+` + luaNow + `
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local fair = ARGV[3] == '1'
