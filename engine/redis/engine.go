@@ -207,7 +207,7 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 		if w == nil {
 			// Subscribe, then try again at once: a release published
 			// between the refusal and the subscription is not lost.
-			w = e.hub.join(ctx, l.keys.c, req.Mode == engine.Shared)
+			w = e.hub.join(ctx, l.keys.c, l.id, req.Mode == engine.Shared)
 			continue
 		}
 		pause := e.opts.recheck

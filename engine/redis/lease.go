@@ -74,14 +74,14 @@ func (l *lease) undo(queued bool) {
 	pipe := l.e.c.Pipeline()
 	l.releaseCmd(ctx, pipe)
 	if queued {
-		leaveQueue.EvalSha(ctx, pipe, []string{l.keys.ww, l.keys.q}, l.id, l.keys.c)
+		l.leaveCmd(ctx, pipe)
 	}
 	if _, err := pipe.Exec(ctx); hasNoScript(err) {
 		loadScripts(ctx, l.e.c)
 		pipe = l.e.c.Pipeline()
 		l.releaseCmd(ctx, pipe)
 		if queued {
-			leaveQueue.EvalSha(ctx, pipe, []string{l.keys.ww, l.keys.q}, l.id, l.keys.c)
+			l.leaveCmd(ctx, pipe)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
@@ -89,22 +89,32 @@ func (l *lease) undo(queued bool) {
 
 // releaseCmd queues this lease's release script on a pipeline.
 func (l *lease) releaseCmd(ctx context.Context, pipe goredis.Pipeliner) *goredis.Cmd {
+	return l.releaseScript().EvalSha(ctx, pipe, l.releaseKeys(), l.id, l.keys.c, flag(l.e.opts.fair))
+}
+
+// leaveCmd queues the script that takes this lease's waiter off the queue.
+func (l *lease) leaveCmd(ctx context.Context, pipe goredis.Pipeliner) {
+	leaveQueue.EvalSha(ctx, pipe, []string{l.keys.ww, l.keys.q, l.keys.w, l.keys.r}, l.id, l.keys.c, flag(l.e.opts.fair))
+}
+
+func (l *lease) releaseScript() *goredis.Script {
 	if l.mode == engine.Exclusive {
-		return releaseExclusive.EvalSha(ctx, pipe, []string{l.keys.w}, l.id, l.keys.c)
+		return releaseExclusive
 	}
-	return releaseShared.EvalSha(ctx, pipe, []string{l.keys.r}, l.id, l.keys.c)
+	return releaseShared
+}
+
+func (l *lease) releaseKeys() []string {
+	if l.mode == engine.Exclusive {
+		return []string{l.keys.w, l.keys.ww, l.keys.q}
+	}
+	return []string{l.keys.r, l.keys.ww, l.keys.q}
 }
 
 // Release gives the key up with a compare-and-delete on this lease's id.
 func (l *lease) Release(ctx context.Context) error {
 	l.e.forget(l)
-	var n int64
-	var err error
-	if l.mode == engine.Exclusive {
-		n, err = releaseExclusive.Run(ctx, l.e.c, []string{l.keys.w}, l.id, l.keys.c).Int64()
-	} else {
-		n, err = releaseShared.Run(ctx, l.e.c, []string{l.keys.r}, l.id, l.keys.c).Int64()
-	}
+	n, err := l.releaseScript().Run(ctx, l.e.c, l.releaseKeys(), l.id, l.keys.c, flag(l.e.opts.fair)).Int64()
 	switch {
 	case err != nil:
 		// Unknown whether it still holds; it is no longer renewed, so it

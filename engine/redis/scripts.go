@@ -8,6 +8,36 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 `
 
+// luaNext sets nextw to the waiting writer a release should wake: in fair
+// mode the live head of the queue, otherwise the live waiter that has gone
+// longest without trying (the waiting set is scored by refresh deadline).
+// It expects now, fair, and the waiting set and queue as WW and Q.
+const luaNext = `
+redis.call('ZREMRANGEBYSCORE', WW, '-inf', now)
+local nextw = nil
+if fair then
+  while true do
+    local head = redis.call('LINDEX', Q, 0)
+    if not head or redis.call('ZSCORE', WW, head) then nextw = head; break end
+    redis.call('LPOP', Q)
+  end
+else
+  nextw = redis.call('ZRANGE', WW, 0, 0)[1]
+end
+`
+
+// luaWake publishes who should try next: "w:<id>" wakes one waiting writer,
+// "*" wakes everyone (readers, when no writer waits).
+const luaWake = `
+local msg = '*'
+if redis.call('EXISTS', WW) == 1 then
+` + luaNow + `
+` + luaNext + `
+  if nextw then msg = 'w:' .. nextw end
+end
+redis.call('PUBLISH', CHAN, msg)
+`
+
 // acquireExclusive: KEYS w r ww q f; ARGV id ttl_ms fair wait queue_ttl_ms.
 // Returns {1, token} on a grant, {0, pttl of the holder} otherwise. The
 // first branch is the uncontended fast path: no holder, no reader, and in
@@ -70,25 +100,26 @@ redis.call('PEXPIREAT', KEYS[2], top[2])
 return {1, token}
 `)
 
-// releaseExclusive: KEYS w; ARGV id channel. Compare-and-delete.
+// releaseExclusive: KEYS w ww q; ARGV id channel fair. Compare-and-delete,
+// then wake the next waiter.
 var releaseExclusive = goredis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'w')
-  return 1
-end
-return 0
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+local WW, Q, CHAN, fair = KEYS[2], KEYS[3], ARGV[2], ARGV[3] == '1'
+` + luaWake + `
+return 1
 `)
 
-// releaseShared: KEYS r; ARGV id channel. Publishes when the last reader
-// leaves, the only release a waiter can be waiting for.
+// releaseShared: KEYS r ww q; ARGV id channel fair. Wakes waiters when the
+// last reader leaves, the only release a waiter can be waiting for.
 var releaseShared = goredis.NewScript(luaNow + `
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not s then return 0 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 if tonumber(s) <= now then return 0 end
 if redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('PUBLISH', ARGV[2], 'r')
+  local WW, Q, CHAN, fair = KEYS[2], KEYS[3], ARGV[2], ARGV[3] == '1'
+` + luaWake + `
 end
 return 1
 `)
@@ -115,12 +146,15 @@ redis.call('PEXPIREAT', KEYS[1], top[2])
 return 1
 `)
 
-// leaveQueue: KEYS ww q; ARGV id channel. A waiter that gives up leaves the
-// writer set and the fair queue, and wakes the others: readers it held back
-// and the next in line.
+// leaveQueue: KEYS ww q w r; ARGV id channel fair. A waiter that gives up
+// leaves the writer set and the fair queue; if the key is free, the next
+// waiter (or every reader it held back) is woken.
 var leaveQueue = goredis.NewScript(`
 local gone = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('LREM', KEYS[2], 0, ARGV[1])
-if gone == 1 then redis.call('PUBLISH', ARGV[2], 'q') end
+if gone == 1 and redis.call('EXISTS', KEYS[3]) == 0 then
+  local WW, Q, CHAN, fair = KEYS[1], KEYS[2], ARGV[2], ARGV[3] == '1'
+` + luaWake + `
+end
 return gone
 `)

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,7 @@ type channelState struct {
 // waiter is one Acquire waiting on a channel.
 type waiter struct {
 	channel string
+	id      string // the lease id a release names to wake this waiter
 	shared  bool
 	wake    chan struct{} // buffered: a wake-up is never lost, only merged
 }
@@ -40,8 +42,8 @@ const subscribeWait = time.Second
 // join registers a waiter on channel and returns once the subscription is
 // confirmed (or after a bounded wait), so that a release published after the
 // waiter's next attempt reaches it.
-func (h *hub) join(ctx context.Context, channel string, shared bool) *waiter {
-	w := &waiter{channel: channel, shared: shared, wake: make(chan struct{}, 1)}
+func (h *hub) join(ctx context.Context, channel, id string, shared bool) *waiter {
+	w := &waiter{channel: channel, id: id, shared: shared, wake: make(chan struct{}, 1)}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -109,37 +111,29 @@ func (h *hub) dispatch(ch <-chan any) {
 				h.mu.Unlock()
 			}
 		case *goredis.Message:
-			h.notify(m.Channel)
+			h.notify(m.Channel, m.Payload)
 		}
 	}
 }
 
-// notify wakes the waiters a release on channel may let in: every waiting
-// reader, and one waiting writer (every writer in fair mode, where only the
-// queue head can win). The woken writer goes to the back of the local line.
-func (h *hub) notify(channel string) {
+// notify wakes the waiters a release on channel names: "w:<id>" names one
+// waiting writer (the queue head in fair mode), so a release wakes one
+// waiter across every process instead of all of them; "*" wakes everyone.
+func (h *hub) notify(channel, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := h.chans[channel]
 	if st == nil {
 		return
 	}
-	wokeWriter := false
-	for i := 0; i < len(st.waiters); i++ {
-		w := st.waiters[i]
-		if !w.shared && wokeWriter && !h.e.opts.fair {
+	id, one := strings.CutPrefix(payload, "w:")
+	for _, w := range st.waiters {
+		if one && w.id != id {
 			continue
 		}
 		select {
 		case w.wake <- struct{}{}:
 		default:
-		}
-		if !w.shared && !wokeWriter {
-			wokeWriter = true
-			if !h.e.opts.fair && i < len(st.waiters)-1 {
-				st.waiters = append(append(st.waiters[:i:i], st.waiters[i+1:]...), w)
-				i--
-			}
 		}
 	}
 }
