@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -85,6 +86,135 @@ func TestRedisSmoke(t *testing.T) {
 	}
 	if err := rdb.Get(ctx, key).Err(); !errors.Is(err, redis.Nil) {
 		t.Fatalf("redis GET after DEL: err = %v, want redis.Nil", err)
+	}
+}
+
+// TestRedisClusterSmoke writes and reads one key on every master through a
+// ClusterClient, so each node's slots and the MOVED redirects between the
+// nodes' announced addresses are exercised.
+func TestRedisClusterSmoke(t *testing.T) {
+	t.Parallel()
+	addrs := testenv.RedisClusterAddrs(t)
+	ctx := testContext(t)
+
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:        addrs,
+		DialTimeout:  dialTimeout,
+		ReadTimeout:  opTimeout,
+		WriteTimeout: opTimeout,
+		MaxRetries:   1,
+	})
+	t.Cleanup(func() { rdb.Close() })
+
+	masters := make(map[string]bool)
+	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		return c.Ping(ctx).Err()
+	}); err != nil {
+		t.Fatalf("redis cluster at %v: PING every master: %v", addrs, err)
+	}
+	shards, err := rdb.ClusterShards(ctx).Result()
+	if err != nil {
+		t.Fatalf("redis CLUSTER SHARDS at %v: %v", addrs, err)
+	}
+	for _, sh := range shards {
+		for _, n := range sh.Nodes {
+			if n.Role == "master" && len(sh.Slots) > 0 {
+				masters[fmt.Sprintf("%s:%d", n.IP, n.Port)] = true
+			}
+		}
+	}
+	if len(masters) < len(addrs) {
+		t.Fatalf("redis cluster at %v has %d masters serving slots (%v), want %d", addrs, len(masters), masters, len(addrs))
+	}
+
+	// One key per master: keys whose slots land on masters not yet covered.
+	prefix := unique(t, "cerberus:smoke")
+	keys := make(map[string]string) // master address -> key
+	for i := 0; len(keys) < len(masters) && i < 10000; i++ {
+		key := fmt.Sprintf("%s:%d", prefix, i)
+		m, err := rdb.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatalf("redis cluster: master for %s: %v", key, err)
+		}
+		if _, ok := keys[m.Options().Addr]; !ok {
+			keys[m.Options().Addr] = key
+		}
+	}
+	if len(keys) < len(masters) {
+		t.Fatalf("redis cluster: keys reach only masters %v of %v", keys, masters)
+	}
+	slots := make(map[int64]bool)
+	for master, key := range keys {
+		t.Cleanup(func() {
+			ctx, cancel := cleanupContext()
+			defer cancel()
+			rdb.Del(ctx, key)
+		})
+		slot, err := rdb.ClusterKeySlot(ctx, key).Result()
+		if err != nil {
+			t.Fatalf("redis CLUSTER KEYSLOT %s: %v", key, err)
+		}
+		slots[slot] = true
+
+		value := unique(t, "value")
+		if err := rdb.Set(ctx, key, value, time.Minute).Err(); err != nil {
+			t.Fatalf("redis cluster SET %s (slot %d, master %s): %v", key, slot, master, err)
+		}
+		got, err := rdb.Get(ctx, key).Result()
+		if err != nil {
+			t.Fatalf("redis cluster GET %s (slot %d, master %s): %v", key, slot, master, err)
+		}
+		if got != value {
+			t.Fatalf("redis cluster GET %s = %q, want %q", key, got, value)
+		}
+		// The key lives on that master and nowhere else.
+		if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 1 {
+			t.Fatalf("redis cluster EXISTS %s = %d, %v; want 1, nil", key, n, err)
+		}
+		if n, err := rdb.Del(ctx, key).Result(); err != nil || n != 1 {
+			t.Fatalf("redis cluster DEL %s = %d, %v; want 1, nil", key, n, err)
+		}
+	}
+	if len(slots) != len(keys) {
+		t.Fatalf("redis cluster: keys %v share slots %v", keys, slots)
+	}
+}
+
+// TestRedlockNodesSmoke pings each independent Redis for Redlock and checks
+// that they are distinct servers, none of them in cluster mode.
+func TestRedlockNodesSmoke(t *testing.T) {
+	t.Parallel()
+	addrs := testenv.RedlockAddrs(t)
+	ctx := testContext(t)
+
+	ids := make(map[string]string) // run_id -> address
+	for _, addr := range addrs {
+		rdb := redis.NewClient(&redis.Options{
+			Addr:         addr,
+			DialTimeout:  dialTimeout,
+			ReadTimeout:  opTimeout,
+			WriteTimeout: opTimeout,
+			MaxRetries:   1,
+		})
+		t.Cleanup(func() { rdb.Close() })
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			t.Fatalf("redis PING %s: %v", addr, err)
+		}
+		info, err := rdb.InfoMap(ctx, "server", "cluster").Result()
+		if err != nil {
+			t.Fatalf("redis INFO at %s: %v", addr, err)
+		}
+		if info["Cluster"]["cluster_enabled"] == "1" {
+			t.Fatalf("redis at %s is in cluster mode; Redlock needs independent servers", addr)
+		}
+		id := info["Server"]["run_id"]
+		if id == "" {
+			t.Fatalf("redis INFO server at %s has no run_id", addr)
+		}
+		if other, ok := ids[id]; ok {
+			t.Fatalf("%s and %s are the same Redis server (run_id %s); Redlock needs independent ones", other, addr, id)
+		}
+		ids[id] = addr
 	}
 }
 

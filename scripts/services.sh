@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Starts, stops and reports the four servers the integration tests need:
-# Redis, ZooKeeper, Consul and MySQL (MariaDB when run from Debian packages).
+# Starts, stops and reports the servers the integration tests need: Redis,
+# ZooKeeper, Consul and MySQL (MariaDB when run from Debian packages), plus
+# two more Redis set-ups for the Redis engine: a three-master Redis Cluster
+# (redis-cluster) and five independent Redis servers for Redlock (redis-nodes).
 #
-# Usage: scripts/services.sh up|down|status|env [redis|zookeeper|consul|mysql ...]
+# Usage: scripts/services.sh up|down|status|env [SERVICE ...]
+#   SERVICE: redis zookeeper consul mysql redis-cluster redis-nodes (default: all)
 #
 #   up      Start whatever is not already answering, wait until each server
 #           answers a protocol-level check, then print the env (as `env`).
@@ -12,8 +15,10 @@
 #           data, logs and pid files under $CERBERUS_RUN.
 #   down    Stop only the servers this script started (by their pid files),
 #           or `docker compose down` in Docker mode. A server that was already
-#           running when `up` ran is never touched.
-#   status  One line per server: up/down and its address.
+#           running when `up` ran is never touched. Stopping redis-cluster
+#           also deletes its nodes' cluster config, so the next `up` forms a
+#           new cluster (a node that merely died rejoins its old one).
+#   status  One line per service: up/down, its address(es), and why when down.
 #   env     Print the export lines for the CERBERUS_* variables the tests read:
 #           eval "$(scripts/services.sh env)"
 #
@@ -21,6 +26,10 @@
 #   CERBERUS_REDIS_ADDR, CERBERUS_ZK_ADDR, CERBERUS_CONSUL_ADDR,
 #   CERBERUS_MYSQL_DSN     addresses (defaults: the usual ports on 127.0.0.1);
 #                          only loopback hosts are accepted.
+#   CERBERUS_REDIS_CLUSTER_ADDRS  comma-separated cluster nodes, at least three
+#                          masters, no replicas (127.0.0.1:7001,...:7002,...:7003)
+#   CERBERUS_REDLOCK_ADDRS comma-separated independent Redis servers, at least
+#                          three (127.0.0.1:6391 to 127.0.0.1:6395)
 #   CERBERUS_RUN           run dir for data/logs/pids (/tmp/cerberus-services)
 #   CERBERUS_WAIT          seconds to wait for each server to answer (60)
 #   CERBERUS_SERVICES_MODE docker|local to force a mode (default: detect)
@@ -40,8 +49,14 @@ REDIS_ADDR=${CERBERUS_REDIS_ADDR:-127.0.0.1:6379}
 ZK_ADDR=${CERBERUS_ZK_ADDR:-127.0.0.1:2181}
 CONSUL_ADDR=${CERBERUS_CONSUL_ADDR:-127.0.0.1:8500}
 MYSQL_DSN=${CERBERUS_MYSQL_DSN:-'root:@tcp(127.0.0.1:3306)/test?parseTime=true'}
+default_cluster_addrs=127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003
+default_redlock_addrs=127.0.0.1:6391,127.0.0.1:6392,127.0.0.1:6393,127.0.0.1:6394,127.0.0.1:6395
+REDIS_CLUSTER_ADDRS=${CERBERUS_REDIS_CLUSTER_ADDRS:-$default_cluster_addrs}
+REDLOCK_ADDRS=${CERBERUS_REDLOCK_ADDRS:-$default_redlock_addrs}
+REDIS_CLUSTER_ADDRS=${REDIS_CLUSTER_ADDRS// /}
+REDLOCK_ADDRS=${REDLOCK_ADDRS// /}
 
-all_services=(redis zookeeper consul mysql)
+all_services=(redis zookeeper consul mysql redis-cluster redis-nodes)
 
 log() { echo "services: $*" >&2; }
 die() { echo "services: error: $*" >&2; exit 1; }
@@ -63,9 +78,22 @@ addr_of() {
     zookeeper) echo "$ZK_ADDR" ;;
     consul) echo "$CONSUL_ADDR" ;;
     mysql) mysql_addr ;;
+    redis-cluster) echo "$REDIS_CLUSTER_ADDRS" ;;
+    redis-nodes) echo "$REDLOCK_ADDRS" ;;
     *) die "unknown service $1 (want one of: ${all_services[*]})" ;;
   esac
 }
+
+# The addresses of SERVICE, one a line (several for redis-cluster and
+# redis-nodes, whose addr_of is a comma-separated list).
+addrs_of() {
+  local list
+  list=$(addr_of "$1")
+  tr ',' '\n' <<<"$list" | grep -v '^$' || true
+}
+
+# Services made of several servers, one per address.
+multi() { [ "$1" = redis-cluster ] || [ "$1" = redis-nodes ]; }
 
 # host and port of an address; localhost becomes 127.0.0.1, and anything
 # that is not a loopback address is refused.
@@ -134,11 +162,73 @@ check_mysql() {
     --connect-timeout=2 -N -B -e 'SELECT 1' >/dev/null 2>&1
 }
 
-# check SERVICE: does it answer a protocol-level check at its address?
+# The reply of the Redis at $1:$2 to CLUSTER INFO (QUIT makes the server
+# close the connection at once, so this does not wait for a timeout).
+cluster_info() { tcp_talk "$1" "$2" 'CLUSTER INFO\r\nQUIT\r\n' | tr -d '\r'; }
+
+# cluster_field INFO NAME: the value of NAME: in a CLUSTER INFO reply.
+cluster_field() { sed -n "s/^$2://p" <<<"$1" | head -n 1; }
+
+# Prints why the Redis at $1:$2 is not a node of a healthy cluster, or
+# nothing when it answers PING and reports cluster_state:ok.
+node_trouble() {
+  local info
+  check_redis "$1" "$2" || { echo "$1:$2 does not answer PING"; return; }
+  info=$(cluster_info "$1" "$2") || true
+  case $info in
+    *cluster_state:ok*) ;;
+    *"cluster support disabled"*) echo "$1:$2 is a Redis without cluster mode (cluster-enabled no)" ;;
+    *cluster_state:*) echo "$1:$2 reports cluster_state:$(cluster_field "$info" cluster_state) ($(cluster_field "$info" cluster_known_nodes) known nodes, $(cluster_field "$info" cluster_slots_assigned) of 16384 slots assigned)" ;;
+    *) echo "$1:$2 gives no CLUSTER INFO" ;;
+  esac
+}
+
+# Prints why redis-cluster (or redis-nodes) is not ready, or nothing when
+# every node answers (and, for the cluster, reports cluster_state:ok).
+trouble() {
+  local a host port why
+  for a in $(addrs_of "$1"); do
+    host=$(host_of "$a"); port=$(port_of "$a")
+    if [ "$1" = redis-cluster ]; then
+      why=$(node_trouble "$host" "$port")
+    else
+      why=
+      check_redis "$host" "$port" || why="$a does not answer PING"
+    fi
+    [ -z "$why" ] || { echo "$why"; return; }
+  done
+}
+
+# check SERVICE: does it answer a protocol-level check at its address(es)?
 check() {
   local addr
+  if multi "$1"; then
+    [ -z "$(trouble "$1")" ]
+    return
+  fi
   addr=$(addr_of "$1")
   "check_$1" "$(host_of "$addr")" "$(port_of "$addr")"
+}
+
+# wait_until WHAT LOGFILE PIDFILE COMMAND...: poll COMMAND until it succeeds,
+# the process named in PIDFILE (when there is one) dies, or $wait_secs run out.
+wait_until() {
+  local what=$1 logfile=$2 pidfile=$3 deadline=$((SECONDS + wait_secs)) pid
+  shift 3
+  until "$@"; do
+    if [ -n "$pidfile" ] && [ -s "$pidfile" ]; then
+      pid=$(tr -dc 0-9 <"$pidfile")
+      if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+        tail -n 20 "$logfile" >&2 2>/dev/null || true
+        die "$what: the server exited; see $logfile"
+      fi
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      tail -n 20 "$logfile" >&2 2>/dev/null || true
+      die "$what: not done within ${wait_secs}s; see $logfile"
+    fi
+    sleep 0.5
+  done
 }
 
 # wait_for SERVICE LOGFILE [PID]: poll check until it passes, the process
@@ -206,9 +296,17 @@ apt_install() {
 
 # ---------------------------------------------------------------- pid files
 
-pidfile_of() { echo "$run/$1/$1.pid"; }
+# A unit is a service (redis, zookeeper, ...) or one server of a
+# multi-server service: redis-cluster/PORT, redis-nodes/PORT. Its files live
+# in $run/UNIT.
+pidfile_of() {
+  case $1 in
+    */*) echo "$run/$1/redis.pid" ;;
+    *) echo "$run/$1/$1.pid" ;;
+  esac
+}
 
-# Prints the pid recorded for SERVICE if that process is alive and is still
+# Prints the pid recorded for UNIT if that process is alive and is still
 # the server we started: its command line mentions our run dir, or (Redis,
 # which rewrites its process title) its working directory is there.
 our_pid() {
@@ -230,9 +328,143 @@ start_redis() {
   local host=$1 port=$2 dir=$run/redis
   apt_install redis-server
   mkdir -p "$dir"
+  rm -f "$dir/redis.pid"
   redis-server --daemonize yes --bind "$host" --port "$port" --save "" --appendonly no \
     --dir "$dir" --logfile "$dir/redis.log" --pidfile "$dir/redis.pid" </dev/null 8>&-
   wait_for redis "$dir/redis.log"
+}
+
+# launch_redis UNIT HOST PORT [ARG...]: start one redis-server of a
+# multi-server service in $run/UNIT and wait until it answers PING.
+launch_redis() {
+  local unit=$1 host=$2 port=$3 dir=$run/$1
+  shift 3
+  mkdir -p "$dir"
+  rm -f "$dir/redis.pid"
+  redis-server --daemonize yes --bind "$host" --port "$port" --save "" --appendonly no \
+    --dir "$dir" --logfile "$dir/redis.log" --pidfile "$dir/redis.pid" "$@" </dev/null 8>&-
+  wait_until "$unit: Redis at $host:$port answering PING" "$dir/redis.log" "$dir/redis.pid" \
+    check_redis "$host" "$port"
+}
+
+# Five (or however many CERBERUS_REDLOCK_ADDRS names) independent servers:
+# each one that answers is reused, the others are started.
+up_redis_nodes() {
+  local a host port unit pid
+  for a in $(addrs_of redis-nodes); do
+    host=$(host_of "$a"); port=$(port_of "$a"); unit=redis-nodes/$port
+    if port_open "$host" "$port"; then
+      wait_until "redis-nodes: the server on $a (not started by this script) answering PING" \
+        "its logs" "" check_redis "$host" "$port"
+      if pid=$(our_pid "$unit"); then
+        log "redis-nodes: reusing the server already answering at $a (started earlier by this script, pid $pid)"
+      else
+        log "redis-nodes: reusing the server already answering at $a"
+      fi
+    else
+      apt_install redis-server
+      log "redis-nodes: starting at $a"
+      launch_redis "$unit" "$host" "$port"
+    fi
+  done
+}
+
+# Every node of the cluster answers and reports cluster_state:ok.
+cluster_ok() { [ -z "$(trouble redis-cluster)" ]; }
+
+# A node that has never joined a cluster: it knows only itself and serves no slot.
+node_fresh() {
+  local info
+  info=$(cluster_info "$1" "$2") || return 1
+  [ "$(cluster_field "$info" cluster_known_nodes)" = 1 ] &&
+    [ "$(cluster_field "$info" cluster_slots_assigned)" = 0 ]
+}
+
+# Gives the cluster up to $1 seconds to report cluster_state:ok everywhere.
+cluster_ok_within() {
+  local deadline=$((SECONDS + $1))
+  until cluster_ok; do
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.5
+  done
+}
+
+# A Redis Cluster of the masters at CERBERUS_REDIS_CLUSTER_ADDRS, no replicas.
+# Reused when every node answers and reports cluster_state:ok. Otherwise the
+# nodes that do not answer are started (cluster mode, node config in
+# $run/redis-cluster/PORT/nodes-PORT.conf) and, unless they rejoin a cluster
+# they were part of, `redis-cli --cluster create` forms it. Nodes that answer
+# but were not started here are never changed: if the cluster is not ok with
+# them, this fails.
+up_redis_cluster() {
+  local addrs=() a host port unit pid missing=() foreign=() ours=() fresh=0 dir=$run/redis-cluster
+  mapfile -t addrs < <(addrs_of redis-cluster)
+  [ ${#addrs[@]} -ge 3 ] ||
+    die "redis-cluster needs at least three masters; CERBERUS_REDIS_CLUSTER_ADDRS=$REDIS_CLUSTER_ADDRS"
+  for a in "${addrs[@]}"; do
+    host=$(host_of "$a"); port=$(port_of "$a"); unit=redis-cluster/$port
+    if pid=$(our_pid "$unit"); then
+      ours+=("$a (pid $pid)")
+    elif port_open "$host" "$port"; then
+      foreign+=("$a")
+    else
+      missing+=("$a")
+    fi
+  done
+  if [ ${#missing[@]} -eq 0 ] && cluster_ok_within 3; then
+    if [ ${#foreign[@]} -eq 0 ]; then
+      log "redis-cluster: reusing the cluster already answering at $REDIS_CLUSTER_ADDRS (started earlier by this script: ${ours[*]})"
+    else
+      log "redis-cluster: reusing the cluster already answering at $REDIS_CLUSTER_ADDRS"
+    fi
+    return
+  fi
+  if [ ${#foreign[@]} -gt 0 ]; then
+    # A cluster someone else runs may still be converging.
+    if [ ${#missing[@]} -eq 0 ] && cluster_ok_within 10; then
+      log "redis-cluster: reusing the cluster already answering at $REDIS_CLUSTER_ADDRS"
+      return
+    fi
+    die "redis-cluster: ${foreign[*]} answer(s) but was not started by this script, and the cluster is not usable: $(trouble redis-cluster)${missing[*]:+ (nothing answers at ${missing[*]})}. Stop what runs there, or set CERBERUS_REDIS_CLUSTER_ADDRS to free loopback ports."
+  fi
+
+  apt_install redis-server redis-tools
+  command -v redis-cli >/dev/null || die "redis-cli not found (package redis-tools)"
+  for a in "${missing[@]}"; do
+    host=$(host_of "$a"); port=$(port_of "$a"); unit=redis-cluster/$port
+    log "redis-cluster: starting a node at $a"
+    launch_redis "$unit" "$host" "$port" --cluster-enabled yes \
+      --cluster-config-file "$run/$unit/nodes-$port.conf" --cluster-node-timeout 2000
+  done
+
+  # Every node is ours now. Fresh nodes form a new cluster; nodes restarted
+  # from their nodes-PORT.conf rejoin the one they were part of. A mix of
+  # fresh and old nodes, or old ones that do not get back to ok, are reset.
+  for a in "${addrs[@]}"; do
+    if node_fresh "$(host_of "$a")" "$(port_of "$a")"; then fresh=$((fresh + 1)); fi
+  done
+  if [ "$fresh" -lt ${#addrs[@]} ] && { [ "$fresh" -gt 0 ] || ! cluster_ok_within 15; }; then
+    log "redis-cluster: our nodes do not form a healthy cluster ($(trouble redis-cluster)); resetting them"
+    for a in "${addrs[@]}"; do
+      host=$(host_of "$a"); port=$(port_of "$a")
+      if ! timeout 10 redis-cli -h "$host" -p "$port" FLUSHALL >/dev/null ||
+        ! timeout 10 redis-cli -h "$host" -p "$port" CLUSTER RESET HARD >/dev/null; then
+        die "redis-cluster: could not reset the node at $a"
+      fi
+    done
+    fresh=${#addrs[@]}
+  fi
+  if [ "$fresh" -eq ${#addrs[@]} ]; then
+    local nodes=()
+    for a in "${addrs[@]}"; do nodes+=("$(host_of "$a"):$(port_of "$a")"); done
+    log "redis-cluster: redis-cli --cluster create ${nodes[*]} --cluster-replicas 0"
+    mkdir -p "$dir"
+    timeout "$wait_secs" redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes \
+      </dev/null >"$dir/create.log" 2>&1 ||
+      { tail -n 20 "$dir/create.log" >&2; die "redis-cluster: redis-cli --cluster create failed; see $dir/create.log"; }
+  fi
+  wait_until "redis-cluster: cluster_state:ok on every node" "$dir/create.log" "" cluster_ok
+  log "redis-cluster: up at $REDIS_CLUSTER_ADDRS (logs in $dir)"
 }
 
 start_zookeeper() {
@@ -351,6 +583,10 @@ mysql_create_db() {
 up_local() {
   local svc addr host port pid
   for svc in "$@"; do
+    if multi "$svc"; then
+      "up_${svc//-/_}"
+      continue
+    fi
     addr=$(addr_of "$svc"); host=$(host_of "$addr"); port=$(port_of "$addr")
     if port_open "$host" "$port"; then
       if [ "$svc" = mysql ] && ! check mysql; then
@@ -390,23 +626,54 @@ docker_mode() {
 
 compose() { docker compose -p "$compose_project" -f "$root/docker-compose.yml" "$@"; }
 
+# The docker-compose.yml services that make up SERVICE. The cluster's
+# one-shot redis-cluster-init is run separately (compose run), after its nodes.
+compose_names_of() {
+  case $1 in
+    redis-cluster) echo redis-cluster-1 redis-cluster-2 redis-cluster-3 ;;
+    redis-nodes) echo redis-node-1 redis-node-2 redis-node-3 redis-node-4 redis-node-5 ;;
+    *) echo "$1" ;;
+  esac
+}
+
+# Does any address of SERVICE accept connections?
+any_port_open() {
+  local a
+  for a in $(addrs_of "$1"); do
+    port_open "$(host_of "$a")" "$(port_of "$a")" && return 0
+  done
+  return 1
+}
+
 up_docker() {
-  local svc addr todo=() reused_mysql=
+  local svc addr todo=() names=() reused_mysql='' why
   for svc in "$@"; do
     addr=$(addr_of "$svc")
     [ "$addr" = "$(default_addr "$svc")" ] ||
       die "docker mode publishes the default ports only; unset the override for $svc ($addr)"
-    if port_open "$(host_of "$addr")" "$(port_of "$addr")" && ! compose ps -q "$svc" 2>/dev/null | grep -q .; then
+    # shellcheck disable=SC2046 # compose_names_of prints several names
+    if multi "$svc" && any_port_open "$svc" && ! compose ps -q $(compose_names_of "$svc") 2>/dev/null | grep -q .; then
+      check "$svc" || die "$svc: something not run by docker compose answers at part of $addr, and it is not usable: $(trouble "$svc"). Stop it first."
+      log "$svc: reusing the servers already answering at $addr"
+    elif ! multi "$svc" && port_open "$(host_of "$addr")" "$(port_of "$addr")" && ! compose ps -q "$svc" 2>/dev/null | grep -q .; then
       log "$svc: reusing the server already answering at $addr"
       [ "$svc" != mysql ] || reused_mysql=1
     else
       todo+=("$svc")
+      read -ra names <<<"${names[*]} $(compose_names_of "$svc")"
     fi
   done
   if [ ${#todo[@]} -gt 0 ]; then
-    log "docker compose up ${todo[*]}"
-    compose up -d --wait --wait-timeout "$((wait_secs * 3))" "${todo[@]}" >&2
+    log "docker compose up ${names[*]}"
+    compose up -d --wait --wait-timeout "$((wait_secs * 3))" "${names[@]}" >&2
   fi
+  for svc in "${todo[@]}"; do
+    [ "$svc" = redis-cluster ] || continue
+    # Forms the cluster unless it already is; waits for cluster_state:ok.
+    log "docker compose run redis-cluster-init"
+    compose run --rm --no-deps redis-cluster-init >&2 ||
+      die "redis-cluster-init failed; see: docker compose -p $compose_project logs redis-cluster-1 redis-cluster-2 redis-cluster-3"
+  done
   for svc in "$@"; do
     # MySQL was checked by its compose healthcheck (a host mariadb client may
     # not speak MySQL 8.4's default auth); the others are checked again here.
@@ -414,7 +681,10 @@ up_docker() {
       addr=$(addr_of mysql)
       port_open "$(host_of "$addr")" "$(port_of "$addr")" && continue
     fi
-    check "$svc" || die "$svc does not answer at $(addr_of "$svc") after docker compose up; see: docker compose -p $compose_project logs $svc"
+    check "$svc" && continue
+    why=
+    ! multi "$svc" || why=" ($(trouble "$svc"))"
+    die "$svc does not answer at $(addr_of "$svc") after docker compose up$why; see: docker compose -p $compose_project logs $(compose_names_of "$svc")"
   done
   [ -z "$reused_mysql" ] || mysql_create_db
 }
@@ -425,6 +695,8 @@ default_addr() {
     zookeeper) echo 127.0.0.1:2181 ;;
     consul) echo 127.0.0.1:8500 ;;
     mysql) echo 127.0.0.1:3306 ;;
+    redis-cluster) echo "$default_cluster_addrs" ;;
+    redis-nodes) echo "$default_redlock_addrs" ;;
   esac
 }
 
@@ -435,18 +707,36 @@ cmd_env() {
   echo "export CERBERUS_ZK_ADDR=$ZK_ADDR"
   echo "export CERBERUS_CONSUL_ADDR=$CONSUL_ADDR"
   echo "export CERBERUS_MYSQL_DSN='$MYSQL_DSN'"
+  echo "export CERBERUS_REDIS_CLUSTER_ADDRS=$REDIS_CLUSTER_ADDRS"
+  echo "export CERBERUS_REDLOCK_ADDRS=$REDLOCK_ADDRS"
+}
+
+# The units of SERVICE: itself, or one per address for redis-cluster and
+# redis-nodes (redis-cluster/7001, ...).
+units_of() {
+  local a
+  if multi "$1"; then
+    for a in $(addrs_of "$1"); do echo "$1/$(port_of "$a")"; done
+  else
+    echo "$1"
+  fi
 }
 
 cmd_status() {
-  local svc addr state rc=0
+  local svc addr state rc=0 why unit pid pids
   for svc in "$@"; do
     addr=$(addr_of "$svc")
-    if check "$svc"; then state=up; else state=down; rc=1; fi
-    if [ $state = up ] && our_pid "$svc" >/dev/null; then
-      printf '%-10s %-5s %s (started by services.sh, pid %s)\n' "$svc" $state "$addr" "$(our_pid "$svc")"
-    else
-      printf '%-10s %-5s %s\n' "$svc" $state "$addr"
-    fi
+    why=
+    if multi "$svc"; then
+      why=$(trouble "$svc")
+      if [ -z "$why" ]; then state=up; else state=down; rc=1; fi
+    elif check "$svc"; then state=up; else state=down; rc=1; fi
+    pids=
+    for unit in $(units_of "$svc"); do
+      if pid=$(our_pid "$unit"); then pids+=${pids:+ }$pid; fi
+    done
+    printf '%-13s %-5s %s%s%s\n' "$svc" $state "$addr" \
+      "${pids:+ (started by services.sh, pid $pids)}" "${why:+ ($why)}"
   done
   return $rc
 }
@@ -492,18 +782,29 @@ cmd_down() {
   lock_run
   if docker_mode; then
     if [ $# -eq ${#all_services[@]} ]; then compose down -v >&2
-    else compose rm -f -s -v "$@" >&2
+    else
+      local names=()
+      for svc in "$@"; do
+        read -ra names <<<"${names[*]} $(compose_names_of "$svc")"
+        [ "$svc" != redis-cluster ] || names+=(redis-cluster-init)
+      done
+      compose rm -f -s -v "${names[@]}" >&2
     fi
     return
   fi
+  local unit
   for svc in "$@"; do
-    if pid=$(our_pid "$svc"); then
-      log "$svc: stopping pid $pid"
-      stop_pid "$svc" "$pid"
-      rm -f "$(pidfile_of "$svc")"
-    else
-      log "$svc: not started by this script; leaving it alone"
-    fi
+    for unit in $(units_of "$svc"); do
+      if pid=$(our_pid "$unit"); then
+        log "$unit: stopping pid $pid"
+        stop_pid "$unit" "$pid"
+        rm -f "$(pidfile_of "$unit")"
+        # The next up forms a new cluster rather than rejoining this one.
+        [ "$svc" != redis-cluster ] || rm -f "$run/$unit/nodes-${unit#*/}.conf"
+      else
+        log "$unit: not started by this script; leaving it alone"
+      fi
+    done
   done
 }
 
@@ -514,8 +815,10 @@ main() {
   [ ${#services[@]} -gt 0 ] || services=("${all_services[@]}")
   local s a
   for s in "${services[@]}"; do
-    a=$(addr_of "$s")
-    a=$(host_of "$a")
+    addr_of "$s" >/dev/null
+    for a in $(addrs_of "$s"); do
+      a=$(host_of "$a")
+    done
   done
   case $cmd in
     up) cmd_up "${services[@]}" ;;

@@ -1,5 +1,6 @@
 // Package testenv tells tests where the real servers for integration tests
-// are: Redis, ZooKeeper, Consul and MySQL.
+// are: Redis, ZooKeeper, Consul and MySQL, plus a Redis Cluster and a set of
+// independent Redis servers for Redlock.
 //
 // Each helper reads its CERBERUS_* environment variable (falling back to the
 // usual port on 127.0.0.1), checks within a couple of seconds that the server
@@ -36,6 +37,10 @@ const (
 	ZooKeeperAddrEnv = "CERBERUS_ZK_ADDR"
 	ConsulAddrEnv    = "CERBERUS_CONSUL_ADDR"
 	MySQLDSNEnv      = "CERBERUS_MYSQL_DSN"
+
+	// Comma-separated lists of host:port.
+	RedisClusterAddrsEnv = "CERBERUS_REDIS_CLUSTER_ADDRS"
+	RedlockAddrsEnv      = "CERBERUS_REDLOCK_ADDRS"
 )
 
 // Defaults used when the environment variables are unset or empty.
@@ -44,6 +49,19 @@ const (
 	DefaultZooKeeperAddr = "127.0.0.1:2181"
 	DefaultConsulAddr    = "127.0.0.1:8500"
 	DefaultMySQLDSN      = "root:@tcp(127.0.0.1:3306)/test?parseTime=true"
+
+	// Three masters, no replicas.
+	DefaultRedisClusterAddrs = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003"
+	// Five independent servers (no cluster, no replication).
+	DefaultRedlockAddrs = "127.0.0.1:6391,127.0.0.1:6392,127.0.0.1:6393,127.0.0.1:6394,127.0.0.1:6395"
+)
+
+// MinRedisClusterNodes and MinRedlockNodes are the fewest addresses the
+// list helpers accept: a Redis Cluster needs three masters, and Redlock
+// needs a majority that survives one lost server.
+const (
+	MinRedisClusterNodes = 3
+	MinRedlockNodes      = 3
 )
 
 // StartCommand is what a failure message tells the reader to run (from the
@@ -90,11 +108,78 @@ func MySQLDSN(t testing.TB) string {
 		t.Fatalf("testenv: %s=%q: %v", MySQLDSNEnv, dsn, err)
 		return ""
 	}
-	if err := check(addr, probeMySQL); err != nil {
+	if err := check("MySQL", addr, probeMySQL); err != nil {
 		t.Fatalf("%s", failure("MySQL", MySQLDSNEnv, addr, err))
 		return ""
 	}
 	return dsn
+}
+
+// RedisClusterAddrs returns the addresses of the Redis Cluster's masters for
+// tests, from CERBERUS_REDIS_CLUSTER_ADDRS (comma-separated; default
+// 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003). It fails t unless there are
+// at least three, each answers PING, and each reports cluster_state:ok in
+// CLUSTER INFO.
+func RedisClusterAddrs(t testing.TB) []string {
+	t.Helper()
+	return lookupList(t, "Redis Cluster node", RedisClusterAddrsEnv, DefaultRedisClusterAddrs,
+		MinRedisClusterNodes, probeRedisCluster)
+}
+
+// RedlockAddrs returns the addresses of the independent Redis servers for
+// Redlock tests, from CERBERUS_REDLOCK_ADDRS (comma-separated; default five:
+// 127.0.0.1:6391 to 127.0.0.1:6395). It fails t unless there are at least
+// three and each answers PING.
+func RedlockAddrs(t testing.TB) []string {
+	t.Helper()
+	return lookupList(t, "Redis (Redlock node)", RedlockAddrsEnv, DefaultRedlockAddrs,
+		MinRedlockNodes, probeRedis)
+}
+
+func lookupList(t testing.TB, server, env, def string, atLeast int, probe func(net.Conn, string) error) []string {
+	t.Helper()
+	list := fromEnv(env, def)
+	addrs, err := splitAddrs(list)
+	if err == nil && len(addrs) < atLeast {
+		err = fmt.Errorf("%d address(es), want at least %d", len(addrs), atLeast)
+	}
+	for _, addr := range addrs {
+		if err == nil {
+			err = requireLoopback(addr)
+		}
+	}
+	if err != nil {
+		t.Fatalf("testenv: %s=%q: %v", env, list, err)
+		return nil
+	}
+	for _, addr := range addrs {
+		if err := check(server, addr, probe); err != nil {
+			t.Fatalf("%s", failure(server, env, addr, err))
+			return nil
+		}
+	}
+	return addrs
+}
+
+// splitAddrs splits a comma-separated list of host:port, ignoring blanks.
+func splitAddrs(list string) ([]string, error) {
+	var addrs []string
+	seen := make(map[string]bool)
+	for _, a := range strings.Split(list, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("bad address %q: %v", a, err)
+		}
+		if seen[a] {
+			return nil, fmt.Errorf("address %q is listed twice", a)
+		}
+		seen[a] = true
+		addrs = append(addrs, a)
+	}
+	return addrs, nil
 }
 
 func fromEnv(name, def string) string {
@@ -107,7 +192,7 @@ func fromEnv(name, def string) string {
 func lookup(t testing.TB, server, env, def string, probe func(net.Conn, string) error) string {
 	t.Helper()
 	addr := fromEnv(env, def)
-	if err := check(addr, probe); err != nil {
+	if err := check(server, addr, probe); err != nil {
 		t.Fatalf("%s", failure(server, env, addr, err))
 		return ""
 	}
@@ -121,14 +206,18 @@ func failure(server, env, addr string, err error) string {
 		server, addr, env, err, StartCommand)
 }
 
-// answered remembers addresses that passed their probe, so a test binary
-// probes each server once.
+// answered remembers the (kind, address) pairs that passed their probe, so a
+// test binary probes each server once for each kind of server it is asked to
+// be (a cluster node also answers a plain Redis PING, but not vice versa).
 var answered sync.Map
 
+type probed struct{ kind, addr string }
+
 // check dials addr (loopback only) and runs probe on the connection, all
-// within ProbeTimeout.
-func check(addr string, probe func(net.Conn, string) error) error {
-	if _, ok := answered.Load(addr); ok {
+// within ProbeTimeout. kind names the server the probe expects.
+func check(kind, addr string, probe func(net.Conn, string) error) error {
+	key := probed{kind, addr}
+	if _, ok := answered.Load(key); ok {
 		return nil
 	}
 	if err := requireLoopback(addr); err != nil {
@@ -149,7 +238,7 @@ func check(addr string, probe func(net.Conn, string) error) error {
 	if err := probe(conn, addr); err != nil {
 		return err
 	}
-	answered.Store(addr, true)
+	answered.Store(key, true)
 	return nil
 }
 
@@ -183,6 +272,67 @@ func probeRedis(conn net.Conn, _ string) error {
 		return fmt.Errorf("PING answered %q, want +PONG", line)
 	}
 	return nil
+}
+
+// probeRedisCluster sends PING, then CLUSTER INFO, and expects
+// cluster_state:ok: the node is in cluster mode and the cluster serves every
+// slot.
+func probeRedisCluster(conn net.Conn, _ string) error {
+	r := bufio.NewReader(conn)
+	if _, err := io.WriteString(conn, "PING\r\nCLUSTER INFO\r\n"); err != nil {
+		return err
+	}
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("no reply to PING: %w", err)
+	}
+	if line = strings.TrimSpace(line); line != "+PONG" {
+		return fmt.Errorf("PING answered %q, want +PONG", line)
+	}
+	info, err := readBulk(r)
+	if err != nil {
+		return fmt.Errorf("CLUSTER INFO: %w", err)
+	}
+	fields := make(map[string]string)
+	for _, l := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), ":"); ok {
+			fields[k] = v
+		}
+	}
+	switch state := fields["cluster_state"]; state {
+	case "ok":
+		return nil
+	case "":
+		return fmt.Errorf("CLUSTER INFO has no cluster_state: %q", firstLine(info))
+	default:
+		return fmt.Errorf("cluster_state:%s (%s known nodes, %s of 16384 slots assigned); the cluster is not formed or has lost a node",
+			state, fields["cluster_known_nodes"], fields["cluster_slots_assigned"])
+	}
+}
+
+// readBulk reads one RESP bulk-string reply; an error reply becomes an error.
+func readBulk(r *bufio.Reader) (string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", fmt.Errorf("no reply: %w", err)
+	}
+	line = strings.TrimRight(line, "\r\n")
+	switch {
+	case strings.HasPrefix(line, "-"):
+		return "", fmt.Errorf("server replied %q (is it a Redis in cluster mode?)", line[1:])
+	case strings.HasPrefix(line, "$"):
+	default:
+		return "", fmt.Errorf("unexpected reply %q", line)
+	}
+	var n int
+	if _, err := fmt.Sscanf(line[1:], "%d", &n); err != nil || n < 0 || n > 1<<20 {
+		return "", fmt.Errorf("bad bulk length in %q", line)
+	}
+	b := make([]byte, n+2)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return "", fmt.Errorf("short reply: %w", err)
+	}
+	return string(b[:n]), nil
 }
 
 // probeZooKeeper sends srvr, which reports "Mode: ..." only while the server

@@ -161,3 +161,134 @@ func TestMySQLAddr(t *testing.T) {
 		t.Error("a unix-socket DSN should be refused")
 	}
 }
+
+// fakeRedis answers inline PING with +PONG and CLUSTER INFO with clusterInfo
+// (as a bulk string), or with an error when clusterInfo is empty, as a Redis
+// without cluster mode does.
+func fakeRedis(t *testing.T, clusterInfo string) string {
+	return serve(t, func(c net.Conn) {
+		r := bufio.NewReader(c)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			switch strings.ToUpper(strings.TrimSpace(line)) {
+			case "PING":
+				io.WriteString(c, "+PONG\r\n")
+			case "CLUSTER INFO":
+				if clusterInfo == "" {
+					io.WriteString(c, "-ERR This instance has cluster support disabled\r\n")
+				} else {
+					fmt.Fprintf(c, "$%d\r\n%s\r\n", len(clusterInfo), clusterInfo)
+				}
+			default:
+				io.WriteString(c, "-ERR unknown command\r\n")
+			}
+		}
+	})
+}
+
+const clusterOK = "cluster_state:ok\r\ncluster_slots_assigned:16384\r\ncluster_known_nodes:3\r\n"
+
+func TestRedisClusterAddrs(t *testing.T) {
+	addrs := []string{fakeRedis(t, clusterOK), fakeRedis(t, clusterOK), fakeRedis(t, clusterOK)}
+	t.Setenv(RedisClusterAddrsEnv, " "+strings.Join(addrs, " , ")+",")
+	got := RedisClusterAddrs(t)
+	if strings.Join(got, ",") != strings.Join(addrs, ",") {
+		t.Fatalf("RedisClusterAddrs = %q, want %q", got, addrs)
+	}
+}
+
+func TestRedisClusterAddrsFailures(t *testing.T) {
+	ok := fakeRedis(t, clusterOK)
+	for name, tc := range map[string]struct {
+		addrs []string
+		want  []string
+	}{
+		"state fail": {
+			[]string{ok, ok2(t), fakeRedis(t, "cluster_state:fail\r\ncluster_slots_assigned:0\r\ncluster_known_nodes:1\r\n")},
+			[]string{"cluster_state:fail", "1 known nodes", "0 of 16384"},
+		},
+		"not cluster mode": {
+			[]string{ok, ok2(t), fakeRedis(t, "")},
+			[]string{"cluster support disabled"},
+		},
+		"node down": {
+			[]string{ok, ok2(t), freeAddr(t)},
+			[]string{"is not answering"},
+		},
+		"too few": {
+			[]string{ok, ok2(t)},
+			[]string{"want at least 3"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(RedisClusterAddrsEnv, strings.Join(tc.addrs, ","))
+			f := &fakeTB{TB: t}
+			if got := RedisClusterAddrs(f); got != nil {
+				t.Errorf("RedisClusterAddrs = %q after a failure, want nil", got)
+			}
+			for _, want := range append(tc.want, RedisClusterAddrsEnv) {
+				if !strings.Contains(f.msg, want) {
+					t.Errorf("failure message lacks %q:\n%s", want, f.msg)
+				}
+			}
+			if name != "too few" && !strings.Contains(f.msg, "scripts/services.sh up") {
+				t.Errorf("failure message lacks the start command:\n%s", f.msg)
+			}
+		})
+	}
+}
+
+// ok2 is a second healthy cluster node (addresses must not repeat).
+func ok2(t *testing.T) string { return fakeRedis(t, clusterOK) }
+
+func TestRedlockAddrs(t *testing.T) {
+	var addrs []string
+	for range 5 {
+		addrs = append(addrs, fakeRedis(t, ""))
+	}
+	t.Setenv(RedlockAddrsEnv, strings.Join(addrs, ","))
+	got := RedlockAddrs(t)
+	if strings.Join(got, ",") != strings.Join(addrs, ",") {
+		t.Fatalf("RedlockAddrs = %q, want %q", got, addrs)
+	}
+
+	down := freeAddr(t)
+	t.Setenv(RedlockAddrsEnv, strings.Join(append(addrs[:4:4], down), ","))
+	f := &fakeTB{TB: t}
+	if got := RedlockAddrs(f); got != nil {
+		t.Errorf("RedlockAddrs = %q after a failure, want nil", got)
+	}
+	for _, want := range []string{down, RedlockAddrsEnv, "scripts/services.sh up"} {
+		if !strings.Contains(f.msg, want) {
+			t.Errorf("failure message lacks %q:\n%s", want, f.msg)
+		}
+	}
+}
+
+func TestSplitAddrs(t *testing.T) {
+	got, err := splitAddrs(DefaultRedlockAddrs)
+	if err != nil || len(got) != 5 {
+		t.Errorf("splitAddrs(default redlock) = %q, %v; want five", got, err)
+	}
+	got, err = splitAddrs(DefaultRedisClusterAddrs)
+	if err != nil || len(got) != 3 {
+		t.Errorf("splitAddrs(default cluster) = %q, %v; want three", got, err)
+	}
+	for _, bad := range []string{"127.0.0.1", "127.0.0.1:1,127.0.0.1:1"} {
+		if _, err := splitAddrs(bad); err == nil {
+			t.Errorf("splitAddrs(%q) = nil error", bad)
+		}
+	}
+}
+
+func TestNonLoopbackListRefused(t *testing.T) {
+	t.Setenv(RedlockAddrsEnv, freeAddr(t)+",10.0.0.1:6392,"+freeAddr(t))
+	f := &fakeTB{TB: t}
+	RedlockAddrs(f)
+	if !strings.Contains(f.msg, "not a loopback address") {
+		t.Fatalf("want a loopback failure, got %q", f.msg)
+	}
+}
