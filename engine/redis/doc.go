@@ -28,8 +28,9 @@
 // # Renewal
 //
 // Leases without a fixed TTL are renewed at a third of their TTL by one
-// renewal loop per engine that pipelines every lease that is due, rather
-// than a goroutine per lock. A renewal that fails, or finds the key gone or
+// renewal loop per engine that pipelines every lease that is due (1000
+// scripts a pipeline, up to four pipelines in flight, most urgent first),
+// rather than a goroutine per lock. A renewal that fails, or finds the key gone or
 // held by someone else, ends that lease with ErrLeaseLost. Fixed-TTL leases
 // end on a local timer started before the acquire request was sent, so the
 // client never believes it holds a key longer than Redis does. For the same

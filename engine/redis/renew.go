@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -56,8 +58,12 @@ func (e *Engine) nextDue() time.Time {
 	return next
 }
 
+// renewParallel is how many renewal pipelines may be in flight at once.
+const renewParallel = 4
+
 // renewDue renews the leases that are due, or within a sixth of their TTL
-// of it, so that leases granted close together share a pipeline.
+// of it, so that leases granted close together share a pipeline. The most
+// urgent go first, in up to renewParallel pipelines at once.
 func (e *Engine) renewDue() {
 	now := time.Now()
 	e.mu.Lock()
@@ -67,10 +73,20 @@ func (e *Engine) renewDue() {
 			due = append(due, l)
 		}
 	}
+	slices.SortFunc(due, func(a, b *lease) int { return a.valid.Compare(b.valid) })
 	e.mu.Unlock()
+	sem := make(chan struct{}, renewParallel)
+	var wg sync.WaitGroup
 	for start := 0; start < len(due); start += renewBatch {
-		e.renew(due[start:min(start+renewBatch, len(due))])
+		batch := due[start:min(start+renewBatch, len(due))]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			e.renew(batch)
+		}()
 	}
+	wg.Wait()
 }
 
 // renew extends a batch of leases in one pipeline. A lease whose renewal
