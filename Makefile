@@ -31,13 +31,12 @@ env:
 test: services
 	eval "$$($(SERVICES) env)" && $(GO) test -race -count=1 ./...
 
-## bench: benchmarks of the bench/ module (its own go.mod), servers up
-bench:
-	@if [ ! -d bench ]; then \
-	  echo "bench: no bench/ directory yet; nothing to run"; \
-	else \
-	  eval "$$($(SERVICES) up)" && cd bench && $(GO) test -run '^$$' -bench . -benchtime=1x -benchmem -timeout 60m ./...; \
-	fi
+## bench: side-by-side figures against the peer libraries (bench/ is its own
+## module); writes bench/results.txt (BENCH lines) and bench/chart.svg
+bench: services
+	eval "$$($(SERVICES) env)" && cd bench && \
+	  $(GO) test -run '^$$' -bench '$(or $(BENCH),.)' -benchtime=1x -timeout 60m . | tee results.txt && \
+	  $(GO) run ./cmd/benchchart < results.txt > chart.svg
 
 ## vet: go vet the module
 vet:
