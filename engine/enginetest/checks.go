@@ -128,7 +128,7 @@ func checkMutualExclusion(h *harness) {
 		inside, overlaps, regress, failures atomic.Int64
 		counter, lastToken                  atomic.Uint64
 		wg                                  sync.WaitGroup
-		firstErr                            atomic.Value
+		firstErr                            firstError
 	)
 	for _, e := range clients {
 		wg.Add(1)
@@ -140,7 +140,7 @@ func checkMutualExclusion(h *harness) {
 				cancel()
 				if err != nil {
 					failures.Add(1)
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.set(err)
 					return
 				}
 				if inside.Add(1) != 1 {
@@ -159,7 +159,7 @@ func checkMutualExclusion(h *harness) {
 				inside.Add(-1)
 				if err := l.Release(context.Background()); err != nil {
 					failures.Add(1)
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.set(err)
 					return
 				}
 			}
@@ -168,7 +168,7 @@ func checkMutualExclusion(h *harness) {
 	wg.Wait()
 	want := uint64(len(clients) * h.opts.Rounds)
 	if n := failures.Load(); n > 0 {
-		h.t.Errorf("%d acquire/release calls failed; first: %v", n, firstErr.Load())
+		h.t.Errorf("%d acquire/release calls failed; first: %v", n, firstErr.get())
 	}
 	if n := overlaps.Load(); n > 0 {
 		h.t.Errorf("%d critical sections overlapped", n)
@@ -520,7 +520,7 @@ func checkSharedStress(h *harness) {
 	const clients, rounds = 6, 40
 	var (
 		readers, writers, violations, failures atomic.Int64
-		firstErr                               atomic.Value
+		firstErr                               firstError
 		wg                                     sync.WaitGroup
 	)
 	for i := range clients {
@@ -539,7 +539,7 @@ func checkSharedStress(h *harness) {
 				cancel()
 				if err != nil {
 					failures.Add(1)
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.set(err)
 					return
 				}
 				if writer {
@@ -558,7 +558,7 @@ func checkSharedStress(h *harness) {
 				}
 				if err := l.Release(context.Background()); err != nil {
 					failures.Add(1)
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.set(err)
 					return
 				}
 			}
@@ -566,7 +566,7 @@ func checkSharedStress(h *harness) {
 	}
 	wg.Wait()
 	if n := failures.Load(); n > 0 {
-		h.t.Errorf("%d calls failed; first: %v", n, firstErr.Load())
+		h.t.Errorf("%d calls failed; first: %v", n, firstErr.get())
 	}
 	if n := violations.Load(); n > 0 {
 		h.t.Errorf("%d times a writer shared the key with another holder", n)
@@ -619,4 +619,24 @@ func checkClose(h *harness) {
 		h.t.Errorf("second Close: %v", err)
 	}
 	h.release(blocker)
+}
+
+// firstError keeps the first of several errors reported concurrently.
+type firstError struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (f *firstError) set(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil {
+		f.err = err
+	}
+}
+
+func (f *firstError) get() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
 }
