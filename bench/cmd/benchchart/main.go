@@ -17,7 +17,7 @@ import (
 // panel is one figure of the chart.
 type panel struct {
 	kind, metric, title, unit string
-	lowerBetter              bool
+	lowerBetter               bool
 }
 
 var panels = []panel{

@@ -1,0 +1,214 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	mysqldrv "github.com/go-sql-driver/mysql"
+
+	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/engine/mysql"
+	"github.com/cerberus-go/cerberus/internal/testenv"
+)
+
+// mysqlSetup returns the test server's DSN (with interpolateParams, as the
+// engine's Open uses, so every library pays the same round trips) and a
+// lock table unique to this run, migrated now and dropped afterwards.
+func mysqlSetup(b *testing.B) (dsn, table string) {
+	b.Helper()
+	cfg, err := mysqldrv.ParseDSN(testenv.MySQLDSN(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.InterpolateParams = true
+	dsn = cfg.FormatDSN()
+	var r [5]byte
+	_, _ = rand.Read(r[:])
+	table = "cerberus_bench_" + hex.EncodeToString(r[:])
+	e, err := mysql.Open(dsn, mysql.WithTable(table))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := e.Migrate(ctx); err != nil {
+		b.Fatal(err)
+	}
+	_ = e.Close()
+	b.Cleanup(func() {
+		db, err := sql.Open("mysql", dsn)
+		if err != nil {
+			return
+		}
+		defer db.Close()
+		for _, s := range []string{"", "_readers", "_tokens"} {
+			_, _ = db.Exec("DROP TABLE IF EXISTS `" + table + s + "`")
+		}
+	})
+	return dsn, table
+}
+
+// mysqlLocker builds one LockFunc per client for one library, each client
+// with its own connection.
+type mysqlLocker struct {
+	name  string
+	build func(b *testing.B, key string) LockFunc
+}
+
+// mysqlLibraries: cerberus on each strategy, and the server's own named
+// locks (GET_LOCK/RELEASE_LOCK on a pinned connection), which wake waiters
+// inside the server: the baseline.
+func mysqlLibraries(dsn, table string) []mysqlLocker {
+	cerb := func(strategy string) func(b *testing.B, key string) LockFunc {
+		return func(b *testing.B, key string) LockFunc {
+			e, err := mysql.Open(dsn, mysql.WithTable(table), mysql.WithStrategy(strategy))
+			if err != nil {
+				b.Fatal(err)
+			}
+			c, err := cerberus.New(e)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = c.Close(); _ = e.Close() })
+			return func(ctx context.Context) (func() error, error) {
+				l, err := c.Lock(ctx, key)
+				if err != nil {
+					return nil, err
+				}
+				return func() error { return l.Unlock(context.Background()) }, nil
+			}
+		}
+	}
+	return []mysqlLocker{
+		{"cerberus-lease", cerb(mysql.StrategyLease)},
+		{"cerberus-row", cerb(mysql.StrategyRow)},
+		{"get_lock", func(b *testing.B, key string) LockFunc {
+			db, err := sql.Open("mysql", dsn)
+			if err != nil {
+				b.Fatal(err)
+			}
+			conn, err := db.Conn(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = conn.Close(); _ = db.Close() })
+			name := fmt.Sprintf("%.40s/%s", table, key) // GET_LOCK names are at most 64 characters
+			return func(ctx context.Context) (func() error, error) {
+				wait := 3600
+				if dl, ok := ctx.Deadline(); ok {
+					wait = int(math.Ceil(time.Until(dl).Seconds()))
+				}
+				var got sql.NullInt64
+				if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", name, wait).Scan(&got); err != nil {
+					return nil, err
+				}
+				if got.Int64 != 1 {
+					return nil, fmt.Errorf("GET_LOCK(%q) = %v", name, got)
+				}
+				return func() error {
+					var rel sql.NullInt64
+					if err := conn.QueryRowContext(context.Background(), "SELECT RELEASE_LOCK(?)", name).Scan(&rel); err != nil {
+						return err
+					}
+					if rel.Int64 != 1 {
+						return fmt.Errorf("RELEASE_LOCK(%q) = %v", name, rel)
+					}
+					return nil
+				}, nil
+			}
+		}},
+	}
+}
+
+// BenchmarkMySQLUncontended: one client, lock+unlock cycles on one key.
+func BenchmarkMySQLUncontended(b *testing.B) {
+	once(b, func() {
+		dsn, table := mysqlSetup(b)
+		rates := map[string]float64{}
+		for _, lib := range mysqlLibraries(dsn, table) {
+			lock := lib.build(b, "uncontended/"+lib.name)
+			for range 50 { // warm up connections and the key's row
+				if u, err := lock(context.Background()); err == nil {
+					_ = u()
+				}
+			}
+			l, err := Uncontended("mysql/"+lib.name, *uncontendedN, func(ctx context.Context, _ int) (func() error, error) { return lock(ctx) })
+			if err != nil {
+				b.Fatal(err)
+			}
+			l.Report(out)
+			rates[lib.name] = l.Rate()
+		}
+		// The floor of any lock whose state is durable rows: two
+		// autocommit UPDATEs (grant, release) per cycle, each one a log
+		// flush on a server with innodb_flush_log_at_trx_commit=1.
+		floor := twoCommits(b, dsn, table)
+		for range 50 {
+			_ = floor()
+		}
+		l, err := Uncontended("mysql/two_commits", *uncontendedN, func(context.Context, int) (func() error, error) {
+			return func() error { return nil }, floor()
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Report(out)
+		rates["two_commits"] = l.Rate()
+		Ratio(out, "mysql_uncontended_cycles", "cerberus-lease", "get_lock", rates["cerberus-lease"], rates["get_lock"])
+		Ratio(out, "mysql_uncontended_cycles", "cerberus-lease", "two_commits", rates["cerberus-lease"], rates["two_commits"])
+		Ratio(out, "mysql_uncontended_cycles", "cerberus-row", "get_lock", rates["cerberus-row"], rates["get_lock"])
+	})
+}
+
+// twoCommits returns a cycle of two autocommit UPDATEs of one row of the
+// lock table on a pinned connection: no lock, only the writes.
+func twoCommits(b *testing.B, dsn, table string) func() error {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close(); _ = db.Close() })
+	ctx := context.Background()
+	if _, err := conn.ExecContext(ctx, "INSERT IGNORE INTO `"+table+"` (`lock_key`) VALUES ('floor')"); err != nil {
+		b.Fatal(err)
+	}
+	q := "UPDATE `" + table + "` SET `version` = `version` + 1 WHERE `lock_key` = 'floor'"
+	return func() error {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return err
+		}
+		_, err := conn.ExecContext(ctx, q)
+		return err
+	}
+}
+
+// BenchmarkMySQLHotKey: 16 clients on one key, 1 ms critical section.
+func BenchmarkMySQLHotKey(b *testing.B) {
+	once(b, func() {
+		dsn, table := mysqlSetup(b)
+		res := map[string]HotKeyResult{}
+		for _, lib := range mysqlLibraries(dsn, table) {
+			clients := make([]LockFunc, *hotClients)
+			for i := range clients {
+				clients[i] = lib.build(b, "hot/"+lib.name)
+			}
+			r := HotKey("mysql/"+lib.name, clients, *hotKeyHold, *hotKeyDur, 30*time.Second)
+			r.Report(out)
+			res[lib.name] = r
+		}
+		Ratio(out, "mysql_hotkey_acq", "cerberus-lease", "get_lock", res["cerberus-lease"].Rate(), res["get_lock"].Rate())
+		Ratio(out, "mysql_hotkey_acq", "cerberus-row", "get_lock", res["cerberus-row"].Rate(), res["get_lock"].Rate())
+		Ratio(out, "mysql_hotkey_wait_p99", "cerberus-row", "get_lock", float64(res["cerberus-row"].WaitP99), float64(res["get_lock"].WaitP99))
+		Ratio(out, "mysql_hotkey_wait_p99", "cerberus-lease", "get_lock", float64(res["cerberus-lease"].WaitP99), float64(res["get_lock"].WaitP99))
+	})
+}

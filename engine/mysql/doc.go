@@ -1,0 +1,139 @@
+// Package mysql is the cerberus engine on MySQL (8.4) and MariaDB (10.11),
+// for applications on gorm and go-sql-driver/mysql. It uses nothing only one
+// of the two servers has.
+//
+// # Construction
+//
+// New takes the application's *gorm.DB (any Pool: something with a
+// DB() (*sql.DB, error) method), which the caller keeps: Close leaves it
+// open. Open takes a DSN and owns its pool. Neither does I/O; both refuse a
+// bad table name or an unknown strategy name. Migrate creates the tables
+// once:
+//
+//	e, err := mysql.New(gormDB, mysql.WithTable("locks"))
+//	err = e.Migrate(ctx)
+//
+// The engine sends its statements straight to the *sql.DB under the gorm
+// handle: that saves gorm's callback chain on every lock operation, and
+// keeps gorm out of the build of anyone who uses the engine without it.
+// Fenced writes with gorm live in the subpackage fence. Errors are
+// *engine.OpError values naming the engine, the operation and the key;
+// neither they nor anything else the engine reports contains the DSN.
+//
+// # Tables
+//
+// The lock table (DefaultTable unless WithTable says otherwise) has one row
+// per key that was ever locked:
+//
+//   - lock_key VARBINARY(512): the primary key, compared byte by byte, so
+//     "A" and "a", or "x" and "x ", are different locks. Keys are at most
+//     MaxKeyLen (512) bytes; longer keys are ErrInvalidKey before any I/O.
+//   - owner, mode: the exclusive holder's owner value (unique per lease),
+//     and whether the last grant was exclusive (0) or shared (1).
+//   - version BIGINT UNSIGNED: bumped by every grant, reader or writer, and
+//     never reset. Rows are cleared on release, not deleted, so the version
+//     survives and tokens strictly increase per key. The cleared rows stay
+//     by design; they hold no lock.
+//   - expires_at DATETIME(6): NOW(6) plus the TTL, computed by the server in
+//     the granting or renewing statement. The client's clock is never read
+//     for expiry; every expiry test is "expires_at <= NOW(6)" on the server.
+//   - ttl_us: the lease period, so that one renewal statement renews every
+//     lease by its own TTL.
+//
+// "<table>_readers" holds one row per shared lease, keyed by (key, owner),
+// with its own version and expires_at. "<table>_tokens" is the row
+// strategy's token counter; it stays empty.
+//
+// # Lease strategy (StrategyLease, the default)
+//
+// An exclusive grant is one conditional UPDATE: it succeeds only if the row
+// has no owner or has expired and no unexpired reader row exists, and it
+// sets owner, expires_at and version = version+1 (returned through
+// LAST_INSERT_ID, so no second round trip). The first grant of a key is an
+// INSERT IGNORE with version 1. Lease.Token is that version.
+//
+// A shared grant is one short transaction: the same conditional bump of the
+// key row's version (writers and readers share one sequence), a reader row,
+// and the removal of expired reader rows of that key. Readers do not
+// prefer writers: a writer waits until no unexpired reader is left, so a
+// continuous stream of overlapping readers can hold it off.
+//
+// Release is an UPDATE (or, for a reader, a DELETE) conditional on the
+// lease's owner value, its version and expires_at > NOW(6). If it changes
+// nothing the lease had lost the key: Release returns engine.ErrNotHeld.
+//
+// With Request.Renew one goroutine per engine renews every held lease with
+// one UPDATE per table per interval (a third of the shortest TTL held), for
+// up to 256 leases per statement. A lease the renewal no longer finds ends
+// with engine.ErrLeaseLost; so does one whose last successful renewal is a
+// TTL old while the server cannot be reached. Without Renew the row expires
+// on the server at expires_at; the client ends the lease with ErrLeaseLost
+// from a timer of TTL started before the grant statement was sent, so it
+// fires no later than the server's expiry (it measures elapsed time only,
+// never the wall clock).
+//
+// Waiting polls: after a refused attempt a waiter sleeps 5ms, then twice as
+// long each time up to 200ms (WithBackoff), with jitter in [d/2, d]. That
+// costs latency: a waiter learns of a release up to one backoff delay late,
+// 200ms at worst once it has waited about half a second, and more waiters
+// mean more polling statements on the server. Use the row strategy when
+// hand-over latency under contention matters. A waiter creates nothing
+// beyond the key's permanent row, and returns at once when ctx ends or the
+// engine closes. Every statement runs under its own op timeout rather than
+// ctx, so a cancellation never leaves a grant half-known.
+//
+// # Row strategy (StrategyRow)
+//
+// A grant is SELECT ... FOR UPDATE (exclusive) or SELECT ... LOCK IN SHARE
+// MODE (shared) on the key's row, in a transaction on a connection pinned
+// out of the pool, held until Release ends it. Waiters queue inside InnoDB
+// and are woken when the holder's transaction ends, without polling; InnoDB
+// picks the order, and a waiting writer holds back readers that come after
+// it. A
+// TryLock uses FOR UPDATE NOWAIT; MySQL has no NOWAIT for LOCK IN SHARE
+// MODE, so a shared TryLock waits for up to the least
+// innodb_lock_wait_timeout, one second.
+//
+// A waiting Acquire sets the session's innodb_lock_wait_timeout from ctx's
+// deadline (whole seconds, rounded up to 2, 5, 10, 30, 60 or 300, or an
+// hour with no deadline); when ctx ends first, or the engine closes, the
+// engine sends KILL QUERY for the pinned connection on a side
+// connection, so the server drops the queued request at once (the driver
+// alone would close the socket and leave the request queued until its lock
+// wait timeout). A lock wait timeout surfaces as engine.ErrNotAcquired. The
+// server user needs the right to kill its own connections, which every
+// user has.
+//
+// The fencing token is an AUTO_INCREMENT value from "<table>_tokens",
+// drawn by an INSERT inside the holder's transaction once the lock is
+// granted. InnoDB never gives such a value back, even when the transaction
+// rolls back, and keeps the counter across restarts (MySQL 8.0+, MariaDB
+// 10.2.4+), so the next holder after a killed one gets a larger token.
+// Release ends the transaction with ROLLBACK: the token row must not
+// persist, and a rollback needs no log flush, so a row-strategy cycle
+// writes nothing durable. The caveat: after a server crash (not a clean
+// shutdown) the counter may resume below tokens handed out in the last
+// moments before the crash, whose increments had not reached the disk;
+// every lock was lost in the same crash. Tokens are one sequence for all
+// keys of the table, strictly increasing for each key. The row strategy
+// and the lease strategy keep separate token sequences and must not share
+// a table.
+//
+// The row lock lives as long as its connection: each lease pings its
+// connection every WithConnCheck interval (250ms by default), and a failed
+// ping (connection killed, server restarted) ends the lease with
+// engine.ErrLeaseLost. A crashed client's lock is freed as soon as the
+// server sees its connection close; a client cut off by the network holds
+// it until the server's TCP keepalive or wait_timeout ends the session,
+// whatever the TTL. Request.Renew needs no statements;
+// without it the lease ends with a rollback from a local TTL timer.
+//
+// Each held row lease uses one pool connection; the pool of a *gorm.DB
+// passed to New must allow that many plus one for the side statements.
+//
+// # Fenced writes
+//
+// fence.Update (package engine/mysql/fence) updates rows with gorm only
+// where their fence column is below the lease's token, and sets the fence
+// to the token, in one statement.
+package mysql

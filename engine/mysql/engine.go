@@ -1,0 +1,369 @@
+package mysql
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mysqldrv "github.com/go-sql-driver/mysql"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// Strategy names accepted by WithStrategy.
+const (
+	// StrategyLease keeps each lock as a lease row with an owner, a version
+	// and an expiry computed by the server. It is the default.
+	StrategyLease = "lease"
+	// StrategyRow holds each lock as an InnoDB row lock (SELECT ... FOR
+	// UPDATE or LOCK IN SHARE MODE) inside a transaction on a pinned
+	// connection, until Release ends the transaction.
+	StrategyRow = "row"
+)
+
+// DefaultTable is the lock table's name unless WithTable says otherwise.
+const DefaultTable = "cerberus_locks"
+
+// MaxKeyLen is the longest key the lock table stores: the size, in bytes,
+// of its VARBINARY key column. It equals engine.MaxKeyLen.
+const MaxKeyLen = engine.MaxKeyLen
+
+// Defaults of the options.
+const (
+	DefaultMinBackoff = 5 * time.Millisecond
+	DefaultMaxBackoff = 200 * time.Millisecond
+	DefaultConnCheck  = 250 * time.Millisecond
+	DefaultOpTimeout  = 10 * time.Second
+)
+
+// name is what Name returns and what OpError.Engine holds.
+const name = "mysql"
+
+// Option configures an Engine.
+type Option func(*config)
+
+type config struct {
+	table      string
+	strategy   string
+	minBackoff time.Duration
+	maxBackoff time.Duration
+	connCheck  time.Duration
+	opTimeout  time.Duration
+}
+
+// WithTable sets the lock table's name. The row strategy and shared leases
+// also use the tables "<name>_tokens" and "<name>_readers". The name must be
+// 1 to 48 ASCII letters, digits or underscores; New refuses anything else
+// before any I/O. The default is DefaultTable.
+func WithTable(table string) Option { return func(c *config) { c.table = table } }
+
+// WithStrategy picks how locks are held: StrategyLease or StrategyRow. New
+// refuses any other name before any I/O. The default is StrategyLease.
+func WithStrategy(s string) Option { return func(c *config) { c.strategy = s } }
+
+// WithBackoff sets the polling delays of a waiting lease Acquire: the first
+// re-check comes after min, each later one after twice the previous delay,
+// capped at max, with jitter in [d/2, d]. The default is 5ms to 200ms. The
+// row strategy does not poll: its waiters queue inside InnoDB.
+func WithBackoff(min, max time.Duration) Option {
+	return func(c *config) { c.minBackoff, c.maxBackoff = min, max }
+}
+
+// WithConnCheck sets how often a row-strategy lease pings its pinned
+// connection to notice that it was lost (killed, server restart, network).
+// The default is DefaultConnCheck.
+func WithConnCheck(d time.Duration) Option { return func(c *config) { c.connCheck = d } }
+
+// WithOpTimeout bounds each single statement the engine sends that does not
+// wait for a lock (grants, releases, renewals). The default is
+// DefaultOpTimeout.
+func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeout = d } }
+
+// Engine is an engine.Engine on a MySQL or MariaDB server. It is safe for
+// concurrent use.
+type Engine struct {
+	cfg   config
+	db    *sql.DB
+	owned bool // Close closes db
+	q     queries
+	id    string // instance id, the prefix of every owner value
+	seq   atomic.Uint64
+
+	mu      sync.Mutex
+	closed  bool
+	closing chan struct{}
+	leases  map[*lease]struct{}
+	rows    map[*rowLease]struct{}
+	idle    []*rowConn
+	kick    chan struct{} // wakes the renewal loop
+	busy    sync.WaitGroup
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// Pool is what New needs from the caller's database handle: its *sql.DB.
+// A *gorm.DB is a Pool, and so is anything else with that method.
+type Pool interface {
+	DB() (*sql.DB, error)
+}
+
+// New returns an engine on db, typically the application's *gorm.DB, which
+// the caller keeps: Close leaves it open. The engine sends its statements
+// straight to db's *sql.DB, which saves gorm's callback chain on every lock
+// operation. A row-strategy lease pins one of the pool's connections for as
+// long as it is held, so the pool must allow one open connection per held
+// row lease plus one. New does no I/O: it validates the options and returns
+// an error wrapping engine.ErrInvalidRequest for a bad table name or an
+// unknown strategy. Call Migrate once to create the tables. With
+// interpolateParams=true in the pool's DSN (as Open sets) each statement
+// takes one round trip instead of two.
+func New(db Pool, opts ...Option) (*Engine, error) {
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if db == nil {
+		return nil, fmt.Errorf("%w: mysql: nil database handle", engine.ErrInvalidRequest)
+	}
+	sqlDB, err := db.DB()
+	if err != nil || sqlDB == nil {
+		return nil, fmt.Errorf("%w: mysql: the handle has no *sql.DB: %v", engine.ErrInvalidRequest, err)
+	}
+	return newEngine(cfg, sqlDB, false), nil
+}
+
+// Open returns an engine with a connection pool of its own on the server
+// named by dsn, a go-sql-driver/mysql DSN. Open does no I/O; Close closes the
+// pool. Open turns on the driver's interpolateParams, which saves a round
+// trip per statement, and parseTime. Errors never contain the DSN.
+func Open(dsn string, opts ...Option) (*Engine, error) {
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	dc, err := mysqldrv.ParseDSN(dsn)
+	if err != nil {
+		// The driver's parse errors name the problem, not the DSN; strip
+		// it anyway in case a future version quotes it.
+		return nil, fmt.Errorf("%w: mysql: bad DSN: %s", engine.ErrInvalidRequest, redact(err.Error(), dsn))
+	}
+	dc.InterpolateParams = true
+	dc.ParseTime = true
+	conn, err := mysqldrv.NewConnector(dc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: mysql: bad DSN: %s", engine.ErrInvalidRequest, redact(err.Error(), dsn))
+	}
+	sqlDB := sql.OpenDB(conn)
+	sqlDB.SetMaxIdleConns(8)
+	return newEngine(cfg, sqlDB, true), nil
+}
+
+func redact(msg, secret string) string {
+	if secret == "" {
+		return msg
+	}
+	return strings.ReplaceAll(msg, secret, "<dsn>")
+}
+
+func buildConfig(opts []Option) (config, error) {
+	cfg := config{
+		table: DefaultTable, strategy: StrategyLease,
+		minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff,
+		connCheck: DefaultConnCheck, opTimeout: DefaultOpTimeout,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := checkTable(cfg.table); err != nil {
+		return cfg, err
+	}
+	switch cfg.strategy {
+	case StrategyLease, StrategyRow:
+	default:
+		return cfg, fmt.Errorf("%w: mysql: unknown strategy %q (want %q or %q)", engine.ErrInvalidRequest, cfg.strategy, StrategyLease, StrategyRow)
+	}
+	if cfg.minBackoff <= 0 || cfg.maxBackoff < cfg.minBackoff {
+		return cfg, fmt.Errorf("%w: mysql: backoff %v..%v", engine.ErrInvalidRequest, cfg.minBackoff, cfg.maxBackoff)
+	}
+	if cfg.connCheck <= 0 || cfg.opTimeout <= 0 {
+		return cfg, fmt.Errorf("%w: mysql: conn check and op timeout must be positive", engine.ErrInvalidRequest)
+	}
+	return cfg, nil
+}
+
+func newEngine(cfg config, db *sql.DB, owned bool) *Engine {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	e := &Engine{
+		cfg: cfg, db: db, owned: owned, q: buildQueries(cfg.table),
+		id: hex.EncodeToString(b[:]), closing: make(chan struct{}),
+		leases: make(map[*lease]struct{}), rows: make(map[*rowLease]struct{}),
+		kick: make(chan struct{}, 1),
+	}
+	if cfg.strategy == StrategyLease {
+		e.busy.Add(1)
+		go e.renewLoop()
+	}
+	return e
+}
+
+// Name returns "mysql".
+func (e *Engine) Name() string { return name }
+
+// Strategy returns StrategyLease or StrategyRow.
+func (e *Engine) Strategy() string { return e.cfg.strategy }
+
+// Table returns the lock table's name.
+func (e *Engine) Table() string { return e.cfg.table }
+
+// Limits returns the common bounds: keys up to MaxKeyLen bytes, TTLs from
+// engine.MinTTL to engine.MaxTTL.
+func (e *Engine) Limits() engine.Limits {
+	return engine.Limits{MaxKeyLen: MaxKeyLen, MinTTL: engine.MinTTL, MaxTTL: engine.MaxTTL}
+}
+
+// Validate checks req with engine.CheckRequest, without I/O.
+func (e *Engine) Validate(req engine.Request) error {
+	return engine.CheckRequest(req, e.Limits())
+}
+
+// Ping checks that the server answers. It returns engine.ErrClosed after
+// Close.
+func (e *Engine) Ping(ctx context.Context) error {
+	if e.isClosed() {
+		return engine.ErrClosed
+	}
+	if err := e.db.PingContext(ctx); err != nil {
+		return e.opErr("ping", "", err)
+	}
+	return nil
+}
+
+// Acquire grants a lease with the engine's strategy; see engine.Engine.
+// A waiting lease Acquire polls (see the package documentation); a waiting
+// row Acquire queues inside InnoDB.
+func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	if err := e.Validate(req); err != nil {
+		return nil, err
+	}
+	if !e.enter() {
+		return nil, engine.ErrClosed
+	}
+	defer e.busy.Done()
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(engine.ErrNotAcquired, err)
+	}
+	if e.cfg.strategy == StrategyRow {
+		return e.acquireRow(ctx, req)
+	}
+	return e.acquireLease(ctx, req)
+}
+
+// enter registers a call that Close must wait for, unless the engine is
+// closed.
+func (e *Engine) enter() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.busy.Add(1)
+	return true
+}
+
+func (e *Engine) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+// Close releases every lease the engine holds (each release bounded by the
+// op timeout), ends them with engine.ErrClosed, makes waiters return
+// engine.ErrClosed and stops the renewal loop. A pool from Open is closed;
+// a *gorm.DB passed to New stays open. Close is idempotent.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	close(e.closing)
+	leases := make([]*lease, 0, len(e.leases))
+	for l := range e.leases {
+		leases = append(leases, l)
+	}
+	rows := make([]*rowLease, 0, len(e.rows))
+	for l := range e.rows {
+		rows = append(rows, l)
+	}
+	e.mu.Unlock()
+
+	var wg sync.WaitGroup
+	for _, l := range leases {
+		wg.Add(1)
+		go func() { defer wg.Done(); l.end(engine.ErrClosed, true) }()
+	}
+	for _, l := range rows {
+		wg.Add(1)
+		go func() { defer wg.Done(); l.end(engine.ErrClosed) }()
+	}
+	wg.Wait()
+	e.busy.Wait()
+	e.mu.Lock()
+	idle := e.idle
+	e.idle = nil
+	e.mu.Unlock()
+	for _, c := range idle {
+		e.discard(c)
+	}
+	if e.owned {
+		return e.db.Close()
+	}
+	return nil
+}
+
+// owner returns a new owner value: unique per lease, at most 64 bytes.
+func (e *Engine) owner() string {
+	return fmt.Sprintf("%s-%d", e.id, e.seq.Add(1))
+}
+
+// opCtx returns a context for one statement that must not be cut short by
+// the caller's cancellation, so that the engine always learns whether a
+// grant or release happened.
+func (e *Engine) opCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), e.cfg.opTimeout)
+}
+
+// opErr wraps a server failure as an *engine.OpError. Driver errors carry
+// error numbers and messages, never the DSN.
+func (e *Engine) opErr(op, key string, err error) error {
+	var me *mysqldrv.MySQLError
+	if !errors.As(err, &me) {
+		err = fmt.Errorf("%w: %w", engine.ErrUnavailable, err)
+	}
+	return &engine.OpError{Engine: name, Op: op, Key: key, Err: err}
+}
+
+// MySQL and MariaDB error numbers the engine acts on.
+const (
+	errLockWaitTimeout = 1205 // innodb_lock_wait_timeout; MariaDB's NOWAIT
+	errDeadlock        = 1213
+	errInterrupted     = 1317 // KILL QUERY
+	errLockNowait      = 3572 // MySQL 8's NOWAIT
+)
+
+func errNumber(err error) uint16 {
+	var me *mysqldrv.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	return 0
+}

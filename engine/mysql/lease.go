@@ -1,0 +1,277 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// lease is a lease-strategy lease: a row (exclusive) or a reader row
+// (shared) that names this lease's owner value until it is cleared or
+// expires on the server's clock.
+type lease struct {
+	e     *Engine
+	key   string
+	mode  engine.Mode
+	token uint64
+	owner string
+	ttl   time.Duration
+	renew bool
+	sig   *engine.Signal
+
+	mu        sync.Mutex
+	timer     *time.Timer // fixed-TTL expiry; nil with Renew
+	releasing bool        // a Release is on the wire: renewal leaves it alone
+	// validFrom is a local monotonic instant no later than the server's
+	// NOW(6) of the last grant or successful renewal: the lease is surely
+	// held until validFrom+ttl, measured by elapsed time only.
+	validFrom time.Time
+}
+
+func (l *lease) Key() string           { return l.key }
+func (l *lease) Mode() engine.Mode     { return l.mode }
+func (l *lease) Token() uint64         { return l.token }
+func (l *lease) Done() <-chan struct{} { return l.sig.Done() }
+func (l *lease) Err() error            { return l.sig.Err() }
+
+// transient reports server errors after which a grant attempt is simply
+// repeated: InnoDB chose this statement as a deadlock victim or it waited
+// too long for a row lock.
+func transient(err error) bool {
+	n := errNumber(err)
+	return n == errDeadlock || n == errLockWaitTimeout
+}
+
+// acquireLease makes grant attempts until one succeeds, the request does
+// not wait, or ctx ends. Attempts use their own bounded context: a grant
+// the server made is never abandoned half-known because ctx ended.
+func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	owner := e.owner()
+	delay := e.cfg.minBackoff
+	exists := false
+	const maxTransient = 5
+	transients := 0
+	for {
+		start := time.Now()
+		token, ok, err := e.grantOnce(req, owner, &exists)
+		switch {
+		case err != nil && transient(err) && transients < maxTransient:
+			transients++
+			ok = false
+		case err != nil:
+			e.undoGrant(req, owner)
+			return nil, e.opErr("acquire", req.Key, err)
+		}
+		if ok {
+			return e.granted(req, owner, token, start)
+		}
+		if !req.Wait {
+			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
+		}
+		// Full jitter in [delay/2, delay], so that waiters released by the
+		// same event do not come back in lockstep.
+		d := delay/2 + rand.N(delay/2+1)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
+		case <-e.closing:
+			t.Stop()
+			return nil, engine.ErrClosed
+		}
+		delay = min(2*delay, e.cfg.maxBackoff)
+	}
+}
+
+// grantOnce makes one attempt. exists records that the key's row is known
+// to exist, which saves the INSERT on later attempts.
+func (e *Engine) grantOnce(req engine.Request, owner string, exists *bool) (uint64, bool, error) {
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	ttl := req.TTL.Microseconds()
+	if req.Mode == engine.Shared {
+		return e.grantShared(ctx, req.Key, owner, ttl)
+	}
+	res, err := e.db.ExecContext(ctx, e.q.grant, owner, ttl, ttl, req.Key)
+	if err != nil {
+		return 0, false, err
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		id, err := res.LastInsertId()
+		return uint64(id), err == nil, err
+	}
+	if *exists {
+		return 0, false, nil
+	}
+	res, err = e.db.ExecContext(ctx, e.q.insert, req.Key, owner, ttl, ttl)
+	if err != nil {
+		return 0, false, err
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return 1, true, nil
+	}
+	*exists = true
+	return 0, false, nil
+}
+
+// grantShared is one shared attempt: a short transaction that bumps the key
+// row's version if no unexpired writer holds it, adds this reader's row and
+// clears readers that expired.
+func (e *Engine) grantShared(ctx context.Context, key, owner string, ttl int64) (uint64, bool, error) {
+	tx, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	res, err := tx.ExecContext(ctx, e.q.sharedGrant, key)
+	if err != nil {
+		return 0, false, err
+	}
+	var token uint64
+	if n, _ := res.RowsAffected(); n == 1 {
+		id, err := res.LastInsertId()
+		if err != nil {
+			return 0, false, err
+		}
+		token = uint64(id)
+	} else {
+		res, err := tx.ExecContext(ctx, e.q.sharedInsert, key)
+		if err != nil {
+			return 0, false, err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return 0, false, nil // held by a writer
+		}
+		token = 1
+	}
+	if _, err := tx.ExecContext(ctx, e.q.readerTidy, key); err != nil {
+		return 0, false, err
+	}
+	if _, err := tx.ExecContext(ctx, e.q.readerAdd, key, owner, token, ttl, ttl); err != nil {
+		return 0, false, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, false, err
+	}
+	return token, true, nil
+}
+
+// undoGrant clears a grant whose outcome is unknown because its statement
+// failed in flight. The owner value is this attempt's alone, so clearing it
+// cannot touch anyone else's lease. Best effort.
+func (e *Engine) undoGrant(req engine.Request, owner string) {
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	if req.Mode == engine.Shared {
+		_, _ = e.db.ExecContext(ctx, "DELETE FROM `"+e.cfg.table+"_readers` WHERE `lock_key` = ? AND `owner` = ?", req.Key, owner)
+		return
+	}
+	_, _ = e.db.ExecContext(ctx, "UPDATE `"+e.cfg.table+"` SET `owner` = NULL, `expires_at` = NULL WHERE `lock_key` = ? AND `owner` = ?", req.Key, owner)
+}
+
+// granted registers a new lease, or gives it back if the engine closed
+// meanwhile. start was taken before the grant statement was sent, so it is
+// no later than the server's NOW(6) in that statement.
+func (e *Engine) granted(req engine.Request, owner string, token uint64, start time.Time) (engine.Lease, error) {
+	l := &lease{
+		e: e, key: req.Key, mode: req.Mode, token: token, owner: owner,
+		ttl: req.TTL, renew: req.Renew, sig: engine.NewSignal(req.OnLost), validFrom: start,
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		_, _ = e.clear(l)
+		return nil, engine.ErrClosed
+	}
+	e.leases[l] = struct{}{}
+	if !req.Renew {
+		// The server expires the row at its NOW(6)+TTL; this timer, started
+		// before the statement was sent, fires no later than that.
+		l.mu.Lock()
+		l.timer = time.AfterFunc(req.TTL-time.Since(start), func() { l.end(engine.ErrLeaseLost, false) })
+		l.mu.Unlock()
+	}
+	e.mu.Unlock()
+	if req.Renew {
+		e.wakeRenewal()
+	}
+	return l, nil
+}
+
+// clear removes the lease from the server if it still holds it there, and
+// reports whether it did.
+func (e *Engine) clear(l *lease) (bool, error) {
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	var res sql.Result
+	var err error
+	if l.mode == engine.Shared {
+		res, err = e.db.ExecContext(ctx, e.q.readerRelease, l.key, l.owner, l.token)
+	} else {
+		res, err = e.db.ExecContext(ctx, e.q.release, l.key, l.owner, l.token)
+	}
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// Release clears the lease's row (or reader row) on the server with a
+// statement conditional on its owner value and version, and still
+// unexpired by the server's clock. If that changes nothing the lease had
+// already lost the key: Release returns engine.ErrNotHeld and the lease
+// ends with engine.ErrLeaseLost. The statement runs even if ctx is
+// cancelled, bounded by the engine's op timeout.
+func (l *lease) Release(ctx context.Context) error {
+	if l.sig.Closed() {
+		return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+	}
+	l.mu.Lock()
+	l.releasing = true
+	l.mu.Unlock()
+	ok, err := l.e.clear(l)
+	if err != nil {
+		l.mu.Lock()
+		l.releasing = false
+		l.mu.Unlock()
+		return l.e.opErr("release", l.key, err)
+	}
+	l.forget()
+	if ok {
+		l.sig.Close(engine.ErrReleased)
+		return nil
+	}
+	l.sig.Close(engine.ErrLeaseLost)
+	return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+}
+
+// end closes the lease with err; with release it first clears it on the
+// server (Close does, expiry does not need to).
+func (l *lease) end(err error, release bool) {
+	if release && !l.sig.Closed() {
+		_, _ = l.e.clear(l)
+	}
+	l.forget()
+	l.sig.Close(err)
+}
+
+// forget stops the expiry timer and drops the lease from its engine.
+func (l *lease) forget() {
+	l.mu.Lock()
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.mu.Unlock()
+	l.e.mu.Lock()
+	delete(l.e.leases, l)
+	l.e.mu.Unlock()
+}

@@ -1,0 +1,186 @@
+package mysql
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// renewBatch is the most leases one renewal statement names.
+const renewBatch = 256
+
+// wakeRenewal tells the renewal loop that a renewed lease was added, so it
+// can shorten its interval.
+func (e *Engine) wakeRenewal() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// renewLoop is the engine's single renewal goroutine. Every interval (a
+// third of the shortest TTL among renewed leases) it sends one UPDATE per
+// table and per renewBatch leases that extends every renewed lease of this
+// engine by its own TTL, on the server's clock. A lease the UPDATE no longer
+// finds as ours ends with engine.ErrLeaseLost; so does one whose last
+// successful renewal is a TTL old while the server cannot be reached.
+func (e *Engine) renewLoop() {
+	defer e.busy.Done()
+	last := time.Now()
+	idle := true
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		interval := e.renewInterval()
+		if interval == 0 {
+			idle = true
+			select {
+			case <-e.kick:
+				continue
+			case <-e.closing:
+				return
+			}
+		}
+		if idle {
+			// The first renewed lease after a quiet spell was just granted.
+			idle, last = false, time.Now()
+		}
+		t.Reset(max(time.Until(last.Add(interval)), 0))
+		select {
+		case <-t.C:
+			last = time.Now()
+			e.renewAll()
+		case <-e.kick:
+			if !t.Stop() {
+				<-t.C
+			}
+		case <-e.closing:
+			return
+		}
+	}
+}
+
+// renewInterval is a third of the shortest TTL of the renewed leases, or 0
+// if there are none.
+func (e *Engine) renewInterval() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var d time.Duration
+	for l := range e.leases {
+		if l.renew && (d == 0 || l.ttl/3 < d) {
+			d = l.ttl / 3
+		}
+	}
+	return d
+}
+
+// renewAll renews every renewed lease of the engine.
+func (e *Engine) renewAll() {
+	var writers, readers []*lease
+	e.mu.Lock()
+	for l := range e.leases {
+		if !l.renew {
+			continue
+		}
+		if l.mode == engine.Shared {
+			readers = append(readers, l)
+		} else {
+			writers = append(writers, l)
+		}
+	}
+	e.mu.Unlock()
+	for len(writers) > 0 {
+		n := min(len(writers), renewBatch)
+		e.renewSome(writers[:n], e.q.renew, e.q.alive)
+		writers = writers[n:]
+	}
+	for len(readers) > 0 {
+		n := min(len(readers), renewBatch)
+		e.renewSome(readers[:n], e.q.readerRenew, e.q.readerAlive)
+		readers = readers[n:]
+	}
+}
+
+// renewSome renews one batch with one UPDATE. Only when it changed fewer
+// rows than it named does a SELECT find out which leases were lost.
+func (e *Engine) renewSome(batch []*lease, renewQ, aliveQ string) {
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	args := make([]any, 0, 2*len(batch))
+	for _, l := range batch {
+		args = append(args, l.key)
+	}
+	for _, l := range batch {
+		args = append(args, l.owner)
+	}
+	ph := placeholders(len(batch))
+	start := time.Now()
+	res, err := e.db.ExecContext(ctx, fmt.Sprintf(renewQ, ph, ph), args...)
+	if err != nil {
+		e.renewFailed(batch)
+		return
+	}
+	if n, err := res.RowsAffected(); err == nil && int(n) == len(batch) {
+		e.renewed(batch, start)
+		return
+	}
+	alive, err := e.aliveOwners(ctx, fmt.Sprintf(aliveQ, ph, ph), args)
+	if err != nil {
+		e.renewFailed(batch)
+		return
+	}
+	var ok []*lease
+	for _, l := range batch {
+		if alive[l.owner] {
+			ok = append(ok, l)
+			continue
+		}
+		l.mu.Lock()
+		releasing := l.releasing
+		l.mu.Unlock()
+		if !releasing {
+			l.end(engine.ErrLeaseLost, false)
+		}
+	}
+	e.renewed(ok, start)
+}
+
+func (e *Engine) aliveOwners(ctx context.Context, q string, args []any) (map[string]bool, error) {
+	rows, err := e.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	alive := make(map[string]bool)
+	for rows.Next() {
+		var o string
+		if err := rows.Scan(&o); err != nil {
+			return nil, err
+		}
+		alive[o] = true
+	}
+	return alive, rows.Err()
+}
+
+func (e *Engine) renewed(batch []*lease, start time.Time) {
+	for _, l := range batch {
+		l.mu.Lock()
+		l.validFrom = start
+		l.mu.Unlock()
+	}
+}
+
+// renewFailed ends the leases of a batch that could not be renewed and
+// whose last renewal is a TTL old: the server has expired them by now.
+func (e *Engine) renewFailed(batch []*lease) {
+	for _, l := range batch {
+		l.mu.Lock()
+		expired := time.Since(l.validFrom) >= l.ttl && !l.releasing
+		l.mu.Unlock()
+		if expired {
+			l.end(engine.ErrLeaseLost, false)
+		}
+	}
+}

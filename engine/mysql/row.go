@@ -1,0 +1,390 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// maxIdleRowConns is how many pinned connections the row strategy keeps for
+// reuse after their leases end.
+const maxIdleRowConns = 16
+
+// noDeadlineWait is the session innodb_lock_wait_timeout, in seconds, of a
+// waiting row Acquire whose ctx has no deadline. When it runs out the wait
+// is simply asked again; cancellation does not depend on it.
+const noDeadlineWait = 3600
+
+// maxRowTries bounds the statements one row Acquire may repeat: after a
+// lock wait timeout with no ctx deadline, a deadlock, or a key row that did
+// not exist yet.
+const maxRowTries = 1000
+
+// rowConn is a connection pinned out of the pool for the row strategy.
+type rowConn struct {
+	conn     *sql.Conn
+	id       uint64 // CONNECTION_ID(), for KILL QUERY
+	lockWait int    // the session's innodb_lock_wait_timeout, 0 if unknown
+}
+
+// getConn takes an idle pinned connection or pins a new one.
+func (e *Engine) getConn(ctx context.Context) (*rowConn, error) {
+	e.mu.Lock()
+	if n := len(e.idle); n > 0 {
+		rc := e.idle[n-1]
+		e.idle = e.idle[:n-1]
+		e.mu.Unlock()
+		return rc, nil
+	}
+	e.mu.Unlock()
+	c, err := e.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rc := &rowConn{conn: c}
+	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&rc.id); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return rc, nil
+}
+
+// putConn keeps rc for reuse, or discards it if enough are kept or the
+// engine is closed. rc must be outside any transaction.
+func (e *Engine) putConn(rc *rowConn) {
+	e.mu.Lock()
+	if !e.closed && len(e.idle) < maxIdleRowConns {
+		e.idle = append(e.idle, rc)
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Unlock()
+	e.discard(rc)
+}
+
+// discard closes rc's connection instead of giving it back to the pool: its
+// session settings were changed, or it may be broken or carry a pending
+// KILL QUERY, and the pool may be the caller's.
+func (e *Engine) discard(rc *rowConn) {
+	_ = rc.conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = rc.conn.Close()
+}
+
+// exec runs a statement on rc that does not wait for locks.
+func (e *Engine) exec(rc *rowConn, q string, args ...any) error {
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	_, err := rc.conn.ExecContext(ctx, q, args...)
+	return err
+}
+
+// lockWaitFor returns the innodb_lock_wait_timeout, in whole seconds, for a
+// wait until ctx's deadline: rounded up, so that the deadline (and the
+// KILL QUERY it triggers) comes first.
+func lockWaitFor(ctx context.Context, wait bool) int {
+	if !wait {
+		return 1
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return noDeadlineWait
+	}
+	// Rounded up to a few steps, so that most waits reuse the session's
+	// setting instead of sending a SET each time.
+	s := int(math.Ceil(time.Until(dl).Seconds())) + 1
+	for _, step := range []int{2, 5, 10, 30, 60, 300} {
+		if s <= step {
+			return step
+		}
+	}
+	return noDeadlineWait
+}
+
+// killable runs fn on rc with a context the caller cannot cancel, so that
+// the driver never drops the connection mid-statement. If ctx ends or the
+// engine closes first, it sends KILL QUERY for rc's connection id on a side
+// connection from the pool, which makes the server abandon the statement
+// (a lock wait included) and fn return. It reports whether it killed, and
+// returns only after the KILL has completed.
+func (e *Engine) killable(ctx context.Context, rc *rowConn, fn func(context.Context) error) (error, bool) {
+	done := make(chan struct{})
+	watched := make(chan struct{})
+	var killed atomic.Bool
+	go func() {
+		defer close(watched)
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		case <-e.closing:
+		}
+		killed.Store(true)
+		kctx, cancel := e.opCtx()
+		defer cancel()
+		_, _ = e.db.ExecContext(kctx, fmt.Sprintf("KILL QUERY %d", rc.id))
+	}()
+	err := fn(context.Background())
+	close(done)
+	<-watched
+	return err, killed.Load()
+}
+
+// stopErr is the error of an Acquire stopped by its ctx or by Close.
+func (e *Engine) stopErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return errors.Join(engine.ErrNotAcquired, err)
+	}
+	return engine.ErrClosed
+}
+
+// acquireRow takes the key's row lock in a transaction on a pinned
+// connection. Waiters queue in InnoDB's lock queue for the row.
+func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	rc, err := e.getConn(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
+		}
+		return nil, e.opErr("acquire", req.Key, err)
+	}
+	q := e.q.rowLock
+	switch {
+	case req.Mode == engine.Shared:
+		// MySQL has no LOCK IN SHARE MODE NOWAIT, so a shared TryLock
+		// waits up to the least lock wait timeout, one second.
+		q = e.q.rowShare
+	case !req.Wait:
+		q = e.q.rowTryLock
+	}
+	for try := 0; try < maxRowTries; try++ {
+		if err := ctx.Err(); err != nil {
+			e.putConn(rc)
+			return nil, errors.Join(engine.ErrNotAcquired, err)
+		}
+		if w := lockWaitFor(ctx, req.Wait); w != rc.lockWait {
+			if err := e.exec(rc, fmt.Sprintf("SET SESSION innodb_lock_wait_timeout = %d", w)); err != nil {
+				e.discard(rc)
+				return nil, e.opErr("acquire", req.Key, err)
+			}
+			rc.lockWait = w
+		}
+		if err := e.exec(rc, "START TRANSACTION"); err != nil {
+			e.discard(rc)
+			return nil, e.opErr("acquire", req.Key, err)
+		}
+		var version uint64
+		err, killed := e.killable(ctx, rc, func(qctx context.Context) error {
+			return rc.conn.QueryRowContext(qctx, q, req.Key).Scan(&version)
+		})
+		if killed {
+			// The KILL may have come after the grant; either way the
+			// caller asked to stop. Dropping the connection rolls back and
+			// leaves no queued request behind.
+			e.discard(rc)
+			return nil, e.stopErr(ctx)
+		}
+		if err == nil {
+			return e.grantedRow(req, rc)
+		}
+		if rerr := e.exec(rc, "ROLLBACK"); rerr != nil {
+			e.discard(rc)
+			return nil, e.opErr("acquire", req.Key, rerr)
+		}
+		switch n := errNumber(err); {
+		case errors.Is(err, sql.ErrNoRows):
+			// First use of the key: create its row, outside the
+			// transaction, and lock it on the next turn.
+			err, killed := e.killable(ctx, rc, func(qctx context.Context) error {
+				_, err := rc.conn.ExecContext(qctx, e.q.rowEnsure, req.Key)
+				return err
+			})
+			if killed {
+				e.discard(rc)
+				return nil, e.stopErr(ctx)
+			}
+			if err != nil {
+				e.discard(rc)
+				return nil, e.opErr("acquire", req.Key, err)
+			}
+		case n == errLockWaitTimeout || n == errLockNowait:
+			if !req.Wait {
+				e.putConn(rc)
+				return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
+			}
+		case n == errDeadlock:
+		default:
+			e.discard(rc)
+			return nil, e.opErr("acquire", req.Key, err)
+		}
+	}
+	e.discard(rc)
+	return nil, e.opErr("acquire", req.Key, fmt.Errorf("gave up after %d attempts", maxRowTries))
+}
+
+// grantedRow finishes a row grant: it draws the fencing token and starts
+// the lease's connection check and, without Renew, its expiry timer.
+//
+// The token is an AUTO_INCREMENT value drawn by an INSERT inside the
+// holder's transaction, after the row lock is granted. InnoDB never gives
+// an AUTO_INCREMENT value back, not even when the transaction rolls back,
+// so a holder whose connection is killed never hands its token to the next
+// holder; and the INSERT is never committed (Release rolls back), so
+// drawing a token costs no log flush.
+func (e *Engine) grantedRow(req engine.Request, rc *rowConn) (engine.Lease, error) {
+	fail := func(err error) (engine.Lease, error) {
+		e.discard(rc)
+		return nil, e.opErr("acquire", req.Key, err)
+	}
+	tctx, cancel := e.opCtx()
+	res, err := rc.conn.ExecContext(tctx, e.q.rowToken)
+	cancel()
+	if err != nil {
+		return fail(err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return fail(err)
+	}
+	token := uint64(id)
+	l := &rowLease{e: e, key: req.Key, mode: req.Mode, token: token, rc: rc,
+		sig: engine.NewSignal(req.OnLost), stop: make(chan struct{})}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		e.discard(rc)
+		return nil, engine.ErrClosed
+	}
+	e.rows[l] = struct{}{}
+	if !req.Renew {
+		// The row strategy has no server-side expiry: a fixed TTL ends
+		// with a rollback from this local timer.
+		l.mu.Lock()
+		l.timer = time.AfterFunc(req.TTL, func() { l.end(engine.ErrLeaseLost) })
+		l.mu.Unlock()
+	}
+	e.busy.Add(1)
+	e.mu.Unlock()
+	go l.watch()
+	return l, nil
+}
+
+// rowLease is a row-strategy lease: an open transaction holding the key
+// row's lock on a pinned connection.
+type rowLease struct {
+	e     *Engine
+	key   string
+	mode  engine.Mode
+	token uint64
+	sig   *engine.Signal
+	stop  chan struct{}
+
+	mu    sync.Mutex
+	rc    *rowConn // nil once the lease has ended
+	timer *time.Timer
+}
+
+func (l *rowLease) Key() string           { return l.key }
+func (l *rowLease) Mode() engine.Mode     { return l.mode }
+func (l *rowLease) Token() uint64         { return l.token }
+func (l *rowLease) Done() <-chan struct{} { return l.sig.Done() }
+func (l *rowLease) Err() error            { return l.sig.Err() }
+
+// watch pings the pinned connection every conn-check interval; a failed
+// ping means the server has rolled the transaction back (connection
+// killed, server restarted, network gone), and the lease ends with
+// engine.ErrLeaseLost.
+func (l *rowLease) watch() {
+	defer l.e.busy.Done()
+	t := time.NewTicker(l.e.cfg.connCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		rc := l.rc
+		var err error
+		if rc != nil {
+			ctx, cancel := l.e.opCtx()
+			err = rc.conn.PingContext(ctx)
+			cancel()
+		}
+		l.mu.Unlock()
+		if rc == nil {
+			return
+		}
+		if err != nil {
+			l.end(fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, err))
+			return
+		}
+	}
+}
+
+// take detaches the connection from the lease, stopping its timer and
+// watcher; nil if the lease has ended.
+func (l *rowLease) take() *rowConn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rc := l.rc
+	if rc == nil {
+		return nil
+	}
+	l.rc = nil
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	close(l.stop)
+	return rc
+}
+
+// Release ends the lease's transaction, which frees the row lock, and
+// returns the connection to the engine. The transaction is rolled back: its
+// only write is the token draw, which must not persist, and a rollback
+// needs no log flush. A lease whose transaction is gone
+// (expired by its timer, connection lost, already released) returns
+// engine.ErrNotHeld.
+func (l *rowLease) Release(ctx context.Context) error {
+	rc := l.take()
+	if rc == nil {
+		return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+	}
+	err := l.e.exec(rc, "ROLLBACK")
+	l.forget()
+	if err != nil {
+		l.e.discard(rc)
+		l.sig.Close(fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, err))
+		return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+	}
+	l.e.putConn(rc)
+	l.sig.Close(engine.ErrReleased)
+	return nil
+}
+
+// end rolls the transaction back and closes the lease with err.
+func (l *rowLease) end(err error) {
+	if rc := l.take(); rc != nil {
+		if l.e.exec(rc, "ROLLBACK") == nil {
+			l.e.putConn(rc)
+		} else {
+			l.e.discard(rc)
+		}
+	}
+	l.forget()
+	l.sig.Close(err)
+}
+
+func (l *rowLease) forget() {
+	l.e.mu.Lock()
+	delete(l.e.rows, l)
+	l.e.mu.Unlock()
+}
