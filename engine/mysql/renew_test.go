@@ -21,6 +21,13 @@ type recorder struct {
 	driver.Connector
 	mu     sync.Mutex
 	renews []int
+	grants int // exclusive grant attempts
+}
+
+func (r *recorder) grantCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.grants
 }
 
 func (r *recorder) Connect(ctx context.Context) (driver.Conn, error) {
@@ -47,6 +54,11 @@ func (c *recConn) ExecContext(ctx context.Context, q string, args []driver.Named
 	if strings.Contains(q, "INTERVAL `ttl_us` MICROSECOND") {
 		c.r.mu.Lock()
 		c.r.renews = append(c.r.renews, len(args))
+		c.r.mu.Unlock()
+	}
+	if strings.Contains(q, "`mode` = 0") && strings.Contains(q, "LAST_INSERT_ID(`version` + 1)") {
+		c.r.mu.Lock()
+		c.r.grants++
 		c.r.mu.Unlock()
 	}
 	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)

@@ -45,13 +45,22 @@ func (e *Engine) getConn(ctx context.Context) (*rowConn, error) {
 		return rc, nil
 	}
 	e.mu.Unlock()
+	select {
+	case e.pins <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-e.closing:
+		return nil, engine.ErrClosed
+	}
 	c, err := e.db.Conn(ctx)
 	if err != nil {
+		<-e.pins
 		return nil, err
 	}
 	rc := &rowConn{conn: c}
 	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&rc.id); err != nil {
 		_ = c.Close()
+		<-e.pins
 		return nil, err
 	}
 	return rc, nil
@@ -76,6 +85,7 @@ func (e *Engine) putConn(rc *rowConn) {
 func (e *Engine) discard(rc *rowConn) {
 	_ = rc.conn.Raw(func(any) error { return driver.ErrBadConn })
 	_ = rc.conn.Close()
+	<-e.pins
 }
 
 // exec runs a statement on rc that does not wait for locks.
