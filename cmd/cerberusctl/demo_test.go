@@ -28,6 +28,8 @@ func TestDemoAcrossProcesses(t *testing.T) {
 		check  func(testing.TB) string
 	}{
 		{"redis", testenv.RedisAddr},
+		{"mysql", testenv.MySQLDSN},
+		{"mysql-row", testenv.MySQLDSN},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
 			tc.check(t)

@@ -1,15 +1,18 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/memory"
+	"github.com/cerberus-go/cerberus/engine/mysql"
 	"github.com/cerberus-go/cerberus/engine/redis"
 )
 
@@ -17,7 +20,7 @@ import (
 // adds its own entry; the failover manager's config package will take this
 // over. Server addresses come from the same CERBERUS_* variables the tests
 // read (scripts/services.sh env prints them).
-var engineNames = []string{"memory", "redis"}
+var engineNames = []string{"memory", "redis", "mysql", "mysql-row"}
 
 // crossProcess reports whether an engine locks across OS processes.
 func crossProcess(name string) bool { return name != "memory" }
@@ -57,6 +60,24 @@ func newEngine(name string) (engine.Engine, error) {
 			return nil, err
 		}
 		return owned{e, c.Close}, nil
+	case "mysql", "mysql-row":
+		strategy := mysql.StrategyLease
+		if name == "mysql-row" {
+			strategy = mysql.StrategyRow
+		}
+		e, err := mysql.Open(envOr("CERBERUS_MYSQL_DSN", "root:@tcp(127.0.0.1:3306)/test?parseTime=true"),
+			mysql.WithTable("cerberus_demo_locks"), mysql.WithStrategy(strategy),
+			mysql.WithMaxConns(24)) // four demo processes stay well under MySQL's default max_connections (151)
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := e.Migrate(ctx); err != nil {
+			_ = e.Close()
+			return nil, err
+		}
+		return e, nil
 	}
 	if !slices.Contains(engineNames, name) {
 		return nil, fmt.Errorf("unknown engine %q (available: %s)", name, strings.Join(engineNames, ", "))
