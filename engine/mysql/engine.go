@@ -116,7 +116,7 @@ type Engine struct {
 	rows    map[*rowLease]struct{}
 	idle    []*rowConn
 	pins    chan struct{} // one token per pinned row connection
-	gates   map[string]*pollGate
+	turns   engine.Turns  // one polling waiter per key
 	kick    chan struct{} // wakes the renewal loop
 	busy    sync.WaitGroup
 }
@@ -225,8 +225,8 @@ func newEngine(cfg config, db *sql.DB, owned bool) *Engine {
 		cfg: cfg, db: db, owned: owned, q: buildQueries(cfg.table),
 		id: hex.EncodeToString(b[:]), closing: make(chan struct{}),
 		leases: make(map[*lease]struct{}), rows: make(map[*rowLease]struct{}),
-		gates: make(map[string]*pollGate),
-		kick:  make(chan struct{}, 1), pins: make(chan struct{}, cfg.maxConns-2),
+
+		kick: make(chan struct{}, 1), pins: make(chan struct{}, cfg.maxConns-2),
 	}
 	if cfg.strategy == StrategyLease {
 		e.busy.Add(1)

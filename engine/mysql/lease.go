@@ -57,8 +57,7 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 	exists := false
 	const maxTransient = 5
 	transients := 0
-	var g *pollGate  // this waiter's gate once it has been refused
-	polling := false // this waiter holds g's turn
+	var kick <-chan struct{} // set once this waiter has the key's polling turn
 	for {
 		start := time.Now()
 		token, ok, err := e.grantOnce(req, owner, &exists)
@@ -76,21 +75,19 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 		if !req.Wait {
 			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
 		}
-		if g == nil {
+		if kick == nil {
 			// Only one waiter per key and engine polls the server; the
-			// others wait here for their turn.
-			g = e.gate(req.Key)
-			defer func() { e.leaveGate(req.Key, g, polling) }()
-			select {
-			case g.turn <- struct{}{}:
-				polling = true
-				delay = e.cfg.minBackoff
-				continue // try at once: the key may have come free meanwhile
-			case <-ctx.Done():
-				return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
-			case <-e.closing:
-				return nil, engine.ErrClosed
+			// others wait here for their turn (see engine.Turns).
+			k, done, err := e.turns.Take(ctx, req.Key, e.closing)
+			if err != nil {
+				if errors.Is(err, engine.ErrClosed) {
+					return nil, err
+				}
+				return nil, errors.Join(engine.ErrNotAcquired, err)
 			}
+			defer done()
+			kick, delay = k, e.cfg.minBackoff
+			continue // try at once: the key may have come free meanwhile
 		}
 		// Full jitter in [delay/2, delay], so that waiters released by the
 		// same event do not come back in lockstep.
@@ -98,7 +95,7 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
-		case <-g.kick:
+		case <-kick:
 			delay = e.cfg.minBackoff // released here: try at once
 		case <-ctx.Done():
 			t.Stop()
@@ -109,56 +106,6 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 		}
 		t.Stop()
 		delay = min(2*delay, e.cfg.maxBackoff)
-	}
-}
-
-// pollGate lets one waiter per key and engine poll the server at a time:
-// without it, hundreds of local waiters on one hot key each send an UPDATE
-// on the same row every backoff period, and contend for its row lock with
-// the holder's release. The waiter holding turn polls; when it is granted or
-// gives up, the next local waiter takes its turn. kick wakes the poller
-// when a lease of this engine releases the key.
-type pollGate struct {
-	turn  chan struct{} // holds a token while a waiter polls
-	kick  chan struct{}
-	users int // guarded by e.mu
-}
-
-func (e *Engine) gate(key string) *pollGate {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	g := e.gates[key]
-	if g == nil {
-		g = &pollGate{turn: make(chan struct{}, 1), kick: make(chan struct{}, 1)}
-		e.gates[key] = g
-	}
-	g.users++
-	return g
-}
-
-// leaveGate gives up the turn, if this waiter held it, and the gate.
-func (e *Engine) leaveGate(key string, g *pollGate, polling bool) {
-	if polling {
-		<-g.turn
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	g.users--
-	if g.users == 0 {
-		delete(e.gates, key)
-	}
-}
-
-// kickGate wakes the local poller of key, if any, after a local release.
-func (e *Engine) kickGate(key string) {
-	e.mu.Lock()
-	g := e.gates[key]
-	e.mu.Unlock()
-	if g != nil {
-		select {
-		case g.kick <- struct{}{}:
-		default:
-		}
 	}
 }
 
@@ -319,7 +266,7 @@ func (l *lease) Release(ctx context.Context) error {
 	l.forget()
 	if ok {
 		l.sig.Close(engine.ErrReleased)
-		l.e.kickGate(l.key)
+		l.e.turns.Kick(l.key)
 		return nil
 	}
 	l.sig.Close(engine.ErrLeaseLost)
