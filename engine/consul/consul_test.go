@@ -1,0 +1,66 @@
+package consul_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/consul"
+	"github.com/cerberus-go/cerberus/engine/enginetest"
+	"github.com/cerberus-go/cerberus/internal/testenv"
+)
+
+// testPrefix is the KV folder the tests lock under.
+const testPrefix = "cerberus-test/locks"
+
+// newClient returns an API client for the agent at addr.
+func newClient(t testing.TB, addr string) *api.Client {
+	t.Helper()
+	cfg := api.DefaultNonPooledConfig()
+	cfg.Address = addr
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		t.Fatalf("consul client: %v", err)
+	}
+	return c
+}
+
+// leftovers lists what the agent keeps under key's folder.
+func leftovers(c *api.Client, e *consul.Engine) func(ctx context.Context, key string) ([]string, error) {
+	return func(ctx context.Context, key string) ([]string, error) {
+		q := (&api.QueryOptions{}).WithContext(ctx)
+		keys, _, err := c.KV().Keys(e.KeyDir(key), "", q)
+		return keys, err
+	}
+}
+
+func TestConformance(t *testing.T) {
+	addr := testenv.ConsulAddr(t)
+	outside := newClient(t, addr)
+	probe, err := consul.New(outside, consul.WithPrefix(testPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginetest.Run(t, func() (engine.Engine, error) {
+		return consul.New(newClient(t, addr), consul.WithPrefix(testPrefix))
+	}, enginetest.Options{
+		Leftovers: leftovers(outside, probe),
+		Unreachable: func() (engine.Engine, error) {
+			return consul.Dial("127.0.0.1:1", consul.WithPrefix(testPrefix))
+		},
+	})
+}
+
+func TestConformanceFair(t *testing.T) {
+	addr := testenv.ConsulAddr(t)
+	outside := newClient(t, addr)
+	probe, err := consul.New(outside, consul.WithPrefix(testPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginetest.Run(t, func() (engine.Engine, error) {
+		return consul.New(newClient(t, addr), consul.WithPrefix(testPrefix), consul.WithFair(true))
+	}, enginetest.Options{Leftovers: leftovers(outside, probe)})
+}

@@ -1,0 +1,93 @@
+// Package consul is the cerberus engine on Consul: sessions, KV locks and
+// blocking queries, through github.com/hashicorp/consul/api.
+//
+// # Sessions
+//
+// Each Engine creates one Consul session (on its first Acquire) and backs
+// every lease with it. A goroutine renews it every TTL/2 (WithSessionTTL,
+// default 15s) and, in between, watches it with a blocking query. When the
+// session is invalidated (destroyed from outside, a tied health check
+// failed, or its TTL ran out) or cannot be renewed for a whole TTL, every
+// lease it backs closes Done with engine.ErrLeaseLost, and the next Acquire
+// creates a new session. The session's behaviour is "delete": Consul deletes
+// the keys of an invalidated session, so a dead holder leaves nothing.
+// Sessions can be tied to health checks with WithHealthChecks.
+//
+// Lock-delay (WithLockDelay, default 15s as in Consul) is the safety margin
+// after an invalidation: the keys the session held cannot be locked again
+// for that long, which gives a holder that has not yet noticed its loss (a
+// paused process, a partitioned host) time to stop before someone else
+// starts. Releases, fixed-TTL expiry and Close delete keys explicitly, so
+// they never leave a lock-delay behind; only invalidations do.
+//
+// # Leases and TTLs
+//
+// Consul session TTLs run from 10s to 24h, but Request.TTL may be as short
+// as engine.MinTTL. With Request.Renew a lease lives as long as the session.
+// Without it, a local timer ends the lease at Request.TTL: it deletes the
+// key on the server and closes Done with engine.ErrLeaseLost. A holder that
+// crashes frees its keys when Consul invalidates its session, that is
+// within the session TTL (Consul may take up to twice the TTL) plus the
+// lock-delay, not within Request.TTL.
+//
+// # Keys
+//
+// A lock key K lives in the KV folder P/E/, where P is the prefix
+// (WithPrefix, default "cerberus/locks") and E is EncodeKey(K): letters,
+// digits and '-' as they are, every other byte as "_XX". Every key
+// engine.CheckKey accepts can be stored, with no '/', '.' or '..' segment
+// for HTTP path cleaning to rewrite. In the folder:
+//
+//   - P/E/lock is the lock document. An exclusive holder creates it and
+//     holds it with the session (KV acquire, in a transaction that also
+//     checks it did not exist). Its value records the owner (WithOwner) and
+//     the lease.
+//   - P/E/c-<lease> are the contender keys of shared holders (Consul's
+//     semaphore recipe): each is held with its holder's session, and the
+//     lock document, unlocked, lists the holders. Readers join and leave
+//     with check-and-set on the document; a writer needs the document
+//     absent, so writers exclude everyone. Holders whose contender key is
+//     gone (invalidated session) are pruned by the next writer, in a
+//     transaction that respects their lock-delay.
+//
+// Release deletes what the grant wrote, with a check on the ModifyIndex of
+// the grant, so a stale lease changes nothing; the last holder deletes the
+// document, so the KV store does not fill with dead locks.
+//
+// # Tokens
+//
+// Lease.Token is the ModifyIndex of the write that granted the lease: a
+// Raft index, so it strictly increases across release, re-acquire, key
+// deletion and client restarts, for as long as the cluster keeps its Raft
+// log (a -dev agent starts over when restarted).
+//
+// # Waiting
+//
+// A waiting Acquire makes blocking queries from the last index it saw;
+// each is bounded by WithWaitTime (default 5s), after which the key is
+// checked again even without a change, so a missed change costs a delay,
+// never a hang. Every call uses the caller's context (and Close ends it).
+//
+// In the default mode waiters watch the key's folder and race after each
+// release; one wins. That is the cheapest when contention is low, but it
+// is not fair, and a steady stream of readers can hold a writer off.
+//
+// In fair mode (WithFair) a waiter that does not get the key at once joins
+// a queue: a waiter key P/E/w-x-<lease> (writer) or P/E/w-s-<lease>
+// (reader), held with the session, whose CreateIndex is its place. A writer
+// goes when no one queued before it remains, a reader when no writer queued
+// before it remains; each waiter watches only the key it waits for (the
+// nearest waiter it must let go first, or the lock document), so a release
+// wakes one waiter, not the queue. The grant transaction deletes the waiter
+// key; an abandoned wait deletes it too, and a crashed waiter's key goes
+// with its session. Single attempts fail while a waiter they would overtake
+// is queued. Engines in the default mode on the same key ignore the queue.
+//
+// # Configuration and errors
+//
+// New takes a *api.Client the caller owns; Dial builds one (WithTLS).
+// WithToken and WithDatacenter apply to every request. The ACL token is
+// sent in a header and never appears in errors: server failures are
+// *engine.OpError values, wrapping engine.ErrUnavailable when the server
+// could not be reached or failed, with the token scrubbed from the text.
+package consul

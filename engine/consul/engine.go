@@ -1,0 +1,297 @@
+package consul
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// cleanupTimeout bounds every server call made on a context that is not the
+// caller's: releases after cancellation, expiry, Close.
+const cleanupTimeout = 5 * time.Second
+
+// Engine is an engine.Engine on Consul sessions and KV locks.
+type Engine struct {
+	client *api.Client
+	kv     *api.KV
+	cfg    config
+
+	idBase string        // random per engine, prefix of lease ids
+	seq    atomic.Uint64 // lease id counter
+
+	closingCtx context.Context // cancelled by Close
+	closeNow   context.CancelFunc
+
+	sessLock chan struct{} // one session creation at a time; a lock that honours ctx
+	turns    engine.Turns  // one blocking-query waiter per key
+
+	mu       sync.Mutex
+	closed   bool
+	sess     *session // the current session; nil before the first grant or after a loss
+	leases   map[*lease]struct{}
+	wg       sync.WaitGroup // session goroutines
+	expiring sync.WaitGroup // server releases of expired leases; Add under mu while open
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// New returns an engine that uses client. The engine does no I/O until the
+// first Acquire or Ping; Close leaves client usable.
+func New(client *api.Client, opts ...Option) (*Engine, error) {
+	if client == nil {
+		return nil, errors.New("consul: nil client")
+	}
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Engine{
+		client:     client,
+		kv:         client.KV(),
+		cfg:        cfg,
+		idBase:     hex.EncodeToString(b[:]),
+		closingCtx: ctx,
+		closeNow:   cancel,
+		sessLock:   make(chan struct{}, 1),
+		leases:     make(map[*lease]struct{}),
+	}, nil
+}
+
+// Dial builds a consul API client for the agent at address (host:port),
+// using WithTLS, WithToken and WithDatacenter from opts, and returns an
+// engine on it.
+func Dial(address string, opts ...Option) (*Engine, error) {
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.maxConns < 1 {
+		return nil, fmt.Errorf("%w: consul: max conns %d is under 1", engine.ErrInvalidRequest, cfg.maxConns)
+	}
+	ac := api.DefaultNonPooledConfig()
+	// A pooled transport with a cap: the non-pooled default opens a new
+	// connection per request, so a burst of waiters meets the agent's
+	// per-client connection limit.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxConnsPerHost, tr.MaxIdleConnsPerHost = cfg.maxConns, cfg.maxConns
+	ac.Transport = tr
+	ac.Address = address
+	ac.Token = ""
+	ac.TokenFile = ""
+	if cfg.tls != nil {
+		ac.Scheme = "https"
+		ac.TLSConfig = *cfg.tls
+	}
+	if cfg.datacenter != "" {
+		ac.Datacenter = cfg.datacenter
+	}
+	client, err := api.NewClient(ac)
+	if err != nil {
+		return nil, fmt.Errorf("consul: client for %s: %w", address, err)
+	}
+	return New(client, opts...)
+}
+
+// Name returns "consul".
+func (e *Engine) Name() string { return name }
+
+// Limits returns the common bounds from package engine. Every key that
+// engine.CheckKey accepts can be stored (see EncodeKey).
+func (e *Engine) Limits() engine.Limits {
+	return engine.Limits{MaxKeyLen: engine.MaxKeyLen, MinTTL: engine.MinTTL, MaxTTL: engine.MaxTTL}
+}
+
+// Validate checks req with engine.CheckRequest, without I/O.
+func (e *Engine) Validate(req engine.Request) error {
+	return engine.CheckRequest(req, e.Limits())
+}
+
+// Ping asks the agent for the cluster leader. It returns engine.ErrClosed
+// after Close, and an *engine.OpError wrapping engine.ErrUnavailable when
+// the agent does not answer or knows no leader.
+func (e *Engine) Ping(ctx context.Context) error {
+	if e.isClosed() {
+		return engine.ErrClosed
+	}
+	leader, err := e.client.Status().LeaderWithQueryOptions(e.query(ctx))
+	if err != nil {
+		return e.opErr("ping", "", err)
+	}
+	if leader == "" {
+		return e.opErr("ping", "", errors.New("no cluster leader"))
+	}
+	return nil
+}
+
+func (e *Engine) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+// query returns the read options every request uses.
+func (e *Engine) query(ctx context.Context) *api.QueryOptions {
+	q := &api.QueryOptions{Token: e.cfg.token, Datacenter: e.cfg.datacenter}
+	return q.WithContext(ctx)
+}
+
+// write returns the write options every request uses.
+func (e *Engine) write(ctx context.Context) *api.WriteOptions {
+	w := &api.WriteOptions{Token: e.cfg.token, Datacenter: e.cfg.datacenter}
+	return w.WithContext(ctx)
+}
+
+// newID returns a lease id unique across engines.
+func (e *Engine) newID() string {
+	return fmt.Sprintf("%s%x", e.idBase, e.seq.Add(1))
+}
+
+// Acquire grants a lease; see engine.Engine. Exclusive leases lock the
+// key's document with the engine's session; Shared leases follow Consul's
+// semaphore recipe (see the package documentation). Waiting uses blocking
+// queries bounded by WithWaitTime.
+func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	if err := e.Validate(req); err != nil {
+		return nil, err
+	}
+	if e.isClosed() {
+		return nil, engine.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(engine.ErrNotAcquired, err)
+	}
+	// wctx ends with the caller's ctx or with Close (cause ErrClosed).
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(e.closingCtx, func() { cancel(engine.ErrClosed) })
+	defer stop()
+
+	l := &lease{
+		e: e, key: req.Key, mode: req.Mode, id: e.newID(),
+		dir: e.keyDir(req.Key), sig: engine.NewSignal(req.OnLost),
+	}
+	l.doc = l.dir + docName
+	err := e.acquire(wctx, l, req)
+	if err != nil {
+		ended := wctx.Err() != nil
+		if ended || l.queued || e.isClosed() {
+			// A call may have reached the server, or a waiter key is
+			// queued: take back whatever is left, on a context the
+			// caller's end does not cancel.
+			e.undo(l)
+		}
+		switch {
+		case ended && ctx.Err() != nil:
+			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
+		case ended || e.isClosed():
+			return nil, engine.ErrClosed
+		}
+		return nil, err
+	}
+	return e.granted(l, req)
+}
+
+// granted registers a lease that the server granted, arming its expiry
+// timer, or undoes the grant if the engine closed or the session was lost
+// meanwhile.
+func (e *Engine) granted(l *lease, req engine.Request) (engine.Lease, error) {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		e.undo(l)
+		return nil, engine.ErrClosed
+	}
+	s := l.sess
+	s.mu.Lock()
+	lost := s.lost
+	if !lost {
+		s.leases[l] = struct{}{}
+	}
+	s.mu.Unlock()
+	if lost {
+		e.mu.Unlock()
+		e.undo(l)
+		return nil, &engine.OpError{Engine: name, Op: "acquire", Key: l.key,
+			Err: fmt.Errorf("%w: the session was lost during the grant", engine.ErrUnavailable)}
+	}
+	e.leases[l] = struct{}{}
+	if !req.Renew {
+		l.mu.Lock()
+		l.timer = time.AfterFunc(req.TTL, l.expire)
+		l.mu.Unlock()
+	}
+	e.mu.Unlock()
+	return l, nil
+}
+
+// Close releases every lease the engine holds (deleting their keys, so no
+// lock-delay applies), ends them with engine.ErrClosed, makes waiting
+// Acquire calls return engine.ErrClosed, and destroys the session. It waits
+// at most a few seconds for the server. The client stays open. Close is
+// idempotent.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.closeNow()
+	held := make([]*lease, 0, len(e.leases))
+	for l := range e.leases {
+		held = append(held, l)
+	}
+	s := e.sess
+	e.sess = nil
+	e.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, l := range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if l.claim() {
+				_, _ = l.releaseOnServer(ctx)
+				l.finish(engine.ErrClosed)
+			}
+		}()
+	}
+	wg.Wait()
+	e.expiring.Wait()
+	if s != nil {
+		s.stopAndDestroy(ctx)
+	}
+	e.wg.Wait()
+	return nil
+}
+
+// undo removes whatever a failed or abandoned Acquire may have left on the
+// server for l. Failures are handed to the session to retry.
+func (e *Engine) undo(l *lease) {
+	if l.sess == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if err := l.takeBack(ctx); err != nil {
+		l.sess.addOrphan(l)
+	}
+}

@@ -1,0 +1,250 @@
+package consul
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// waiterHead starts the name of a fair-mode waiter key: "w-x-<lease>" for
+// an exclusive waiter, "w-s-<lease>" for a shared one. The key is held with
+// the waiter's session, so a crashed waiter leaves the queue by itself, and
+// its CreateIndex (a Raft index) is its place in the queue.
+const waiterHead = "w-"
+
+// waiter is one entry of a key's fair-mode queue.
+type waiter struct {
+	key   string // full KV key
+	lease string
+	mode  engine.Mode
+	order uint64 // CreateIndex of the waiter key
+}
+
+// waiterKey is l's waiter key.
+func waiterKey(l *lease) string {
+	m := "x-"
+	if l.mode == engine.Shared {
+		m = "s-"
+	}
+	return l.dir + waiterHead + m + l.id
+}
+
+// parseWaiter reads a waiter key name (after the folder).
+func parseWaiter(rest string, p *api.KVPair) (waiter, bool) {
+	if len(rest) < len(waiterHead)+3 || rest[:len(waiterHead)] != waiterHead {
+		return waiter{}, false
+	}
+	w := waiter{key: p.Key, lease: rest[len(waiterHead)+2:], order: p.CreateIndex}
+	switch rest[len(waiterHead) : len(waiterHead)+2] {
+	case "x-":
+		w.mode = engine.Exclusive
+	case "s-":
+		w.mode = engine.Shared
+	default:
+		return waiter{}, false
+	}
+	return w, true
+}
+
+// watched returns the key whose change may let a queued request in mode
+// go: the nearest waiter before it that it must let go first (any waiter
+// for a writer, a writer for a reader), or else the lock document. Watching
+// one key, like ZooKeeper's predecessor watch, wakes one waiter per change
+// rather than the whole queue.
+func (st *state) watched(mode engine.Mode, me waiter, doc string) string {
+	var best *waiter
+	for i, w := range st.waiters {
+		if w.order >= me.order || w.lease == me.lease {
+			continue
+		}
+		if mode == engine.Shared && w.mode != engine.Exclusive {
+			continue
+		}
+		if best == nil || w.order > best.order {
+			best = &st.waiters[i]
+		}
+	}
+	if best != nil {
+		return best.key
+	}
+	return doc
+}
+
+// waitKey blocks on one key until it changes after index, or for the
+// engine's wait time, and reports whether the key exists then.
+func (e *Engine) waitKey(ctx context.Context, key string, index uint64) (bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, cleanupTimeout+2*e.cfg.waitTime)
+	defer cancel()
+	q := e.query(rctx)
+	q.WaitIndex, q.WaitTime = max(index, 1), e.cfg.waitTime
+	p, _, err := e.kv.Get(key, q)
+	return p != nil, err
+}
+
+// ahead reports whether a waiter that would go before a request in mode
+// is queued before position order (0: before a newcomer).
+func (st *state) ahead(mode engine.Mode, id string, order uint64) bool {
+	for _, w := range st.waiters {
+		if w.lease == id || (order != 0 && w.order >= order) {
+			continue
+		}
+		if mode == engine.Exclusive || w.mode == engine.Exclusive {
+			return true
+		}
+	}
+	return false
+}
+
+// find returns l's own waiter entry.
+func (st *state) find(id string) (waiter, bool) {
+	for _, w := range st.waiters {
+		if w.lease == id {
+			return w, true
+		}
+	}
+	return waiter{}, false
+}
+
+// enqueue adds l to the key's queue.
+func (e *Engine) enqueue(ctx context.Context, l *lease) (outcome, error) {
+	ok, _, out, err := e.txn(ctx, api.KVTxnOps{
+		{Verb: api.KVLock, Key: waiterKey(l), Value: []byte(e.cfg.owner), Session: l.sess.id},
+	})
+	if err != nil {
+		return 0, err
+	}
+	if ok {
+		l.queued = true
+		return granted, nil
+	}
+	return out, nil
+}
+
+// acquireFair is a waiting Acquire in fair mode: the request joins the
+// key's queue and is tried only when nothing queued before it must go
+// first (for a writer: no one; for a reader: no writer). Each waiter
+// watches only the key it waits for (see state.watched), and only the one
+// whose turn it is writes, so a release costs one grant, not a stampede.
+func (e *Engine) acquireFair(ctx context.Context, l *lease) error {
+	var st *state
+	backoff := minBackoff
+	direct := true // one attempt without queueing, while no one queues
+	for range waitAttempts {
+		s, err := e.session(ctx)
+		if err != nil {
+			return err
+		}
+		if l.sess != nil && l.sess != s {
+			l.queued = false // the old session took the waiter key with it
+		}
+		l.sess = s
+		if st == nil {
+			if st, err = e.read(ctx, l.dir, 0); err != nil {
+				return e.opErr("acquire", l.key, err)
+			}
+		}
+		me, queued := st.find(l.id)
+		if !queued && direct && len(st.waiters) == 0 && !blocks(st, l.mode) {
+			direct = false
+			var out outcome
+			if l.mode == engine.Exclusive {
+				out, err = e.tryExclusive(ctx, l)
+			} else {
+				out, err = e.tryShared(ctx, l, st)
+			}
+			if err != nil {
+				return e.opErr("acquire", l.key, err)
+			}
+			if out == granted {
+				return nil
+			}
+			if out == sessionGone {
+				s.lose("invalidated")
+			}
+			st = nil
+			continue
+		}
+		if !queued {
+			out, err := e.enqueue(ctx, l)
+			if err != nil {
+				return e.opErr("acquire", l.key, err)
+			}
+			switch out {
+			case sessionGone:
+				s.lose("invalidated")
+			case granted:
+			default: // not expected for a key of its own; do not spin
+				if err := sleep(ctx, backoff); err != nil {
+					return err
+				}
+				backoff = min(2*backoff, maxBackoff)
+			}
+			st = nil
+			continue
+		}
+		if !blocks(st, l.mode) && !st.ahead(l.mode, l.id, me.order) || l.mode == engine.Exclusive && st.prunable() && !st.ahead(l.mode, l.id, me.order) {
+			var out outcome
+			switch {
+			case l.mode == engine.Exclusive && st.prunable():
+				out, err = e.prune(ctx, l, st)
+				if out == granted {
+					out = conflict // pruned: look again
+				}
+			case l.mode == engine.Exclusive:
+				out, err = e.tryExclusive(ctx, l)
+			default:
+				out, err = e.tryShared(ctx, l, st)
+			}
+			if err != nil {
+				return e.opErr("acquire", l.key, err)
+			}
+			switch out {
+			case granted:
+				return nil
+			case sessionGone:
+				s.lose("invalidated")
+			case delayed:
+				if err := sleep(ctx, backoff); err != nil {
+					return err
+				}
+				backoff = min(2*backoff, maxBackoff)
+			}
+			st = nil
+			continue
+		}
+		watched := st.watched(l.mode, me, l.doc)
+		exists, err := e.waitKey(ctx, watched, st.index)
+		if err != nil {
+			return e.opErr("acquire", l.key, err)
+		}
+		st = nil
+		if watched == l.doc && !exists && l.mode == engine.Exclusive {
+			// A writer that watched the document was first in the queue
+			// (later arrivals queue behind it), and the document is gone:
+			// its turn, without another read.
+			out, err := e.tryExclusive(ctx, l)
+			if err != nil {
+				return e.opErr("acquire", l.key, err)
+			}
+			switch out {
+			case granted:
+				return nil
+			case sessionGone:
+				s.lose("invalidated")
+			}
+		}
+	}
+	return e.opErr("acquire", l.key, fmt.Errorf("gave up after %d attempts", waitAttempts))
+}
+
+// dequeueOp is the operation that removes l's waiter key in the grant
+// transaction, or nil if l is not queued.
+func dequeueOp(l *lease) *api.KVTxnOp {
+	if !l.queued {
+		return nil
+	}
+	return &api.KVTxnOp{Verb: api.KVDelete, Key: waiterKey(l)}
+}

@@ -1,0 +1,105 @@
+package consul
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Layout of one lock key K under the prefix P, with E = EncodeKey(K):
+//
+//	P/E/lock      the lock document: held with the session by an exclusive
+//	              holder, or unlocked and listing the shared holders
+//	P/E/c-<id>    a shared holder's contender key, held with its session
+//
+// E never contains "/" or ".", so P/E/ is a prefix no other key shares, and
+// no path segment is "." or ".." (which HTTP path cleaning would rewrite).
+const (
+	docName       = "lock"
+	contenderHead = "c-"
+)
+
+// EncodeKey maps a lock key to the single KV path segment that stores it.
+// ASCII letters, digits and '-' stand for themselves; every other byte
+// becomes '_' followed by two upper-case hex digits. The mapping is
+// reversible (DecodeKey), injective, and its output is safe in an HTTP path
+// and in a Consul KV key.
+func EncodeKey(key string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	b.Grow(len(key) + len(key)/2)
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if plain(c) {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('_')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
+}
+
+// DecodeKey reverses EncodeKey.
+func DecodeKey(enc string) (string, error) {
+	b := make([]byte, 0, len(enc))
+	for i := 0; i < len(enc); i++ {
+		c := enc[i]
+		switch {
+		case plain(c):
+			b = append(b, c)
+		case c == '_' && i+2 < len(enc):
+			hi, ok1 := unhex(enc[i+1])
+			lo, ok2 := unhex(enc[i+2])
+			if !ok1 || !ok2 {
+				return "", fmt.Errorf("consul: bad escape at byte %d of %q", i, enc)
+			}
+			b = append(b, hi<<4|lo)
+			i += 2
+		default:
+			return "", fmt.Errorf("consul: byte %d of %q is not part of an encoded key", i, enc)
+		}
+	}
+	return string(b), nil
+}
+
+func plain(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-'
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// checkPrefix refuses prefixes that would not give one plain KV folder.
+func checkPrefix(p string) error {
+	if p == "" || strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") {
+		return fmt.Errorf("consul: prefix %q must be non-empty and must not start or end with '/'", p)
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("consul: prefix %q has an empty, '.' or '..' segment", p)
+		}
+		for i := 0; i < len(seg); i++ {
+			c := seg[i]
+			if !plain(c) && c != '_' && c != '.' {
+				return fmt.Errorf("consul: prefix %q may hold only ASCII letters, digits, '-', '_', '.' and '/'", p)
+			}
+		}
+	}
+	return nil
+}
+
+// keyDir is P/E/, the folder of everything stored for key.
+func (e *Engine) keyDir(key string) string { return e.cfg.prefix + "/" + EncodeKey(key) + "/" }
+
+// KeyDir returns the KV folder (ending in '/') under which the engine
+// stores everything for key: its lock document and contender keys. Tools and
+// tests use it to look at a lock from outside.
+func (e *Engine) KeyDir(key string) string { return e.keyDir(key) }

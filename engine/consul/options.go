@@ -1,0 +1,165 @@
+package consul
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// Option configures an Engine.
+type Option func(*config)
+
+// config is the engine's settings after the options ran.
+type config struct {
+	prefix        string
+	sessionTTL    time.Duration
+	lockDelay     time.Duration
+	waitTime      time.Duration
+	owner         string
+	token         string
+	datacenter    string
+	checksSet     bool
+	nodeChecks    []string
+	serviceChecks []api.ServiceCheck
+	sessionName   string
+	tls           *api.TLSConfig
+	fair          bool
+	maxConns      int
+}
+
+// Defaults.
+const (
+	// DefaultPrefix is the KV folder the engine keeps its locks under.
+	DefaultPrefix = "cerberus/locks"
+	// DefaultSessionTTL is the TTL of the engine's Consul session.
+	DefaultSessionTTL = 15 * time.Second
+	// DefaultLockDelay is Consul's own default lock-delay.
+	DefaultLockDelay = 15 * time.Second
+	// DefaultMaxConns is the default of WithMaxConns: a few engines on one
+	// host stay below the agent's default limit of 200 concurrent
+	// connections per client address.
+	DefaultMaxConns = 64
+	// DefaultWaitTime bounds each blocking query of a waiting Acquire.
+	DefaultWaitTime = 5 * time.Second
+)
+
+func defaults() config {
+	host, _ := os.Hostname()
+	return config{
+		prefix:      DefaultPrefix,
+		sessionTTL:  DefaultSessionTTL,
+		lockDelay:   DefaultLockDelay,
+		waitTime:    DefaultWaitTime,
+		owner:       fmt.Sprintf("%s:%d", host, os.Getpid()),
+		sessionName: "cerberus",
+		maxConns:    DefaultMaxConns,
+	}
+}
+
+// WithMaxConns caps the HTTP connections to the agent of an engine made by
+// Dial; further requests wait (cancellably) for one to come free instead of
+// running into the agent's per-client limit (limits.http_max_conns_per_client,
+// 200 by default), which answers 429. The limit counts every process on a
+// host together: size n so that the engines of one host stay under it. A
+// waiting Acquire holds one connection for its blocking query, but only one
+// waiter per key and engine does, so n also bounds how many keys an engine
+// can wait on at once without delaying other requests. New
+// uses the caller's client as it is: configure its transport likewise. The
+// default is DefaultMaxConns.
+func WithMaxConns(n int) Option { return func(c *config) { c.maxConns = n } }
+
+// WithPrefix sets the KV folder that holds the locks, such as
+// "myapp/locks". It must be made of ASCII letters, digits, '-', '_', '.'
+// and '/' separators, without empty, "." or ".." segments. The default is
+// DefaultPrefix.
+func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
+
+// WithSessionTTL sets the TTL of the engine's Consul session, between 10s
+// and 24h (Consul's bounds). The engine renews the session every TTL/2. A
+// holder that crashes keeps its keys until Consul invalidates the session:
+// after the TTL (Consul may wait up to twice the TTL) plus the lock-delay.
+// A fixed Request.TTL does not shorten this. The default is 15s.
+func WithSessionTTL(ttl time.Duration) Option { return func(c *config) { c.sessionTTL = ttl } }
+
+// WithLockDelay sets the session's lock-delay, between 0 and 60s. After
+// Consul invalidates a session (TTL ran out, a tied health check failed, or
+// someone destroyed it), the keys it held cannot be locked again for this
+// long. That is the safety margin for a holder that has not yet noticed its
+// loss: it gets the lock-delay to stop writing before another holder can
+// start. Zero turns the margin off: a new holder may overlap a partitioned
+// old one. Releases, expiry of a fixed TTL and Close delete the keys
+// explicitly, so the lock-delay only applies to invalidated sessions. The
+// default is 15s, Consul's default.
+func WithLockDelay(d time.Duration) Option { return func(c *config) { c.lockDelay = d } }
+
+// WithWaitTime bounds each blocking query a waiting Acquire makes; after it
+// the engine checks the key again even if Consul reported no change, so a
+// missed change costs at most this delay. The default is 5s.
+func WithWaitTime(d time.Duration) Option { return func(c *config) { c.waitTime = d } }
+
+// WithOwner sets the owner recorded in the value of every key the engine
+// holds, for operators reading the KV store. The default is
+// "hostname:pid".
+func WithOwner(owner string) Option { return func(c *config) { c.owner = owner } }
+
+// WithToken sets the ACL token sent with every request, overriding the
+// client's own. The token is sent in a header and never appears in errors
+// or logs. The default is the client's token.
+func WithToken(token string) Option { return func(c *config) { c.token = token } }
+
+// WithDatacenter sets the datacenter every request goes to. The default is
+// the client's datacenter (normally the agent's own).
+func WithDatacenter(dc string) Option { return func(c *config) { c.datacenter = dc } }
+
+// WithHealthChecks ties the engine's session to health checks: when any of
+// them turns critical, Consul invalidates the session and every lease it
+// backs is lost. nodeChecks are check IDs on the agent's node (include
+// "serfHealth" to keep Consul's default); serviceChecks are service-level
+// checks. The default is Consul's: the node's serfHealth check only.
+func WithHealthChecks(nodeChecks []string, serviceChecks ...api.ServiceCheck) Option {
+	return func(c *config) {
+		c.checksSet = true
+		c.nodeChecks = append([]string{}, nodeChecks...)
+		c.serviceChecks = append([]api.ServiceCheck{}, serviceChecks...)
+	}
+}
+
+// WithSessionName sets the name of the engine's session, shown in Consul's
+// UI and API. The default is "cerberus".
+func WithSessionName(name string) Option { return func(c *config) { c.sessionName = name } }
+
+// check validates the settings.
+func (c *config) check() error {
+	if err := checkPrefix(c.prefix); err != nil {
+		return err
+	}
+	if c.sessionTTL < 10*time.Second || c.sessionTTL > 24*time.Hour {
+		return fmt.Errorf("consul: session TTL %v is outside Consul's [10s, 24h]", c.sessionTTL)
+	}
+	if c.lockDelay < 0 || c.lockDelay > 60*time.Second {
+		return fmt.Errorf("consul: lock-delay %v is outside [0, 60s]", c.lockDelay)
+	}
+	if c.waitTime < 10*time.Millisecond || c.waitTime > 10*time.Minute {
+		return fmt.Errorf("consul: wait time %v is outside [10ms, 10m]", c.waitTime)
+	}
+	return nil
+}
+
+// WithTLS makes Dial talk HTTPS with cfg (CA, client certificate, server
+// name). New ignores it: the client passed to New carries its own TLS
+// settings. The default is plain HTTP.
+func WithTLS(cfg api.TLSConfig) Option {
+	return func(c *config) { t := cfg; c.tls = &t }
+}
+
+// WithFair turns fair mode on or off. In fair mode a waiting Acquire joins
+// the key's queue (a waiter key held with the session; its CreateIndex is
+// its place) and is granted in arrival order: a writer when everyone queued
+// before it has gone, a reader when no writer is queued before it. Single
+// attempts (Request.Wait false) fail while someone they would overtake is
+// queued. Only fair engines queue: a non-fair engine on the same key
+// ignores the queue. The default is off: waiters race after each release,
+// which costs fewer writes when there is little contention.
+func WithFair(on bool) Option { return func(c *config) { c.fair = on } }

@@ -1,0 +1,145 @@
+package consul
+
+import (
+	"context"
+	"errors"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// maxPrune bounds the dead holders one prune transaction removes (Consul
+// caps the operations in a transaction).
+const maxPrune = 16
+
+// contender is the contender key of lease id under dir.
+func contender(dir, id string) string { return dir + contenderHead + id }
+
+// tryShared makes one attempt at a shared grant, following Consul's
+// semaphore recipe: in one transaction it checks the lock document against
+// the state st it read (check-and-set on its ModifyIndex, or absence), adds
+// this holder to it, and locks the holder's contender key with the session.
+// The document is locked and at once unlocked in the same transaction so
+// that the lock-delay of an invalidated exclusive holder applies to readers
+// too. The token is the ModifyIndex of the document write.
+func (e *Engine) tryShared(ctx context.Context, l *lease, st *state) (outcome, error) {
+	if st == nil {
+		var err error
+		if st, err = e.read(ctx, l.dir, 0); err != nil {
+			return 0, err
+		}
+	}
+	if st.writerHeld() {
+		return held, nil
+	}
+	holders := append([]holder{}, st.readers()...)
+	holders = append(holders, holder{Lease: l.id, Owner: e.cfg.owner, Session: l.sess.id})
+	val := document{Mode: "shared", Holders: holders}.encode()
+	sid := l.sess.id
+	first := api.KVTxnOp{Verb: api.KVCheckNotExists, Key: l.doc}
+	if st.doc != nil {
+		first = api.KVTxnOp{Verb: api.KVCheckIndex, Key: l.doc, Index: st.doc.ModifyIndex}
+	}
+	ops := api.KVTxnOps{
+		&first,
+		{Verb: api.KVLock, Key: l.doc, Value: val, Session: sid},
+		{Verb: api.KVUnlock, Key: l.doc, Value: val, Session: sid},
+		{Verb: api.KVLock, Key: contender(l.dir, l.id), Value: []byte(e.cfg.owner), Session: sid},
+	}
+	if op := dequeueOp(l); op != nil {
+		ops = append(ops, op)
+	}
+	ok, resp, out, err := e.txn(ctx, ops)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		if failedOp(resp) == 0 {
+			return conflict, nil
+		}
+		return out, nil
+	}
+	if l.token, err = indexOf(resp, l.doc); err != nil {
+		return 0, err
+	}
+	l.queued = false
+	return granted, nil
+}
+
+// releaseShared removes l from the lock document (deleting the document
+// when l was the last holder) and deletes its contender key, in one
+// check-and-set transaction, retried on contention. It reports whether the
+// document still listed l.
+func (e *Engine) releaseShared(ctx context.Context, l *lease) (bool, error) {
+	for range 32 {
+		st, err := e.read(ctx, l.dir, 0)
+		if err != nil {
+			return false, err
+		}
+		c := contender(l.dir, l.id)
+		if !st.has(l.id) {
+			if st.contenders[l.id] {
+				if _, _, _, err := e.txn(ctx, api.KVTxnOps{{Verb: api.KVDelete, Key: c}}); err != nil {
+					return false, err
+				}
+			}
+			return false, nil
+		}
+		var rest []holder
+		for _, h := range st.readers() {
+			if h.Lease != l.id {
+				rest = append(rest, h)
+			}
+		}
+		ops := api.KVTxnOps{{Verb: api.KVCheckIndex, Key: l.doc, Index: st.doc.ModifyIndex}}
+		if len(rest) == 0 {
+			ops = append(ops, &api.KVTxnOp{Verb: api.KVDelete, Key: l.doc})
+		} else {
+			ops = append(ops, &api.KVTxnOp{Verb: api.KVSet, Key: l.doc, Value: document{Mode: "shared", Holders: rest}.encode()})
+		}
+		ops = append(ops, &api.KVTxnOp{Verb: api.KVDelete, Key: c})
+		ok, _, _, err := e.txn(ctx, ops)
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			return true, nil
+		}
+	}
+	return false, errors.New("the lock document kept changing")
+}
+
+// prune removes dead shared holders (whose contender key is gone, because
+// their session was invalidated) from an unlocked document, deleting the
+// document if no one is left; an unreadable unlocked document is deleted.
+// Each dead contender key is locked and deleted in the same transaction,
+// so the prune is refused while the dead holder's lock-delay runs: a writer
+// never overlaps a reader that may not know yet that it lost its lease.
+func (e *Engine) prune(ctx context.Context, l *lease, st *state) (outcome, error) {
+	ops := api.KVTxnOps{{Verb: api.KVCheckIndex, Key: l.doc, Index: st.doc.ModifyIndex}}
+	var keep []holder
+	dead := 0
+	for _, h := range st.readers() {
+		if st.contenders[h.Lease] || dead >= maxPrune {
+			keep = append(keep, h)
+			continue
+		}
+		dead++
+		c := contender(l.dir, h.Lease)
+		ops = append(ops,
+			&api.KVTxnOp{Verb: api.KVLock, Key: c, Session: l.sess.id},
+			&api.KVTxnOp{Verb: api.KVDelete, Key: c})
+	}
+	if len(keep) == 0 {
+		ops = append(ops, &api.KVTxnOp{Verb: api.KVDelete, Key: l.doc})
+	} else {
+		ops = append(ops, &api.KVTxnOp{Verb: api.KVSet, Key: l.doc, Value: document{Mode: "shared", Holders: keep}.encode()})
+	}
+	ok, _, out, err := e.txn(ctx, ops)
+	if err != nil {
+		return 0, err
+	}
+	if ok {
+		return granted, nil
+	}
+	return out, nil
+}
