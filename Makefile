@@ -1,6 +1,7 @@
 # Everyday commands. `make test` is the one to run: it starts (or reuses) the
-# four servers the integration tests need, exports their addresses and runs
-# every test with the race detector.
+# servers the integration tests need (Redis, a Redis Cluster, five Redlock
+# nodes, ZooKeeper, Consul, MySQL), exports their addresses and runs every
+# test with the race detector.
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c

@@ -7,7 +7,7 @@
 // internal/testenv (the CERBERUS_* environment variables); a server that does
 // not answer fails the test with the command that starts it:
 //
-//	scripts/services.sh up              # start the four servers
+//	scripts/services.sh up              # start the test servers
 //	eval "$(scripts/services.sh env)"   # export their addresses
 //	go test -race -count=1 ./integration/
 //

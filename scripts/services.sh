@@ -504,10 +504,12 @@ start_consul() {
   bin=$(consul_bin) || die "could not get a consul binary (scripts/build-consul.sh failed)"
   mkdir -p "$dir/data"
   # -client binds HTTP/DNS/gRPC, -bind binds the server RPC and serf ports:
-  # both loopback. Dev mode keeps state in memory.
+  # both loopback. Dev mode keeps state in memory. Every test process
+  # connects from 127.0.0.1, so the per-client connection limit (200 by
+  # default, answered with 429) is raised for parallel test packages.
   setsid "$bin" agent -dev -client "$host" -bind "$host" -http-port "$port" \
     -data-dir "$dir/data" -pid-file "$dir/consul.pid" -log-file "$dir/consul.log" \
-    -hcl 'disable_update_check = true' -log-level info \
+    -hcl 'disable_update_check = true' -hcl 'limits { http_max_conns_per_client = 1000 }' -log-level info \
     </dev/null >"$dir/stdout.log" 2>&1 8>&- &
   local pid=$!
   echo $pid >"$dir/consul.pid" # consul rewrites it with the same pid

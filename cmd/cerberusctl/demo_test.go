@@ -30,6 +30,7 @@ func TestDemoAcrossProcesses(t *testing.T) {
 		{"redis", testenv.RedisAddr},
 		{"mysql", testenv.MySQLDSN},
 		{"mysql-row", testenv.MySQLDSN},
+		{"consul", testenv.ConsulAddr},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
 			tc.check(t)

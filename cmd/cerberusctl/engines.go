@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/consul"
 	"github.com/cerberus-go/cerberus/engine/memory"
 	"github.com/cerberus-go/cerberus/engine/mysql"
 	"github.com/cerberus-go/cerberus/engine/redis"
@@ -20,7 +21,7 @@ import (
 // adds its own entry; the failover manager's config package will take this
 // over. Server addresses come from the same CERBERUS_* variables the tests
 // read (scripts/services.sh env prints them).
-var engineNames = []string{"memory", "redis", "mysql", "mysql-row"}
+var engineNames = []string{"memory", "redis", "mysql", "mysql-row", "consul"}
 
 // crossProcess reports whether an engine locks across OS processes.
 func crossProcess(name string) bool { return name != "memory" }
@@ -60,6 +61,9 @@ func newEngine(name string) (engine.Engine, error) {
 			return nil, err
 		}
 		return owned{e, c.Close}, nil
+	case "consul":
+		// Up to 64 demo processes share the agent's per-client connection limit.
+		return consul.Dial(envOr("CERBERUS_CONSUL_ADDR", "127.0.0.1:8500"), consul.WithMaxConns(16))
 	case "mysql", "mysql-row":
 		strategy := mysql.StrategyLease
 		if name == "mysql-row" {
