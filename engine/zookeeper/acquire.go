@@ -1,0 +1,344 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/go-zookeeper/zk"
+)
+
+// Acquire grants a lease; see engine.Engine.
+//
+// It creates a queue node (see the package documentation), lists the key's
+// queue and is granted when no node it must wait for is left. Otherwise,
+// without req.Wait, it deletes its node and returns engine.ErrNotAcquired;
+// with req.Wait it watches only the node it waits for and lists again when
+// that node goes, when DefaultRecheck (or WithRecheck) passes, or when the
+// watch is lost. When ctx ends it deletes its node and returns
+// errors.Join(engine.ErrNotAcquired, ctx.Err()); when the engine closes,
+// engine.ErrClosed. Server and session failures are *engine.OpError values
+// wrapping engine.ErrUnavailable; the node is deleted then too, now or when
+// the session is back.
+func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	if err := e.Validate(req); err != nil {
+		return nil, err
+	}
+	if !e.enter() {
+		return nil, engine.ErrClosed
+	}
+	defer e.active.Done()
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(engine.ErrNotAcquired, err)
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(e.closeCtx, func() { cancel(engine.ErrClosed) })
+	defer stop()
+	l, err := e.acquire(actx, req)
+	if err == nil {
+		return l, nil
+	}
+	switch {
+	case errors.Is(context.Cause(actx), engine.ErrClosed):
+		return nil, engine.ErrClosed
+	case ctx.Err() != nil:
+		return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
+	case errors.Is(err, engine.ErrNotAcquired):
+		return nil, err
+	}
+	return nil, e.opError("acquire", req.Key, err)
+}
+
+// cleanupWait bounds how long an Acquire whose context ended waits for its
+// worker to delete its queue node before returning; the worker finishes in
+// the background if the server is slow.
+const cleanupWait = 2 * time.Second
+
+// acquire does the work of Acquire. Errors from ctx are sorted out by the
+// caller.
+//
+// The queue work runs in one worker goroutine that makes its go-zookeeper
+// calls (which take no context) directly, so a grant costs one goroutine
+// hand-off however many round trips it takes. The worker watches ctx
+// between calls and while it waits; acquire returns as soon as ctx ends,
+// after giving the worker up to cleanupWait to delete its node.
+func (e *Engine) acquire(ctx context.Context, req engine.Request) (*lease, error) {
+	ep, err := e.awaitSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	type result struct {
+		l   *lease
+		err error
+	}
+	res := make(chan result, 1)
+	work := func() {
+		l, err := e.queue(ctx, req, ep)
+		res <- result{l, err}
+	}
+	if !e.background(work) {
+		return nil, engine.ErrClosed
+	}
+	select {
+	case r := <-res:
+		return r.l, r.err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(cleanupWait)
+	defer t.Stop()
+	select {
+	case r := <-res:
+		if r.err == nil {
+			// Granted just as ctx ended: the caller gets no lease, so give
+			// the node up.
+			r.l.drop()
+		}
+	case <-t.C:
+		go func() {
+			if r := <-res; r.err == nil {
+				r.l.drop()
+			}
+		}()
+	}
+	return nil, ctx.Err()
+}
+
+// queue creates the queue node and waits its turn, checking ctx between
+// server calls. On any failure it deletes its node before returning.
+func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (*lease, error) {
+	parent := e.base + "/" + EscapeKey(req.Key)
+	kind := writeKind
+	if req.Mode == engine.Shared {
+		kind = readKind
+	}
+	guid := newGUID()
+	own, err := e.createNode(parent, guid, kind)
+	if err != nil {
+		if connErr(err) {
+			// The node may exist after all: find it by its GUID later.
+			e.orphan(orphan{parent: parent, guid: guid, sid: ep.sid})
+		}
+		return nil, err
+	}
+	giveUp := func(err error) (*lease, error) {
+		e.dropNode(own, parent, ep.sid)
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return giveUp(err)
+	}
+	if h := e.hooks; h != nil && h.queued != nil {
+		h.queued(own)
+	}
+	name := path.Base(own)
+	// The token is the node's czxid. go-zookeeper's Create returns only the
+	// path, so ask for the Stat alongside the first listing: the two reads
+	// travel together and cost one round trip.
+	type statResult struct {
+		stat *zk.Stat
+		err  error
+	}
+	statc := make(chan statResult, 1)
+	go func() {
+		_, st, err := e.conn.Exists(own)
+		statc <- statResult{st, err}
+	}()
+	var token uint64
+	// head is set when the engine knows, without listing, that no node
+	// ahead of its own can block it any more.
+	head := false
+	for {
+		block, ahead := "", 0
+		if !head {
+			children, _, err := e.conn.Children(parent)
+			if err != nil {
+				return giveUp(err)
+			}
+			if err := ctx.Err(); err != nil {
+				return giveUp(err)
+			}
+			var found bool
+			block, ahead, found = blocker(children, name, req.Mode)
+			if !found {
+				// Only a lost session removes our ephemeral node.
+				return nil, fmt.Errorf("%w: queue node %s vanished", errNoSession, own)
+			}
+		}
+		if block == "" {
+			if token == 0 {
+				select {
+				case r := <-statc:
+					if r.err != nil {
+						return giveUp(r.err)
+					}
+					if r.stat == nil || r.stat.Czxid <= 0 {
+						return giveUp(fmt.Errorf("zookeeper: no czxid for %s", own))
+					}
+					token = uint64(r.stat.Czxid)
+				case <-ctx.Done():
+					return giveUp(ctx.Err())
+				}
+			}
+			return e.grant(req, own, parent, token, ep)
+		}
+		if !req.Wait {
+			return giveUp(fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key))
+		}
+		_, _, watch, err := e.conn.GetW(parent + "/" + block)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // gone already: list again
+		}
+		if err != nil {
+			return giveUp(err)
+		}
+		if h := e.hooks; h != nil && h.watching != nil {
+			h.watching(parent + "/" + block)
+		}
+		recheck := time.NewTimer(e.recheck)
+		select {
+		case ev := <-watch:
+			// If the node we watched was the only one ahead that could
+			// block us, its deletion puts us at the head: the server
+			// numbers new nodes above every existing one, so nothing can
+			// join the queue ahead of ours. This saves a listing on every
+			// hand-off. Anything else (a lost watch, a data change), list
+			// again.
+			head = ev.Type == zk.EventNodeDeleted && ahead == 1
+		case <-recheck.C:
+		case <-ep.lost:
+			recheck.Stop()
+			return giveUp(fmt.Errorf("%w: session lost while waiting", errNoSession))
+		case <-ctx.Done():
+			recheck.Stop()
+			return giveUp(ctx.Err())
+		}
+		recheck.Stop()
+	}
+}
+
+// grant turns a node at the head of the queue into a lease, unless the
+// engine closed or the session's epoch ended meanwhile.
+func (e *Engine) grant(req engine.Request, own, parent string, token uint64, ep epochState) (*lease, error) {
+	l := &lease{
+		eng: e, key: req.Key, mode: req.Mode, token: token,
+		path: own, parent: parent, sid: ep.sid,
+		sig: engine.NewSignal(req.OnLost),
+	}
+	e.mu.Lock()
+	switch {
+	case e.closed:
+		e.mu.Unlock()
+		e.dropNode(own, parent, ep.sid)
+		return nil, engine.ErrClosed
+	case e.sess.epoch != ep.epoch:
+		e.mu.Unlock()
+		e.dropNode(own, parent, ep.sid)
+		return nil, fmt.Errorf("%w: session lost during acquire", errNoSession)
+	}
+	e.leases[l] = struct{}{}
+	if !req.Renew {
+		l.mu.Lock()
+		l.timer = time.AfterFunc(req.TTL, l.expire)
+		l.mu.Unlock()
+	}
+	e.mu.Unlock()
+	return l, nil
+}
+
+// createNode makes the queue node in protected mode, creating the key's
+// lock node (a container) and the base path when they are missing.
+func (e *Engine) createNode(parent, guid, kind string) (string, error) {
+	prefix := parent + "/" + protectedPrefix + guid + "-" + kind
+	var err error
+	for range 8 {
+		var p string
+		p, err = e.conn.Create(prefix, nil, zk.FlagEphemeralSequential, e.acl)
+		switch {
+		case err == nil:
+			return p, nil
+		case errors.Is(err, zk.ErrNoNode):
+			if err := e.ensureParent(parent); err != nil {
+				return "", err
+			}
+		case errors.Is(err, zk.ErrConnectionClosed):
+			// The reply was lost; the node may exist. Look for our GUID.
+			p, found, ferr := e.findGUID(context.Background(), parent, guid)
+			if ferr != nil {
+				return "", err
+			}
+			if found {
+				return p, nil
+			}
+		default:
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("zookeeper: could not create a queue node under %s: %w", parent, err)
+}
+
+// ensureParent creates the key's lock node as a container, so the server
+// removes it once it has had children and has none, and the base path as
+// persistent nodes.
+func (e *Engine) ensureParent(parent string) error {
+	for range 2 {
+		_, err := e.conn.CreateContainer(parent, nil, zk.FlagContainer, e.acl)
+		if err == nil || errors.Is(err, zk.ErrNodeExists) {
+			return nil
+		}
+		if !errors.Is(err, zk.ErrNoNode) {
+			return err
+		}
+		p := ""
+		for _, part := range strings.Split(strings.TrimPrefix(e.base, "/"), "/") {
+			p += "/" + part
+			_, err := e.conn.Create(p, nil, zk.FlagPersistent, zk.WorldACL(zk.PermAll))
+			if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// findGUID looks for the node of a protected create among parent's children.
+func (e *Engine) findGUID(ctx context.Context, parent, guid string) (string, bool, error) {
+	var children []string
+	err := call(ctx, func() (err error) { children, _, err = e.conn.Children(parent); return err })
+	if errors.Is(err, zk.ErrNoNode) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	for _, c := range children {
+		if guidOf(c) == guid {
+			return parent + "/" + c, true, nil
+		}
+	}
+	return "", false, nil
+}
+
+// dropNode deletes a queue node the engine no longer wants, within the
+// session timeout. If the connection is down, the node is deleted when the
+// session is back.
+func (e *Engine) dropNode(node, parent string, sid int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.sessionTimeout())
+	defer cancel()
+	err := e.removeNode(ctx, node)
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		e.orphan(orphan{parent: parent, path: node, sid: sid})
+	}
+}
+
+// removeNode deletes a queue node. The key's lock node is left to the
+// server, which removes it as an empty container: deleting it here would
+// cost a write on every release and another to create it again on the next
+// acquisition (see the package documentation).
+func (e *Engine) removeNode(ctx context.Context, node string) error {
+	return call(ctx, func() error { return e.conn.Delete(node, -1) })
+}

@@ -1,0 +1,91 @@
+// Package zookeeper is the ZooKeeper engine: the lock recipe from the
+// ZooKeeper documentation on github.com/go-zookeeper/zk, with shared locks,
+// cancellable waits and an honest view of the session.
+//
+// # Layout
+//
+// Each key has a lock node under the base path (DefaultBasePath,
+// "/cerberus/locks", under an optional chroot), named by EscapeKey, a
+// reversible percent-escaping that makes every valid key one znode name.
+// The lock node is a container node: the server deletes it once its queue
+// is empty (ZooKeeper checks every znode.container.checkIntervalMs, a
+// minute by default), also when its last holder crashed, so distinct keys
+// leave nothing behind. The engine does not delete lock nodes itself: that
+// would cost a write on every release and another to create the node again
+// on the next acquisition of the key, and ZooKeeper's cost is its writes.
+//
+// # Acquire
+//
+// An acquisition creates an ephemeral sequential queue node under the key's
+// lock node, in protected mode: its name carries a GUID, so a create whose
+// reply is lost to a connection drop is found again rather than made twice
+// (see queue.go for the names). It then lists the queue. The lowest node
+// holds the lock; a waiter sets a watch on the one node it waits for, so a
+// release wakes exactly one waiter (no herd), and waiters are served in
+// queue order. Shared mode uses "read-" and "write-" nodes: a reader waits
+// for the next lower writer only, a writer for the next lower node of either
+// kind; a reader queued behind a writer never waits for writers that came
+// after it. When the watched node was the only one ahead that could block
+// the waiter, its deletion is the waiter's turn and it is granted without
+// listing again (the server numbers new nodes above every existing one, so
+// no node can join ahead of it): a hand-off costs the release's delete and
+// one notification. Otherwise the waiter lists again.
+//
+// The watch is a data watch (getData) on that node: it fires on
+// deletion like an exists watch, but unlike one it is not left registered
+// when the node is already gone.
+//
+// A waiter whose context ends, or whose engine closes, deletes its node
+// before it returns; a create abandoned mid-flight is cleaned up when it
+// completes, or found by its GUID when the session is back.
+//
+// # Tokens
+//
+// Lease.Token is the czxid of the holder's node. Every create is a new
+// transaction with a larger zxid than any before it on the ensemble, and
+// queue order is creation order, so tokens strictly increase over the
+// grants of a key, across sessions, clients and restarts. go-zookeeper's
+// Create returns only the path, so the engine reads the czxid with an
+// exists call sent together with its first listing of the queue.
+//
+// # Leases and sessions
+//
+// A lease lives as long as the engine's ZooKeeper session. With
+// Request.Renew it lasts until released: ZooKeeper has no per-node TTL, so
+// a holder that crashes frees the key when its session expires, within the
+// session timeout, not within Request.TTL. Without Renew the engine ends the
+// lease with a local timer at Request.TTL: Done closes with
+// engine.ErrLeaseLost and the node is deleted.
+//
+// After a disconnect the engine cannot know whether its leases still hold.
+// If the session is back (same session id) before the session timeout has
+// passed since the server was last heard from, the leases carry on.
+// Otherwise they are lost, all at once, with engine.ErrLeaseLost: when the
+// local timer runs out (the server may not even be up to say so), or when
+// the server reports the session expired. Engine.Connected reports whether
+// the engine has a live session. Acquisitions under way when the session is
+// lost fail, and later ones use the new session go-zookeeper opens. If a
+// session the engine had given up on comes back after all, the nodes of its
+// lost leases are deleted then.
+//
+// A release whose delete cannot complete (the connection is down) ends the
+// lease with engine.ErrLeaseLost and returns an *engine.OpError: the delete
+// may still happen, so the lease cannot be said to hold. Such nodes, and
+// those of leases lost to the session timer, are deleted when the same
+// session is back; if it expires instead, the server has removed them.
+//
+// # Connections and credentials
+//
+// Dial makes and owns a connection; New takes a connection the caller made
+// (see Conn) and never closes it. WithDigest puts a digest ACL on lock and
+// queue nodes: clients without the credentials can read them but cannot
+// delete a holder's node.
+//
+// # Errors
+//
+// Invalid requests fail before any I/O with engine.ErrInvalidKey,
+// engine.ErrInvalidTTL or engine.ErrInvalidRequest. Server and session
+// failures are *engine.OpError values wrapping engine.ErrUnavailable. A
+// waiting Acquire whose context ends returns
+// errors.Join(engine.ErrNotAcquired, ctx.Err()).
+package zookeeper

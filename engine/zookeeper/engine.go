@@ -1,0 +1,414 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/go-zookeeper/zk"
+)
+
+// Conn is the part of *zk.Conn the engine uses.
+type Conn interface {
+	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
+	CreateContainer(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
+	Children(path string) ([]string, *zk.Stat, error)
+	Exists(path string) (bool, *zk.Stat, error)
+	GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error)
+	Delete(path string, version int32) error
+	SessionID() int64
+	State() zk.State
+}
+
+var _ Conn = (*zk.Conn)(nil)
+
+// Engine is an engine.Engine on ZooKeeper. Make one with Dial or New.
+type Engine struct {
+	conn    Conn
+	own     *zk.Conn // made by Dial, closed by Close; nil with New
+	base    string   // chroot + base path
+	acl     []zk.ACL
+	recheck time.Duration
+
+	requested  time.Duration // session timeout asked for
+	negotiated atomic.Int64  // session timeout granted, ns; 0 if unknown
+	lastRead   *atomic.Int64 // unix ns of the last byte from the server; nil with New
+
+	auth     []byte // digest credentials to add to an own connection
+	authMu   sync.Mutex
+	authDone bool
+
+	closeCtx    context.Context
+	closeCancel context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	leases map[*lease]struct{}
+	sess   session
+	active sync.WaitGroup // Acquire calls in progress
+	bg     sync.WaitGroup // background clean-ups
+
+	// Counters and hooks for tests (export_test.go).
+	nodeEvents atomic.Int64 // watch notifications received
+	hooks      *hooks
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// hooks let tests observe a waiter's progress without sleeping.
+type hooks struct {
+	queued   func(path string) // a queue node was created
+	watching func(path string) // a waiter set its watch on path
+	session  func(up bool)     // the session came up or went down
+}
+
+// Dial connects to the ZooKeeper servers with the given session timeout and
+// returns an engine that owns the connection: Close closes it, which ends
+// the session and so removes every node it still holds.
+//
+// Dial does not wait for the connection: an engine whose servers cannot be
+// reached is returned all the same, and its Acquire and Ping calls fail with
+// an *engine.OpError wrapping engine.ErrUnavailable.
+func Dial(servers []string, sessionTimeout time.Duration, opts ...Option) (*Engine, error) {
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("%w: zookeeper: no servers", engine.ErrInvalidRequest)
+	}
+	if sessionTimeout <= 0 {
+		return nil, fmt.Errorf("%w: zookeeper: session timeout %v", engine.ErrInvalidRequest, sessionTimeout)
+	}
+	cfg := defaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	cfg.sessionTimeout = sessionTimeout
+	e, err := newEngine(cfg)
+	if err != nil {
+		return nil, err
+	}
+	e.lastRead = new(atomic.Int64)
+	if cfg.digest {
+		e.auth = []byte(cfg.user + ":" + cfg.password)
+	}
+	ready := make(chan struct{})
+	conn, _, err := zk.Connect(servers, sessionTimeout,
+		zk.WithDialer(e.dial),
+		zk.WithLogger(&logSink{e: e, out: cfg.logger}),
+		zk.WithEventCallback(func(ev zk.Event) {
+			<-ready // e.conn is set
+			e.handleEvent(ev)
+		}))
+	if err != nil {
+		e.closeCancel()
+		return nil, &engine.OpError{Engine: "zookeeper", Op: "dial", Err: err}
+	}
+	e.conn, e.own = conn, conn
+	close(ready)
+	return e, nil
+}
+
+// New returns an engine on a connection the caller made, typically a
+// *zk.Conn from zk.Connect, and the event channel zk.Connect returned with
+// it. The engine reads events from the channel (no one else may) to follow
+// the session; pass the session timeout with WithSessionTimeout. Close does
+// not close conn.
+//
+// Without a hook into the connection's reads, the engine assumes the server
+// was last heard from when go-zookeeper's read deadline (two thirds of the
+// session timeout) began, so leases are given up one third of the session
+// timeout after a disconnect unless the session is back. Dial has no such
+// blind spot.
+func New(conn Conn, events <-chan zk.Event, opts ...Option) (*Engine, error) {
+	if conn == nil || events == nil {
+		return nil, fmt.Errorf("%w: zookeeper: New needs a connection and its event channel", engine.ErrInvalidRequest)
+	}
+	cfg := defaults()
+	cfg.sessionTimeout = 4 * time.Second
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e, err := newEngine(cfg)
+	if err != nil {
+		return nil, err
+	}
+	e.conn = conn
+	if conn.State() == zk.StateHasSession {
+		e.sessionUp(conn.SessionID())
+	}
+	go func() {
+		for {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					return
+				}
+				e.handleEvent(ev)
+			case <-e.closeCtx.Done():
+				return
+			}
+		}
+	}()
+	return e, nil
+}
+
+func newEngine(cfg config) (*Engine, error) {
+	for _, p := range []struct{ name, path string }{{"base path", cfg.base}, {"chroot", cfg.chroot}} {
+		if p.path == "" && p.name == "chroot" {
+			continue
+		}
+		if !strings.HasPrefix(p.path, "/") || strings.HasSuffix(p.path, "/") || strings.Contains(p.path, "//") {
+			return nil, fmt.Errorf("%w: zookeeper: %s %q must be absolute, without a trailing or doubled slash", engine.ErrInvalidRequest, p.name, p.path)
+		}
+	}
+	if cfg.sessionTimeout <= 0 || cfg.recheck <= 0 {
+		return nil, fmt.Errorf("%w: zookeeper: session timeout and recheck must be positive", engine.ErrInvalidRequest)
+	}
+	e := &Engine{
+		base:      cfg.chroot + cfg.base,
+		acl:       zk.WorldACL(zk.PermAll),
+		recheck:   cfg.recheck,
+		requested: cfg.sessionTimeout,
+		leases:    make(map[*lease]struct{}),
+		hooks:     cfg.hooks,
+	}
+	if cfg.digest {
+		e.acl = append(zk.DigestACL(zk.PermAll, cfg.user, cfg.password), zk.WorldACL(zk.PermRead)...)
+	}
+	e.sess.ready = make(chan struct{})
+	e.sess.lost = make(chan struct{})
+	e.closeCtx, e.closeCancel = context.WithCancel(context.Background())
+	return e, nil
+}
+
+// dial opens the TCP connection for go-zookeeper and notes the time of every
+// read, which starts the session timer after a disconnect.
+func (e *Engine) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &readConn{Conn: c, last: e.lastRead}, nil
+}
+
+type readConn struct {
+	net.Conn
+	last *atomic.Int64
+}
+
+func (c *readConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+// logSink learns the negotiated session timeout from go-zookeeper's
+// "authenticated" line, which is the only place the library reports it, and
+// passes every line on to the configured logger.
+type logSink struct {
+	e   *Engine
+	out zk.Logger
+}
+
+func (l *logSink) Printf(format string, args ...any) {
+	if format == "authenticated: id=%d, timeout=%d" && len(args) == 2 {
+		if ms, ok := args[1].(int32); ok && ms > 0 {
+			l.e.negotiated.Store(int64(time.Duration(ms) * time.Millisecond))
+		}
+	}
+	if l.out != nil {
+		l.out.Printf(format, args...)
+	}
+}
+
+// sessionTimeout is the shorter of the requested and negotiated timeouts.
+func (e *Engine) sessionTimeout() time.Duration {
+	if n := time.Duration(e.negotiated.Load()); n > 0 && n < e.requested {
+		return n
+	}
+	return e.requested
+}
+
+// Name returns "zookeeper".
+func (e *Engine) Name() string { return "zookeeper" }
+
+// Limits returns the common bounds from package engine. Every key within
+// them has a znode name (see EscapeKey).
+func (e *Engine) Limits() engine.Limits {
+	return engine.Limits{MaxKeyLen: engine.MaxKeyLen, MinTTL: engine.MinTTL, MaxTTL: engine.MaxTTL}
+}
+
+// Validate checks req with engine.CheckRequest. Every key CheckKey accepts
+// can be escaped into a znode name, so there are no further rules.
+func (e *Engine) Validate(req engine.Request) error {
+	return engine.CheckRequest(req, e.Limits())
+}
+
+// Connected reports whether the engine has a live session with ZooKeeper.
+// While it is false, held leases are uncertain: they end with
+// engine.ErrLeaseLost unless the session is back within the session timeout.
+func (e *Engine) Connected() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.sess.up
+}
+
+// Ping checks that the server answers a read. It returns engine.ErrClosed
+// after Close and an *engine.OpError wrapping engine.ErrUnavailable when the
+// server does not answer before ctx ends.
+func (e *Engine) Ping(ctx context.Context) error {
+	if e.isClosed() {
+		return engine.ErrClosed
+	}
+	ctx, cancel := e.bound(ctx)
+	defer cancel()
+	err := call(ctx, func() error { _, _, err := e.conn.Exists("/"); return err })
+	if err != nil {
+		return e.opError("ping", "", err)
+	}
+	return nil
+}
+
+func (e *Engine) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+// bound adds the session timeout as a deadline to ctx when it has none, so
+// no call waits for an unresponsive server forever.
+func (e *Engine) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, e.sessionTimeout())
+}
+
+// Close releases every lease the engine holds (deleting their nodes, within
+// the session timeout), ends them with engine.ErrClosed, makes waiting
+// Acquire calls return engine.ErrClosed after removing their queue nodes,
+// and closes the connection if Dial made it. A connection passed to New
+// stays open. Close is idempotent.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	held := make([]*lease, 0, len(e.leases))
+	for l := range e.leases {
+		held = append(held, l)
+	}
+	e.leases = map[*lease]struct{}{}
+	e.mu.Unlock()
+	e.closeCancel()
+
+	bound := e.sessionTimeout()
+	waitFor(&e.active, bound)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	var wg sync.WaitGroup
+	for _, l := range held {
+		if !l.markEnded() {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = e.removeNode(ctx, l.path)
+		}()
+	}
+	wg.Wait()
+	cancel()
+	for _, l := range held {
+		l.sig.Close(fmt.Errorf("%w: zookeeper engine closed", engine.ErrClosed))
+	}
+	waitFor(&e.bg, bound)
+	if e.own != nil {
+		e.own.Close()
+	}
+	return nil
+}
+
+// waitFor waits for wg, at most d.
+func waitFor(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// enter registers an Acquire call; it fails once Close has begun.
+func (e *Engine) enter() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.active.Add(1)
+	return true
+}
+
+// background runs f in a goroutine Close waits for (within a bound). After
+// Close it does nothing and returns false: an own connection's close ends
+// the session, which removes its nodes anyway.
+func (e *Engine) background(f func()) bool {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return false
+	}
+	e.bg.Add(1)
+	e.mu.Unlock()
+	go func() {
+		defer e.bg.Done()
+		f()
+	}()
+	return true
+}
+
+// call runs f, one blocking go-zookeeper call, and returns its error, or
+// ctx's error if ctx ends first. go-zookeeper calls take no context; an
+// abandoned call finishes in the background and its results are dropped.
+func call(ctx context.Context, f func() error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// connErr reports whether err says the server or the session could not be
+// reached, so that the outcome of a write is unknown.
+func connErr(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
+		errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved) ||
+		errors.Is(err, zk.ErrClosing) || errors.Is(err, errNoSession)
+}
+
+var errNoSession = errors.New("zookeeper: no session")
+
+// opError wraps a server failure. Connection and session failures, and
+// deadlines, also wrap engine.ErrUnavailable.
+func (e *Engine) opError(op, key string, err error) error {
+	if connErr(err) || errors.Is(err, context.DeadlineExceeded) {
+		err = errors.Join(engine.ErrUnavailable, err)
+	}
+	return &engine.OpError{Engine: "zookeeper", Op: op, Key: key, Err: err}
+}

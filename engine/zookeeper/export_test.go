@@ -1,0 +1,18 @@
+package zookeeper
+
+// NodeEvents returns how many watch notifications the engine's connection
+// has delivered.
+func (e *Engine) NodeEvents() int64 { return e.nodeEvents.Load() }
+
+// WithHooks installs callbacks: queued is called with each queue node
+// created, watching with each node a waiter watches, session with each
+// change of the session (true: up). Any may be nil; none may block.
+func WithHooks(queued, watching func(path string), session func(up bool)) Option {
+	return func(c *config) { c.hooks = &hooks{queued: queued, watching: watching, session: session} }
+}
+
+// BasePath returns the chroot and base path the engine uses.
+func (e *Engine) BasePath() string { return e.base }
+
+// SessionID returns the id of the connection's current session.
+func (e *Engine) SessionID() int64 { return e.conn.SessionID() }

@@ -1,0 +1,166 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/go-zookeeper/zk"
+)
+
+// Lease states.
+const (
+	held = iota
+	releasing
+	ended
+)
+
+// lease is a granted queue node.
+type lease struct {
+	eng    *Engine
+	key    string
+	mode   engine.Mode
+	token  uint64
+	path   string // the queue node
+	parent string // the key's lock node
+	sid    int64  // the session that owns the node
+	sig    *engine.Signal
+
+	mu      sync.Mutex
+	state   int
+	expired bool        // the TTL ran out during a release
+	timer   *time.Timer // fixed-TTL expiry; nil with Renew
+}
+
+// Key returns the lock key.
+func (l *lease) Key() string { return l.key }
+
+// Mode returns the mode the lease was granted in.
+func (l *lease) Mode() engine.Mode { return l.mode }
+
+// Token returns the czxid of the lease's queue node.
+func (l *lease) Token() uint64 { return l.token }
+
+// Done is closed when the lease ends.
+func (l *lease) Done() <-chan struct{} { return l.sig.Done() }
+
+// Err says why the lease ended, or is nil.
+func (l *lease) Err() error { return l.sig.Err() }
+
+// Release deletes the lease's queue node. The node's name is unique to this
+// lease, so the delete cannot touch another holder's lock. It returns an
+// error wrapping engine.ErrNotHeld if the lease has ended or its node is
+// gone. If the server cannot be reached (or ctx ends) before it answers,
+// Release returns an *engine.OpError wrapping engine.ErrUnavailable and ends
+// the lease with engine.ErrLeaseLost: the delete may yet happen, so the
+// lease can no longer be said to hold; the engine deletes the node when its
+// session is back. Other server errors leave the lease held.
+func (l *lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.state != held {
+		l.mu.Unlock()
+		return l.notHeld()
+	}
+	l.state = releasing
+	l.mu.Unlock()
+
+	e := l.eng
+	ctx, cancel := e.bound(ctx)
+	defer cancel()
+	err := e.removeNode(ctx, l.path)
+	switch {
+	case err == nil:
+		l.finish(engine.ErrReleased)
+		return nil
+	case errors.Is(err, zk.ErrNoNode):
+		l.finish(fmt.Errorf("%w: zookeeper lock node %s is gone", engine.ErrLeaseLost, l.path))
+		return l.notHeld()
+	case connErr(err) || ctx.Err() != nil:
+		l.finish(fmt.Errorf("%w: release of %s did not complete: %w", engine.ErrLeaseLost, l.path, err))
+		e.orphan(orphan{parent: l.parent, path: l.path, sid: l.sid})
+		return e.opError("release", l.key, err)
+	}
+	l.mu.Lock()
+	expired := l.expired
+	if l.state == releasing {
+		l.state = held
+	}
+	l.mu.Unlock()
+	if expired {
+		l.expire()
+	}
+	return e.opError("release", l.key, err)
+}
+
+func (l *lease) notHeld() error {
+	l.sig.Close(fmt.Errorf("%w: released while not held", engine.ErrLeaseLost))
+	return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+}
+
+// expire ends a fixed-TTL lease when its timer fires and deletes its node.
+func (l *lease) expire() {
+	l.mu.Lock()
+	switch l.state {
+	case ended:
+		l.mu.Unlock()
+		return
+	case releasing:
+		l.expired = true
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	if !l.finish(fmt.Errorf("%w: fixed TTL ran out", engine.ErrLeaseLost)) {
+		return
+	}
+	_ = l.eng.background(func() { l.eng.dropNode(l.path, l.parent, l.sid) })
+}
+
+// drop gives up a lease its caller never received: it ends silently and
+// its node is deleted.
+func (l *lease) drop() {
+	if l.markEnded() {
+		e := l.eng
+		e.mu.Lock()
+		delete(e.leases, l)
+		e.mu.Unlock()
+		e.dropNode(l.path, l.parent, l.sid)
+	}
+}
+
+// finish ends the lease with err, forgets it and reports whether this call
+// ended it.
+func (l *lease) finish(err error) bool {
+	if !l.markEnded() {
+		if errors.Is(err, engine.ErrReleased) {
+			// Lost while the release was in flight; the node is gone
+			// either way.
+			l.sig.Close(err)
+		}
+		return false
+	}
+	e := l.eng
+	e.mu.Lock()
+	delete(e.leases, l)
+	e.mu.Unlock()
+	l.sig.Close(err)
+	return true
+}
+
+// markEnded moves the lease to its final state and stops its timer. It
+// reports whether the lease had not ended before.
+func (l *lease) markEnded() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == ended {
+		return false
+	}
+	l.state = ended
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	return true
+}

@@ -1,0 +1,102 @@
+package zookeeper_test
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// proxy is a loopback TCP relay to a real server that a test can cut, as a
+// network partition would: cut closes every relayed connection and refuses
+// new ones until heal.
+type proxy struct {
+	ln      net.Listener
+	backend string
+
+	mu    sync.Mutex
+	cut   bool
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+func newProxy(t *testing.T, backend string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, backend: backend, conns: make(map[net.Conn]struct{})}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.partition()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		p.mu.Unlock()
+		s, err := net.Dial("tcp", p.backend)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			_ = c.Close()
+			_ = s.Close()
+			continue
+		}
+		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(c, s)
+		go p.pipe(s, c)
+	}
+}
+
+func (p *proxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	_, _ = io.Copy(dst, src)
+	_ = dst.Close()
+	_ = src.Close()
+	p.mu.Lock()
+	delete(p.conns, dst)
+	delete(p.conns, src)
+	p.mu.Unlock()
+}
+
+// partition closes every relayed connection and refuses new ones.
+func (p *proxy) partition() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// heal accepts connections again.
+func (p *proxy) heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
+}
