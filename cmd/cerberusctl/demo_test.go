@@ -28,6 +28,7 @@ func TestDemoAcrossProcesses(t *testing.T) {
 		check  func(testing.TB) string
 	}{
 		{"redis", testenv.RedisAddr},
+		{"zookeeper", testenv.ZooKeeperAddr},
 		{"mysql", testenv.MySQLDSN},
 		{"mysql-row", testenv.MySQLDSN},
 		{"consul", testenv.ConsulAddr},

@@ -15,13 +15,14 @@ import (
 	"github.com/cerberus-go/cerberus/engine/memory"
 	"github.com/cerberus-go/cerberus/engine/mysql"
 	"github.com/cerberus-go/cerberus/engine/redis"
+	"github.com/cerberus-go/cerberus/engine/zookeeper"
 )
 
 // engineNames lists the engines the demo can run on. Each engine's issue
 // adds its own entry; the failover manager's config package will take this
 // over. Server addresses come from the same CERBERUS_* variables the tests
 // read (scripts/services.sh env prints them).
-var engineNames = []string{"memory", "redis", "mysql", "mysql-row", "consul"}
+var engineNames = []string{"memory", "redis", "zookeeper", "consul", "mysql", "mysql-row"}
 
 // crossProcess reports whether an engine locks across OS processes.
 func crossProcess(name string) bool { return name != "memory" }
@@ -61,6 +62,8 @@ func newEngine(name string) (engine.Engine, error) {
 			return nil, err
 		}
 		return owned{e, c.Close}, nil
+	case "zookeeper":
+		return zookeeper.Dial(strings.Split(envOr("CERBERUS_ZK_ADDR", "127.0.0.1:2181"), ","), 10*time.Second)
 	case "consul":
 		// Up to 64 demo processes share the agent's per-client connection limit.
 		return consul.Dial(envOr("CERBERUS_CONSUL_ADDR", "127.0.0.1:8500"), consul.WithMaxConns(16))
