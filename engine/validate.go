@@ -18,6 +18,10 @@ const (
 	MaxTTL = 7 * 24 * time.Hour
 )
 
+// Common is the Limits value of an engine that accepts exactly the common
+// bounds above.
+var Common = Limits{MaxKeyLen: MaxKeyLen, MinTTL: MinTTL, MaxTTL: MaxTTL}
+
 // CheckKey reports whether key is a valid lock key: non-empty, at most
 // maxLen bytes, valid UTF-8, and free of control characters (including NUL),
 // which several servers cannot store. The error wraps ErrInvalidKey.

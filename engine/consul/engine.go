@@ -114,7 +114,7 @@ func (e *Engine) Name() string { return name }
 // Limits returns the common bounds from package engine. Every key that
 // engine.CheckKey accepts can be stored (see EncodeKey).
 func (e *Engine) Limits() engine.Limits {
-	return engine.Limits{MaxKeyLen: engine.MaxKeyLen, MinTTL: engine.MinTTL, MaxTTL: engine.MaxTTL}
+	return engine.Common
 }
 
 // Validate checks req with engine.CheckRequest, without I/O.

@@ -70,7 +70,7 @@ func (e *Engine) Name() string { return "memory" }
 
 // Limits returns the common bounds from package engine.
 func (e *Engine) Limits() engine.Limits {
-	return engine.Limits{MaxKeyLen: engine.MaxKeyLen, MinTTL: engine.MinTTL, MaxTTL: engine.MaxTTL}
+	return engine.Common
 }
 
 // Validate checks req with engine.CheckRequest.

@@ -120,7 +120,7 @@ func (e *Engine) Name() string { return "redis" }
 // Limits: keys up to engine.MaxKeyLen bytes, TTLs from 10ms (PX has
 // millisecond resolution) to engine.MaxTTL.
 func (e *Engine) Limits() engine.Limits {
-	return engine.Limits{MaxKeyLen: engine.MaxKeyLen, MinTTL: engine.MinTTL, MaxTTL: engine.MaxTTL}
+	return engine.Common
 }
 
 // Validate checks req with engine.CheckRequest; Redis stores any valid key.

@@ -241,7 +241,7 @@ func (e *Engine) Name() string { return "zookeeper" }
 // Limits returns the common bounds from package engine. Every key within
 // them has a znode name (see EscapeKey).
 func (e *Engine) Limits() engine.Limits {
-	return engine.Limits{MaxKeyLen: engine.MaxKeyLen, MinTTL: engine.MinTTL, MaxTTL: engine.MaxTTL}
+	return engine.Common
 }
 
 // Validate checks req with engine.CheckRequest. Every key CheckKey accepts
