@@ -187,7 +187,7 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	}()
 	for {
 		sent := time.Now()
-		ok, n, err := l.try(ctx, req.Wait)
+		ok, n, err := l.try(ctx, req.Wait, queued)
 		if err != nil {
 			// The reply is lost, not necessarily the write: undo whatever
 			// the script may have done under this lease's id.

@@ -19,8 +19,16 @@ func (e *Engine) keysOf(key string) lockKeys {
 	} else {
 		tag = "{k:" + key + "}"
 	}
-	base := e.opts.prefix + tag
-	return lockKeys{w: base + ":w", r: base + ":r", ww: base + ":ww", q: base + ":q", f: base + ":f", c: base + ":c"}
+	// One allocation for all six names: each is a slice of the same string.
+	p := e.opts.prefix
+	all := p + tag + ":w" + p + tag + ":r" + p + tag + ":ww" + p + tag + ":q" + p + tag + ":f" + p + tag + ":c"
+	n, i := len(p)+len(tag), 0
+	cut := func(suffix int) string {
+		s := all[i : i+n+suffix]
+		i += n + suffix
+		return s
+	}
+	return lockKeys{w: cut(2), r: cut(2), ww: cut(3), q: cut(2), f: cut(2), c: cut(2)}
 }
 
 // stateKeys are the keys that exist only while the lock is held or waited

@@ -36,14 +36,14 @@ func (l *lease) Err() error            { return l.sig.Err() }
 
 // try runs the acquire script once. It returns (true, token) on a grant and
 // (false, holder's PTTL in ms or <= 0 if unknown) otherwise.
-func (l *lease) try(ctx context.Context, wait bool) (bool, int64, error) {
+func (l *lease) try(ctx context.Context, wait, queued bool) (bool, int64, error) {
 	o := l.e.opts
 	var res []int64
 	var err error
 	if l.mode == engine.Exclusive {
 		res, err = acquireExclusive.Run(ctx, l.e.c,
 			[]string{l.keys.w, l.keys.r, l.keys.ww, l.keys.q, l.keys.f},
-			l.id, ms(l.ttl), flag(o.fair), flag(wait), ms(o.queueTTL)).Int64Slice()
+			l.id, ms(l.ttl), flag(o.fair), flag(wait), ms(o.queueTTL), flag(queued)).Int64Slice()
 	} else {
 		res, err = acquireShared.Run(ctx, l.e.c,
 			[]string{l.keys.w, l.keys.r, l.keys.ww, l.keys.f},

@@ -38,14 +38,14 @@ end
 redis.call('PUBLISH', CHAN, msg)
 `
 
-// acquireExclusive: KEYS w r ww q f; ARGV id ttl_ms fair wait queue_ttl_ms.
-// Returns {1, token} on a grant, {0, pttl of the holder} otherwise. The
-// first branch is the uncontended fast path: no holder, no reader, and in
-// fair mode no queue; then only a writer that queued before has a place in
-// the waiting set to give up.
+// acquireExclusive: KEYS w r ww q f; ARGV id ttl_ms fair wait queue_ttl_ms
+// queued. Returns {1, token} on a grant, {0, pttl of the holder} otherwise.
+// The first branch is the uncontended fast path: no holder, no reader, and
+// in fair mode no queue; then only a writer that queued before (queued=1)
+// has a place in the waiting set to give up.
 var acquireExclusive = goredis.NewScript(`
 if redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 and (ARGV[3] ~= '1' or redis.call('EXISTS', KEYS[4]) == 0) then
-  redis.call('ZREM', KEYS[3], ARGV[1])
+  if ARGV[6] == '1' then redis.call('ZREM', KEYS[3], ARGV[1]) end
   local token = redis.call('INCR', KEYS[5])
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1, token}
