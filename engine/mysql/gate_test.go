@@ -1,12 +1,9 @@
 package mysql
 
 import (
-	"database/sql"
 	"sync"
 	"testing"
 	"time"
-
-	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/cerberus-go/cerberus/engine"
 )
@@ -15,25 +12,7 @@ import (
 // one poller's worth of attempts, not one each, and are all granted in turn
 // once the holder releases.
 func TestLocalWaitersPollOnce(t *testing.T) {
-	dsn := testDSN(t)
-	table := testTable(t, dsn)
-	cfg, err := mysqldrv.ParseDSN(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.InterpolateParams = true
-	conn, err := mysqldrv.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &recorder{Connector: conn}
-	db := sql.OpenDB(rec)
-	t.Cleanup(func() { _ = db.Close() })
-	e, err := New(sqlPool{db}, WithTable(table))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
+	e, rec, dsn, table := recordingEngine(t)
 	other, err := Open(dsn, WithTable(table))
 	if err != nil {
 		t.Fatal(err)

@@ -80,15 +80,10 @@ func (c *recConn) ResetSession(ctx context.Context) error {
 
 func (c *recConn) IsValid() bool { return c.Conn.(driver.Validator).IsValid() }
 
-// sqlPool is a Pool over a plain *sql.DB.
-type sqlPool struct{ db *sql.DB }
-
-func (p sqlPool) DB() (*sql.DB, error) { return p.db, nil }
-
-// TestRenewalIsBatched: one engine holds many renewed leases with a short
-// TTL. They outlive several TTLs, and every renewal statement names all of
-// them at once: one statement per interval, not one per lease.
-func TestRenewalIsBatched(t *testing.T) {
+// recordingEngine returns an engine on a fresh table whose statements pass
+// through a recorder, with the DSN and table for other engines to share.
+func recordingEngine(t *testing.T) (*Engine, *recorder, string, string) {
+	t.Helper()
 	dsn := testDSN(t)
 	table := testTable(t, dsn)
 	cfg, err := mysqldrv.ParseDSN(dsn)
@@ -108,6 +103,19 @@ func TestRenewalIsBatched(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Close() })
+	return e, rec, dsn, table
+}
+
+// sqlPool is a Pool over a plain *sql.DB.
+type sqlPool struct{ db *sql.DB }
+
+func (p sqlPool) DB() (*sql.DB, error) { return p.db, nil }
+
+// TestRenewalIsBatched: one engine holds many renewed leases with a short
+// TTL. They outlive several TTLs, and every renewal statement names all of
+// them at once: one statement per interval, not one per lease.
+func TestRenewalIsBatched(t *testing.T) {
+	e, rec, dsn, table := recordingEngine(t)
 	const n, ttl = 20, 300 * time.Millisecond
 	leases := make([]engine.Lease, n)
 	for i := range leases {
