@@ -1,0 +1,556 @@
+package cerberus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// NamedEngine is one engine of a Failover, in priority order.
+type NamedEngine struct {
+	Name   string
+	Engine engine.Engine
+}
+
+// FailoverOptions tune a Failover. The zero value is usable: manual
+// switching only, no fence, health checked every second.
+type FailoverOptions struct {
+	// Active names the engine to use (Cerberus's cerberus_engine). Empty or
+	// unknown: the first engine in order, and with Auto the first healthy
+	// one.
+	Active string
+	// Interval is how often every engine is pinged. The default is 1s.
+	Interval time.Duration
+	// Threshold is how many failed pings in a row mark an engine down. The
+	// default is 3.
+	Threshold int
+	// Auto moves to the next healthy engine, in order, when the active one
+	// is down. The default is off: only SetActive switches.
+	Auto bool
+	// Failback moves back to a healthy engine earlier in the order when one
+	// recovers. The default is off, so the manager does not flap.
+	Failback bool
+	// Fence delays the first grant on a newly active engine until every
+	// lease granted on the old one must have expired (the longest lease TTL
+	// granted in the old epoch, counted from the switch), so two holders
+	// never overlap even if the old engine is unreachable and its holders
+	// have not noticed. The default is off.
+	Fence bool
+	// Epoch is the first epoch; see Failover. Give every process of a fleet
+	// the same value (config does).
+	Epoch uint64
+	// OnSwitch, if set, is called after every switch. It must not block.
+	OnSwitch func(SwitchEvent)
+}
+
+// SwitchEvent describes one switch of the active engine.
+type SwitchEvent struct {
+	From, To   string // engine names; From is "" for none
+	Epoch      uint64 // the new epoch
+	Reason     string // "operator", "failover" or "failback"
+	LostLeases int    // leases ended with ErrEngineSwitched
+	FenceUntil time.Time
+}
+
+// EngineStatus is one engine's health as the manager last saw it.
+type EngineStatus struct {
+	Name     string
+	Active   bool
+	Healthy  bool
+	Failures int           // failed pings in a row
+	Latency  time.Duration // of the last successful ping
+	LastErr  string        // of the last failed ping
+}
+
+// tokenBits is how many low bits of a token the engine's own token may
+// use; the epoch sits above them.
+const tokenBits = 48
+
+// ErrUnknownEngine: SetActive named an engine the Failover does not have.
+var ErrUnknownEngine = errors.New("cerberus: unknown engine")
+
+// Failover is an engine.Engine over several engines in priority order: it
+// dispatches to the active one, pings all of them, and moves to another on
+// an operator's SetActive or, with Auto, when the active engine is down.
+// Give it to New like any engine; the Client's reentrancy and LockAll work
+// unchanged.
+//
+// A switch loses the locks held on the old engine, and says so: every
+// lease granted there closes Done with ErrEngineSwitched at once (Unlock
+// then returns ErrNotHeld), and is released on the old engine in the
+// background where that engine still answers. Waiters move to the new
+// engine. With Fence, the first grant on the new engine waits until the
+// old leases must have expired.
+//
+// # Tokens across a switch
+//
+// Every switch increments the epoch, and a lease's Token is epoch<<48 |
+// the engine's token. So a resource that fences on Token sees every grant
+// of the new epoch above every grant of the old one, whichever engines
+// issued them. Engine tokens must fit in 48 bits (a grant whose token does
+// not is refused and released); every cerberus engine's does in practice
+// (ZooKeeper's czxid carries the ensemble epoch in its high 32 bits, which
+// would need 2^16 leader elections to overflow).
+//
+// Epochs are per process. Processes that switch together (an operator's
+// flip through shared configuration, Epoch set alike) keep equal epochs.
+// A process that has not switched yet keeps the lower epoch: a fenced
+// resource refuses its writes once a switched process has written, which
+// is safe. A process that switched more often than the others (say, away
+// and back on a flapping health check) gets a higher epoch, and its
+// writes then shut out the others' until they switch too: safe, but a
+// loss of availability; keep Failback off and give every process the
+// same configuration.
+type Failover struct {
+	engines []NamedEngine
+	opts    FailoverOptions
+
+	mu         sync.Mutex
+	active     int
+	epoch      uint64
+	health     []EngineStatus
+	leases     map[*failoverLease]struct{}
+	waiters    map[*context.CancelCauseFunc]struct{}
+	maxTTL     time.Duration // longest TTL granted in this epoch
+	fenceUntil time.Time
+	override   string
+	closed     bool
+	closing    chan struct{}
+	loopDone   chan struct{}
+	bg         sync.WaitGroup // background releases on old engines
+}
+
+var _ engine.Engine = (*Failover)(nil)
+
+// errSwitched cancels a wait on an engine that is no longer active.
+var errSwitched = errors.New("cerberus: active engine changed")
+
+// NewFailover returns a Failover over engines, which it owns: Close closes
+// them. It does no I/O; the health loop starts now.
+func NewFailover(engines []NamedEngine, opts FailoverOptions) (*Failover, error) {
+	if len(engines) == 0 {
+		return nil, fmt.Errorf("%w: failover needs at least one engine", engine.ErrInvalidRequest)
+	}
+	seen := map[string]bool{}
+	for i, ne := range engines {
+		switch {
+		case ne.Name == "":
+			return nil, fmt.Errorf("%w: engines[%d]: empty name", engine.ErrInvalidRequest, i)
+		case seen[ne.Name]:
+			return nil, fmt.Errorf("%w: engines[%d]: duplicate name %q", engine.ErrInvalidRequest, i, ne.Name)
+		case ne.Engine == nil:
+			return nil, fmt.Errorf("%w: engines[%d] (%s): nil engine", engine.ErrInvalidRequest, i, ne.Name)
+		}
+		seen[ne.Name] = true
+	}
+	if opts.Interval == 0 {
+		opts.Interval = time.Second
+	}
+	if opts.Threshold == 0 {
+		opts.Threshold = 3
+	}
+	if opts.Interval < 0 || opts.Threshold < 0 {
+		return nil, fmt.Errorf("%w: failover: interval %v and threshold %d must be positive", engine.ErrInvalidRequest, opts.Interval, opts.Threshold)
+	}
+	if opts.Epoch >= 1<<(64-tokenBits) {
+		return nil, fmt.Errorf("%w: failover: epoch %d does not fit in %d bits", engine.ErrInvalidRequest, opts.Epoch, 64-tokenBits)
+	}
+	f := &Failover{
+		engines: engines, opts: opts, epoch: opts.Epoch,
+		health:   make([]EngineStatus, len(engines)),
+		leases:   make(map[*failoverLease]struct{}),
+		waiters:  make(map[*context.CancelCauseFunc]struct{}),
+		override: opts.Active,
+		closing:  make(chan struct{}),
+		loopDone: make(chan struct{}),
+	}
+	for i, ne := range engines {
+		f.health[i] = EngineStatus{Name: ne.Name, Healthy: true}
+		if ne.Name == opts.Active {
+			f.active = i
+		}
+	}
+	go f.healthLoop()
+	return f, nil
+}
+
+// Name returns "failover".
+func (f *Failover) Name() string { return "failover" }
+
+// Limits are the narrowest of every engine's, so that a request valid now
+// stays valid after a switch.
+func (f *Failover) Limits() engine.Limits {
+	lim := f.engines[0].Engine.Limits()
+	for _, ne := range f.engines[1:] {
+		l := ne.Engine.Limits()
+		lim.MaxKeyLen = min(lim.MaxKeyLen, l.MaxKeyLen)
+		lim.MinTTL = max(lim.MinTTL, l.MinTTL)
+		lim.MaxTTL = min(lim.MaxTTL, l.MaxTTL)
+	}
+	return lim
+}
+
+// Validate checks req against every engine, without I/O.
+func (f *Failover) Validate(req engine.Request) error {
+	for _, ne := range f.engines {
+		if err := ne.Engine.Validate(req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Ping pings the active engine.
+func (f *Failover) Ping(ctx context.Context) error {
+	e, _, err := f.current()
+	if err != nil {
+		return err
+	}
+	return e.Ping(ctx)
+}
+
+// Active returns the name of the active engine.
+func (f *Failover) Active() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.engines[f.active].Name
+}
+
+// Epoch returns the current epoch: the top 16 bits of every token granted
+// now.
+func (f *Failover) Epoch() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.epoch
+}
+
+// Status returns every engine's health, in priority order.
+func (f *Failover) Status() []EngineStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := append([]EngineStatus(nil), f.health...)
+	out[f.active].Active = true
+	return out
+}
+
+// SetActive makes name the active engine, as an operator's flip does, and
+// keeps it as the override (see FailoverOptions.Active). An empty name
+// clears the override without switching. An unknown name returns
+// ErrUnknownEngine and changes nothing.
+func (f *Failover) SetActive(name string) error {
+	if name == "" {
+		f.mu.Lock()
+		f.override = ""
+		f.mu.Unlock()
+		return nil
+	}
+	for i, ne := range f.engines {
+		if ne.Name == name {
+			f.mu.Lock()
+			f.override = name
+			f.mu.Unlock()
+			f.switchTo(i, "operator")
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %q", ErrUnknownEngine, name)
+}
+
+func (f *Failover) current() (engine.Engine, int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, 0, engine.ErrClosed
+	}
+	return f.engines[f.active].Engine, f.active, nil
+}
+
+// Acquire grants a lease on the active engine; see engine.Engine. A wait
+// that outlives a switch carries on on the new engine.
+func (f *Failover) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	if err := f.Validate(req); err != nil {
+		return nil, err
+	}
+	for {
+		l, err := f.attempt(ctx, req)
+		if errors.Is(err, errSwitched) && req.Wait && ctx.Err() == nil {
+			continue
+		}
+		if errors.Is(err, errSwitched) {
+			return nil, fmt.Errorf("%w: the active engine changed during the attempt", engine.ErrNotAcquired)
+		}
+		return l, err
+	}
+}
+
+func (f *Failover) attempt(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil, engine.ErrClosed
+	}
+	idx, epoch, fence := f.active, f.epoch, f.fenceUntil
+	actx, cancel := context.WithCancelCause(ctx)
+	f.waiters[&cancel] = struct{}{}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.waiters, &cancel)
+		f.mu.Unlock()
+		cancel(nil)
+	}()
+
+	if wait := time.Until(fence); wait > 0 {
+		if !req.Wait {
+			return nil, fmt.Errorf("%w: fenced for %v after the switch to %s", engine.ErrNotAcquired, wait.Round(time.Millisecond), f.engines[idx].Name)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-actx.Done():
+			t.Stop()
+			if errors.Is(context.Cause(actx), errSwitched) {
+				return nil, errSwitched
+			}
+			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
+		}
+	}
+
+	fl := &failoverLease{f: f, epoch: epoch, engine: f.engines[idx].Name, sig: engine.NewSignal(req.OnLost)}
+	inner := req
+	inner.OnLost = fl.innerLost
+	l, err := f.engines[idx].Engine.Acquire(actx, inner)
+	if err != nil {
+		if errors.Is(context.Cause(actx), errSwitched) && ctx.Err() == nil {
+			return nil, errSwitched
+		}
+		return nil, err
+	}
+	fl.inner = l
+	if l.Token() >= 1<<tokenBits {
+		f.releaseLater(l)
+		return nil, &engine.OpError{Engine: f.engines[idx].Name, Op: "acquire", Key: req.Key,
+			Err: fmt.Errorf("token %d does not fit in %d bits beside the epoch", l.Token(), tokenBits)}
+	}
+	f.mu.Lock()
+	if f.epoch != epoch || f.closed {
+		// Switched (or closed) while the grant was on its way.
+		f.mu.Unlock()
+		f.releaseLater(l)
+		return nil, errSwitched
+	}
+	f.leases[fl] = struct{}{}
+	f.maxTTL = max(f.maxTTL, req.TTL)
+	f.mu.Unlock()
+	return fl, nil
+}
+
+// releaseLater releases l in the background, bounded, where its engine
+// still answers.
+func (f *Failover) releaseLater(l engine.Lease) {
+	f.bg.Add(1)
+	go func() {
+		defer f.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = l.Release(ctx)
+	}()
+}
+
+// switchTo makes engines[to] active: new epoch, old leases ended with
+// ErrEngineSwitched and released in the background, waiters moved.
+func (f *Failover) switchTo(to int, reason string) {
+	f.mu.Lock()
+	if f.closed || to == f.active || f.epoch+1 >= 1<<(64-tokenBits) {
+		// (After 65535 switches the epoch would overflow its bits and
+		// tokens would go backwards: the process stays where it is.)
+		f.mu.Unlock()
+		return
+	}
+	from := f.active
+	f.active = to
+	f.epoch++
+	if f.opts.Fence && f.maxTTL > 0 {
+		f.fenceUntil = time.Now().Add(f.maxTTL)
+	}
+	f.maxTTL = 0
+	lost := make([]*failoverLease, 0, len(f.leases))
+	for l := range f.leases {
+		lost = append(lost, l)
+	}
+	f.leases = make(map[*failoverLease]struct{})
+	for cancel := range f.waiters {
+		(*cancel)(errSwitched)
+	}
+	ev := SwitchEvent{From: f.engines[from].Name, To: f.engines[to].Name, Epoch: f.epoch,
+		Reason: reason, LostLeases: len(lost), FenceUntil: f.fenceUntil}
+	f.mu.Unlock()
+	for _, l := range lost {
+		l.sig.Close(fmt.Errorf("%w: from %s to %s", engine.ErrEngineSwitched, ev.From, ev.To))
+		f.releaseLater(l.inner)
+	}
+	if f.opts.OnSwitch != nil {
+		f.opts.OnSwitch(ev)
+	}
+}
+
+// healthLoop pings every engine each interval and switches when the policy
+// says so.
+func (f *Failover) healthLoop() {
+	defer close(f.loopDone)
+	t := time.NewTicker(f.opts.Interval)
+	defer t.Stop()
+	for {
+		f.checkHealth()
+		select {
+		case <-f.closing:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (f *Failover) checkHealth() {
+	type result struct {
+		err error
+		d   time.Duration
+	}
+	res := make([]result, len(f.engines))
+	var wg sync.WaitGroup
+	for i, ne := range f.engines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), f.opts.Interval)
+			defer cancel()
+			start := time.Now()
+			res[i] = result{ne.Engine.Ping(ctx), time.Since(start)}
+		}()
+	}
+	wg.Wait()
+	f.mu.Lock()
+	for i, r := range res {
+		h := &f.health[i]
+		if r.err == nil {
+			h.Failures, h.Healthy, h.Latency, h.LastErr = 0, true, r.d, ""
+			continue
+		}
+		h.Failures++
+		h.LastErr = r.err.Error()
+		if h.Failures >= f.opts.Threshold {
+			h.Healthy = false
+		}
+	}
+	to, reason := f.choose()
+	f.mu.Unlock()
+	if to >= 0 {
+		f.switchTo(to, reason)
+	}
+}
+
+// choose returns the engine the policy wants instead of the active one, or
+// -1. Call with f.mu held.
+func (f *Failover) choose() (int, string) {
+	if !f.opts.Auto {
+		return -1, ""
+	}
+	first := -1
+	for i, h := range f.health {
+		if h.Healthy {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return -1, "" // nothing better to go to
+	}
+	activeHealthy := f.health[f.active].Healthy
+	switch {
+	case !activeHealthy:
+		return first, "failover"
+	case f.opts.Failback && first < f.active && f.engines[f.active].Name != f.override:
+		return first, "failback"
+	}
+	return -1, ""
+}
+
+// Close stops the health loop, waits for background releases, and closes
+// every engine, which ends their leases with ErrClosed.
+func (f *Failover) Close() error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	f.closed = true
+	close(f.closing)
+	for cancel := range f.waiters {
+		(*cancel)(engine.ErrClosed)
+	}
+	f.mu.Unlock()
+	<-f.loopDone
+	f.bg.Wait()
+	var errs []error
+	for _, ne := range f.engines {
+		if err := ne.Engine.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", ne.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// failoverLease is a lease of the active engine, stamped with its epoch.
+type failoverLease struct {
+	f      *Failover
+	epoch  uint64
+	engine string
+	inner  engine.Lease
+	sig    *engine.Signal
+}
+
+func (l *failoverLease) Key() string           { return l.inner.Key() }
+func (l *failoverLease) Mode() engine.Mode     { return l.inner.Mode() }
+func (l *failoverLease) Token() uint64         { return l.epoch<<tokenBits | l.inner.Token() }
+func (l *failoverLease) Done() <-chan struct{} { return l.sig.Done() }
+func (l *failoverLease) Err() error            { return l.sig.Err() }
+
+// innerLost passes the engine's loss on.
+func (l *failoverLease) innerLost(err error) {
+	l.f.forget(l)
+	l.sig.Close(err)
+}
+
+// Release releases on the lease's engine. After a switch the lease has
+// already ended (and its release is under way in the background): Release
+// returns ErrNotHeld wrapping ErrEngineSwitched.
+func (l *failoverLease) Release(ctx context.Context) error {
+	if !l.f.forget(l) {
+		if err := l.sig.Err(); err != nil {
+			return fmt.Errorf("%w: %q: %w", engine.ErrNotHeld, l.Key(), err)
+		}
+	}
+	err := l.inner.Release(ctx)
+	if err != nil {
+		cause := l.inner.Err()
+		if cause == nil {
+			cause = err
+		}
+		l.sig.Close(cause)
+		return err
+	}
+	l.sig.Close(engine.ErrReleased)
+	return nil
+}
+
+// forget stops tracking l and reports whether it was tracked.
+func (f *Failover) forget(l *failoverLease) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.leases[l]
+	delete(f.leases, l)
+	return ok
+}

@@ -1,0 +1,277 @@
+package cerberus_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/memory"
+)
+
+// flaky wraps a real engine so that a test can make its Ping fail, as a
+// server that stopped answering would. Everything else goes through.
+type flaky struct {
+	engine.Engine
+	down atomic.Bool
+}
+
+func (f *flaky) Ping(ctx context.Context) error {
+	if f.down.Load() {
+		return &engine.OpError{Engine: "flaky", Op: "ping", Err: engine.ErrUnavailable}
+	}
+	return f.Engine.Ping(ctx)
+}
+
+// fleet is two engines, each on a store of its own (two servers), plus an
+// outside client per store to look at what each server holds.
+type fleet struct {
+	a, b       *flaky
+	outA, outB *cerberus.Client
+}
+
+func newFleet(t *testing.T) *fleet {
+	t.Helper()
+	sa, sb := memory.NewStore(), memory.NewStore()
+	fl := &fleet{
+		a: &flaky{Engine: memory.New(memory.WithStore(sa))},
+		b: &flaky{Engine: memory.New(memory.WithStore(sb))},
+	}
+	var err error
+	if fl.outA, err = cerberus.New(memory.New(memory.WithStore(sa))); err != nil {
+		t.Fatal(err)
+	}
+	if fl.outB, err = cerberus.New(memory.New(memory.WithStore(sb))); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fl.outA.Close(); _ = fl.outB.Close() })
+	return fl
+}
+
+func (fl *fleet) client(t *testing.T, opts cerberus.FailoverOptions) (*cerberus.Client, *cerberus.Failover) {
+	t.Helper()
+	f, err := cerberus.NewFailover([]cerberus.NamedEngine{{Name: "a", Engine: fl.a}, {Name: "b", Engine: fl.b}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cerberus.New(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, f
+}
+
+// eventually polls cond until it holds, failing after a bound: it orders
+// the test by observed state, not by sleeping.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func freeOn(c *cerberus.Client, key string) bool {
+	l, err := c.TryLock(context.Background(), key)
+	if err != nil {
+		return false
+	}
+	_ = l.Unlock(context.Background())
+	return true
+}
+
+func TestSwitchEndsLeasesAndRaisesTokens(t *testing.T) {
+	fl := newFleet(t)
+	var events []cerberus.SwitchEvent
+	var mu sync.Mutex
+	c, f := fl.client(t, cerberus.FailoverOptions{OnSwitch: func(e cerberus.SwitchEvent) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	}})
+	ctx := ctxT(t)
+	// A high token on b's own counter must not let b's grants sort below
+	// a's: the epoch comes first.
+	for range 50 {
+		l := must(t)(fl.outA.Lock(ctx, "warm"))
+		_ = l.Unlock(ctx)
+	}
+	old := must(t)(c.Lock(ctx, "k"))
+	if f.Active() != "a" || f.Epoch() != 0 {
+		t.Fatalf("active %s epoch %d, want a and 0", f.Active(), f.Epoch())
+	}
+	if freeOn(fl.outA, "k") {
+		t.Fatal("the lease is not held on engine a")
+	}
+	if err := f.SetActive("b"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-old.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done did not close on the switch")
+	}
+	if !errors.Is(old.Err(), cerberus.ErrEngineSwitched) {
+		t.Fatalf("Err after a switch = %v, want ErrEngineSwitched", old.Err())
+	}
+	if err := old.Unlock(ctx); !errors.Is(err, cerberus.ErrNotHeld) || !errors.Is(err, cerberus.ErrEngineSwitched) {
+		t.Fatalf("Unlock after a switch: want ErrNotHeld and ErrEngineSwitched, got %v", err)
+	}
+	eventually(t, "the old lease to be released on engine a", func() bool { return freeOn(fl.outA, "k") })
+	next := must(t)(c.Lock(ctx, "k"))
+	if next.Token() <= old.Token() {
+		t.Fatalf("token after the switch %d, want > %d", next.Token(), old.Token())
+	}
+	if freeOn(fl.outB, "k") {
+		t.Fatal("the new lease is not held on engine b")
+	}
+	mu.Lock()
+	if len(events) != 1 || events[0].From != "a" || events[0].To != "b" || events[0].LostLeases != 1 || events[0].Reason != "operator" {
+		t.Fatalf("switch events %+v", events)
+	}
+	mu.Unlock()
+	_ = next.Unlock(ctx)
+	if err := f.SetActive("nope"); !errors.Is(err, cerberus.ErrUnknownEngine) || f.Active() != "b" {
+		t.Fatalf("SetActive(unknown): %v, active %s", err, f.Active())
+	}
+}
+
+func TestAutoFailoverAndFailback(t *testing.T) {
+	for _, failback := range []bool{false, true} {
+		fl := newFleet(t)
+		c, f := fl.client(t, cerberus.FailoverOptions{Auto: true, Failback: failback, Interval: 10 * time.Millisecond, Threshold: 3})
+		ctx := ctxT(t)
+		l := must(t)(c.Lock(ctx, "k"))
+		fl.a.down.Store(true)
+		eventually(t, "the switch to b", func() bool { return f.Active() == "b" })
+		<-l.Done()
+		if !errors.Is(l.Err(), cerberus.ErrEngineSwitched) {
+			t.Fatalf("Err = %v, want ErrEngineSwitched", l.Err())
+		}
+		st := f.Status()
+		if st[0].Healthy || st[0].Failures < 3 || !st[1].Active || !st[1].Healthy {
+			t.Fatalf("status after the failover: %+v", st)
+		}
+		onB := must(t)(c.Lock(ctx, "k"))
+		fl.a.down.Store(false)
+		eventually(t, "a to be healthy again", func() bool { return f.Status()[0].Healthy })
+		if !failback {
+			// Give the policy several rounds to (wrongly) switch back.
+			for range 20 {
+				f.Status()
+				time.Sleep(10 * time.Millisecond)
+			}
+			if f.Active() != "b" || onB.Err() != nil {
+				t.Fatalf("without failback: active %s, lease err %v", f.Active(), onB.Err())
+			}
+			continue
+		}
+		eventually(t, "the failback to a", func() bool { return f.Active() == "a" })
+		<-onB.Done()
+		back := must(t)(c.Lock(ctx, "k"))
+		if !(l.Token() < onB.Token() && onB.Token() < back.Token()) || f.Epoch() != 2 {
+			t.Fatalf("tokens %d, %d, %d over two switches (epoch %d): they must increase", l.Token(), onB.Token(), back.Token(), f.Epoch())
+		}
+		_ = back.Unlock(ctx)
+	}
+}
+
+func TestWaiterMovesToNewEngine(t *testing.T) {
+	fl := newFleet(t)
+	c, f := fl.client(t, cerberus.FailoverOptions{})
+	ctx := ctxT(t)
+	blocker := must(t)(fl.outA.Lock(ctx, "k")) // held on server a by someone else
+	defer blocker.Unlock(ctx)
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Lock(ctx, "k")
+		if err == nil {
+			if freeOn(fl.outB, "k") {
+				err = errors.New("granted, but not on engine b")
+			}
+			_ = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // let it wait on a; the assertion does not depend on it
+	if err := f.SetActive("b"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter after the switch: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter stayed on the old engine")
+	}
+}
+
+// TestFenceKeepsHoldersApart: with Fence, the first grant on the new engine
+// comes no earlier than the moment the old engine's lease must have
+// expired, so a holder that never learns of the switch cannot overlap.
+func TestFenceKeepsHoldersApart(t *testing.T) {
+	fl := newFleet(t)
+	c, f := fl.client(t, cerberus.FailoverOptions{Fence: true})
+	ctx := ctxT(t)
+	const ttl = 300 * time.Millisecond
+	granted := time.Now()
+	old := must(t)(c.Lock(ctx, "k", cerberus.WithTTL(ttl)))
+	mustExpireBy := granted.Add(ttl) // the old holder may act until here
+	if err := f.SetActive("b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryLock(ctx, "k"); !errors.Is(err, cerberus.ErrNotAcquired) {
+		t.Fatalf("TryLock inside the fence: want ErrNotAcquired, got %v", err)
+	}
+	next := must(t)(c.Lock(ctx, "k"))
+	if at := time.Now(); at.Before(mustExpireBy) {
+		t.Fatalf("new holder granted %v before the old lease must have expired", mustExpireBy.Sub(at))
+	}
+	_ = next.Unlock(ctx)
+	_ = old.Unlock(ctx)
+}
+
+func TestFailoverRefusesBadSetups(t *testing.T) {
+	m := memory.New()
+	defer m.Close()
+	for _, tc := range []struct {
+		engines []cerberus.NamedEngine
+		opts    cerberus.FailoverOptions
+	}{
+		{nil, cerberus.FailoverOptions{}},
+		{[]cerberus.NamedEngine{{Name: "", Engine: m}}, cerberus.FailoverOptions{}},
+		{[]cerberus.NamedEngine{{Name: "a", Engine: m}, {Name: "a", Engine: m}}, cerberus.FailoverOptions{}},
+		{[]cerberus.NamedEngine{{Name: "a"}}, cerberus.FailoverOptions{}},
+		{[]cerberus.NamedEngine{{Name: "a", Engine: m}}, cerberus.FailoverOptions{Interval: -time.Second}},
+		{[]cerberus.NamedEngine{{Name: "a", Engine: m}}, cerberus.FailoverOptions{Epoch: 1 << 16}},
+	} {
+		if _, err := cerberus.NewFailover(tc.engines, tc.opts); !errors.Is(err, engine.ErrInvalidRequest) {
+			t.Errorf("NewFailover(%v, %+v): want ErrInvalidRequest, got %v", tc.engines, tc.opts, err)
+		}
+	}
+}
+
+func TestFailoverCloseEndsLeases(t *testing.T) {
+	fl := newFleet(t)
+	c, _ := fl.client(t, cerberus.FailoverOptions{})
+	l := must(t)(c.Lock(ctxT(t), "k"))
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	if !errors.Is(l.Err(), cerberus.ErrClosed) {
+		t.Fatalf("Err after Close = %v, want ErrClosed", l.Err())
+	}
+	if !freeOn(fl.outA, "k") {
+		t.Fatal("Close left the key held on engine a")
+	}
+}

@@ -1,0 +1,176 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/redis"
+	"github.com/cerberus-go/cerberus/engine/zookeeper"
+	"github.com/cerberus-go/cerberus/internal/testenv"
+)
+
+// privateRedis starts a redis-server of the test's own on a free loopback
+// port, so that killing it disturbs no other test; kill stops it at once.
+func privateRedis(t *testing.T) (addr string, kill func()) {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is not installed: run scripts/services.sh up (it installs it): %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	kill = func() { once.Do(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) }
+	t.Cleanup(kill)
+	addr = "127.0.0.1:" + strconv.Itoa(port)
+	c := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer c.Close()
+	for deadline := time.Now().Add(10 * time.Second); c.Ping(context.Background()).Err() != nil; {
+		if time.Now().After(deadline) {
+			t.Fatalf("private redis-server at %s did not answer", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return addr, kill
+}
+
+// TestFailoverRedisToZooKeeper kills the primary redis-server under 64
+// concurrent lockers with automatic failover on. The manager moves to
+// ZooKeeper, every lease held at the kill ends, and no Lock call outlives
+// its context. It reports the time from the kill to the first grant on
+// ZooKeeper.
+func TestFailoverRedisToZooKeeper(t *testing.T) {
+	zkAddr := testenv.ZooKeeperAddr(t)
+	redisAddr, kill := privateRedis(t)
+	rc := goredis.NewClient(&goredis.Options{Addr: redisAddr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = rc.Close() })
+	re, err := redis.New(rc, redis.WithPrefix(fmt.Sprintf("failover-%d:", time.Now().UnixNano())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ze, err := zookeeper.Dial([]string{zkAddr}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var switchedAt atomic.Int64
+	f, err := cerberus.NewFailover([]cerberus.NamedEngine{{Name: "redis", Engine: re}, {Name: "zookeeper", Engine: ze}},
+		cerberus.FailoverOptions{Auto: true, Interval: 200 * time.Millisecond, Threshold: 3,
+			OnSwitch: func(cerberus.SwitchEvent) { switchedAt.Store(time.Now().UnixNano()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cerberus.New(f, cerberus.WithWatchdog(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+
+	const lockers, callTimeout = 64, 2 * time.Second
+	run := fmt.Sprintf("failover/%d", time.Now().UnixNano())
+	var (
+		killedAt, firstOnZK atomic.Int64
+		overran, grants     atomic.Int64
+		heldMu              sync.Mutex
+		heldAtKill          []*cerberus.Lease
+		held                = map[*cerberus.Lease]bool{}
+		stop                = make(chan struct{})
+		wg                  sync.WaitGroup
+	)
+	for i := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; n < 10000; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+				start := time.Now()
+				l, err := c.Lock(ctx, fmt.Sprintf("%s/%d", run, i%8))
+				if time.Since(start) > callTimeout+time.Second {
+					overran.Add(1)
+				}
+				cancel()
+				if err != nil {
+					continue
+				}
+				grants.Add(1)
+				if l.Token()>>48 >= 1 && killedAt.Load() != 0 {
+					firstOnZK.CompareAndSwap(0, time.Now().UnixNano())
+				}
+				heldMu.Lock()
+				held[l] = true
+				heldMu.Unlock()
+				time.Sleep(time.Millisecond)
+				heldMu.Lock()
+				delete(held, l)
+				heldMu.Unlock()
+				_ = l.Unlock(context.Background())
+			}
+		}()
+	}
+	// Let the lockers run on Redis, then kill it with leases held.
+	for deadline := time.Now().Add(10 * time.Second); grants.Load() < 200; {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d grants on redis before the kill", grants.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	heldMu.Lock()
+	for l := range held {
+		heldAtKill = append(heldAtKill, l)
+	}
+	killedAt.Store(time.Now().UnixNano())
+	kill()
+	heldMu.Unlock()
+	for deadline := time.Now().Add(20 * time.Second); firstOnZK.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no grant on ZooKeeper within 20s of the kill (active: %s)", f.Active())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+
+	if f.Active() != "zookeeper" {
+		t.Fatalf("active engine %s after the kill, want zookeeper", f.Active())
+	}
+	for _, l := range heldAtKill {
+		select {
+		case <-l.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("a lease held at the kill never ended")
+		}
+		if err := l.Err(); !errors.Is(err, engine.ErrEngineSwitched) && !errors.Is(err, engine.ErrLeaseLost) && !errors.Is(err, engine.ErrReleased) {
+			t.Errorf("lease held at the kill ended with %v", err)
+		}
+	}
+	if n := overran.Load(); n > 0 {
+		t.Errorf("%d Lock calls ran past their %v context", n, callTimeout)
+	}
+	k, s, z := killedAt.Load(), switchedAt.Load(), firstOnZK.Load()
+	t.Logf("%d grants; %d leases held at the kill, all ended; kill -> switch %v, kill -> first grant on ZooKeeper %v (interval 200ms, threshold 3)",
+		grants.Load(), len(heldAtKill), time.Duration(s-k), time.Duration(z-k))
+}
