@@ -113,7 +113,8 @@ func (c *Client) request(key string, mode engine.Mode, wait bool, s settings) en
 
 // acquire is every Lock variant: validation, reentrancy, then the engine.
 func (c *Client) acquire(ctx context.Context, key string, mode engine.Mode, wait bool, opts []Option) (*Lease, error) {
-	req := c.request(key, mode, wait, c.defaults.with(opts))
+	s := c.defaults.with(opts)
+	req := c.request(key, mode, wait, s)
 	if err := c.eng.Validate(req); err != nil {
 		return nil, err
 	}
@@ -122,7 +123,7 @@ func (c *Client) acquire(ctx context.Context, key string, mode engine.Mode, wait
 		if c.isClosed() {
 			return nil, engine.ErrClosed
 		}
-		h := &hold{c: c, key: key, mode: mode, count: 1, ready: closedChan}
+		h := &hold{c: c, key: key, mode: mode, count: 1, ready: closedChan, obs: s.observer}
 		if err := h.acquire(ctx, req); err != nil {
 			return nil, err
 		}
@@ -164,7 +165,7 @@ func (c *Client) acquire(ctx context.Context, key string, mode engine.Mode, wait
 		c.mu.Unlock()
 		return &Lease{h: h}, nil
 	}
-	h := &hold{c: c, key: key, mode: mode, owner: owner, count: 1, ready: make(chan struct{})}
+	h := &hold{c: c, key: key, mode: mode, owner: owner, count: 1, ready: make(chan struct{}), obs: s.observer}
 	c.holds[k] = h
 	c.mu.Unlock()
 	err := h.acquire(ctx, req)

@@ -516,6 +516,9 @@ func (l *failoverLease) Key() string           { return l.inner.Key() }
 func (l *failoverLease) Mode() engine.Mode     { return l.inner.Mode() }
 func (l *failoverLease) Token() uint64         { return l.epoch<<tokenBits | l.inner.Token() }
 func (l *failoverLease) Done() <-chan struct{} { return l.sig.Done() }
+
+// EngineName names the engine that granted the lease, for observers.
+func (l *failoverLease) EngineName() string { return l.engine }
 func (l *failoverLease) Err() error            { return l.sig.Err() }
 
 // innerLost passes the engine's loss on.

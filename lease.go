@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
 )
@@ -24,12 +25,25 @@ type hold struct {
 	ready chan struct{} // closed once acquire settled
 	lease engine.Lease
 	sig   *engine.Signal
+	obs   Observer // nil: none
+	// granter names the engine that granted the lease, for the observer;
+	// atomic because the engine may report a loss before Acquire returns.
+	granter atomic.Pointer[string]
 }
 
 func (h *hold) acquire(ctx context.Context, req engine.Request) error {
 	h.sig = engine.NewSignal(nil)
 	req.OnLost = h.lost
+	start := time.Now()
 	l, err := h.c.eng.Acquire(ctx, req)
+	if h.obs != nil {
+		ev := AcquireEvent{Engine: h.c.eng.Name(), Key: h.key, Shared: h.mode == engine.Shared, Wait: req.Wait, Duration: time.Since(start), Err: err}
+		if err == nil {
+			ev.Engine, ev.Token = engineOf(h.c.eng, l), l.Token()
+			h.granter.Store(&ev.Engine)
+		}
+		h.obs.Acquired(ev)
+	}
 	if err != nil {
 		return err
 	}
@@ -37,8 +51,16 @@ func (h *hold) acquire(ctx context.Context, req engine.Request) error {
 	return nil
 }
 
-// lost is the engine's OnLost callback.
+// lost is the engine's OnLost callback. The observer hears of the loss
+// before Done closes, so whoever wakes on Done finds it reported.
 func (h *hold) lost(err error) {
+	if h.obs != nil && !h.sig.Closed() {
+		name := h.c.eng.Name()
+		if n := h.granter.Load(); n != nil {
+			name = *n
+		}
+		h.obs.Lost(LostEvent{Engine: name, Key: h.key, Err: err})
+	}
 	h.sig.Close(err)
 	h.c.forget(h)
 }

@@ -11,8 +11,9 @@ const DefaultWatchdog = 30 * time.Second
 type Option func(*settings)
 
 type settings struct {
-	ttl   time.Duration
-	renew bool
+	ttl      time.Duration
+	renew    bool
+	observer Observer
 }
 
 func defaultSettings() settings { return settings{ttl: DefaultWatchdog, renew: true} }

@@ -1,0 +1,82 @@
+package cerberus
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// Observer is told about every acquisition and every loss, for metrics and
+// logs. Its methods are called synchronously on the acquiring or losing
+// goroutine and must not block. See LogObserver, and package metrics for
+// Prometheus.
+type Observer interface {
+	// Acquired follows every call that reached the engine: Lock, TryLock,
+	// RLock, TryRLock and each key of LockAll. Err is nil on a grant.
+	// Re-entries by an owner do not reach the engine and are not reported.
+	Acquired(AcquireEvent)
+	// Lost follows every lease that ended without its Unlock: expiry,
+	// session or connection loss, an engine switch, Close.
+	Lost(LostEvent)
+}
+
+// AcquireEvent describes one acquisition attempt.
+type AcquireEvent struct {
+	Engine   string        // the engine that answered (the active one, under a Failover)
+	Key      string        //
+	Shared   bool          // RLock or TryRLock
+	Wait     bool          // Lock or RLock, rather than a single attempt
+	Duration time.Duration // from the call to its answer, waiting included
+	Token    uint64        // on a grant
+	Err      error         // nil on a grant
+}
+
+// LostEvent describes one lease that ended without Unlock.
+type LostEvent struct {
+	Engine string
+	Key    string
+	Err    error // ErrLeaseLost, ErrEngineSwitched or ErrClosed, wrapped
+}
+
+// WithObserver reports acquisitions and losses to o. Given to New it
+// covers every call; given to a call, that call. The default is none.
+func WithObserver(o Observer) Option { return func(s *settings) { s.observer = o } }
+
+// engineOf names the engine that granted l: under a Failover, the engine
+// that was active at the grant.
+func engineOf(e engine.Engine, l engine.Lease) string {
+	if n, ok := l.(interface{ EngineName() string }); ok {
+		return n.EngineName()
+	}
+	return e.Name()
+}
+
+// LogObserver returns an Observer that logs to l: refused and failed
+// acquisitions and every loss at Warn (a context that ended is Info),
+// grants at Debug. Keys are logged; nothing else a caller passes in is.
+func LogObserver(l *slog.Logger) Observer { return logObserver{l} }
+
+type logObserver struct{ l *slog.Logger }
+
+func (o logObserver) Acquired(e AcquireEvent) {
+	attrs := []any{slog.String("engine", e.Engine), slog.String("key", e.Key), slog.Bool("shared", e.Shared), slog.Duration("took", e.Duration)}
+	switch {
+	case e.Err == nil:
+		o.l.Debug("cerberus: lock granted", append(attrs, slog.Uint64("token", e.Token))...)
+	case errorsIsCtx(e.Err):
+		o.l.Info("cerberus: lock wait ended with its context", append(attrs, slog.String("err", e.Err.Error()))...)
+	default:
+		o.l.Warn("cerberus: lock not acquired", append(attrs, slog.String("err", e.Err.Error()))...)
+	}
+}
+
+func (o logObserver) Lost(e LostEvent) {
+	o.l.Warn("cerberus: lease lost", slog.String("engine", e.Engine), slog.String("key", e.Key), slog.String("err", e.Err.Error()))
+}
+
+func errorsIsCtx(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
