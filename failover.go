@@ -519,7 +519,7 @@ func (l *failoverLease) Done() <-chan struct{} { return l.sig.Done() }
 
 // EngineName names the engine that granted the lease, for observers.
 func (l *failoverLease) EngineName() string { return l.engine }
-func (l *failoverLease) Err() error            { return l.sig.Err() }
+func (l *failoverLease) Err() error         { return l.sig.Err() }
 
 // innerLost passes the engine's loss on.
 func (l *failoverLease) innerLost(err error) {
