@@ -31,6 +31,7 @@ type demoConfig struct {
 	products int
 	stock    int64
 	procs    int
+	failover bool
 	store    string // "memory" or "file"
 	storeDir string // the file store's directory
 	timeout  time.Duration
@@ -44,6 +45,7 @@ func (c *demoConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.procs, "procs", 1, "OS processes to spread the buyers over (needs a cross-process engine)")
 	fs.StringVar(&c.store, "store", "", "where the stock lives: memory (one process) or file (default: file when -procs > 1)")
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up after this long")
+	fs.BoolVar(&c.failover, "failover", false, "run on Redis with ZooKeeper as the secondary, block Redis halfway and show the switch")
 }
 
 // check validates the flags before anything is started.
@@ -63,6 +65,9 @@ func (c *demoConfig) check() error {
 	}
 	if c.timeout <= 0 {
 		errs = append(errs, fmt.Errorf("-timeout must be positive, got %v", c.timeout))
+	}
+	if c.failover && (c.procs != 1 || c.engine != "memory" || c.store == "file") {
+		errs = append(errs, errors.New("-failover runs in one process on Redis then ZooKeeper: leave -procs, -engine and -store alone"))
 	}
 	if c.store == "" {
 		c.store = "memory"
@@ -188,6 +193,16 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
 	defer cancel()
 	run := newRunID()
+	if cfg.failover {
+		fmt.Fprintf(stdout, "seckill demo with failover: redis, then zookeeper; %d buyers, %d products with %d stock each\n",
+			cfg.buyers, cfg.products, cfg.stock)
+		st, t, err := runFailoverDemo(ctx, cfg, stdout)
+		if err != nil {
+			fmt.Fprintf(stderr, "cerberusctl demo: %v\n", err)
+			return 1
+		}
+		return finish(stdout, stderr, cfg, func(p int) (int64, error) { return st.Read(ctx, p) }, t.failed.Load() == 0)
+	}
 
 	fmt.Fprintf(stdout, "seckill demo: engine %s, %d buyers over %d process(es), %d products with %d stock each\n",
 		cfg.engine, cfg.buyers, cfg.procs, cfg.products, cfg.stock)
@@ -228,12 +243,20 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 
-	ok := t.failed.Load() == 0 && t.fenced.Load() == 0
+	n := t.acquisitions.Load()
+	fmt.Fprintf(stdout, "%d acquisitions in %v: %.0f acquisitions/s; fenced writes refused: %d; errors: %d\n",
+		n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), t.fenced.Load(), t.failed.Load())
+	if first := t.firstErr.Load(); first != nil {
+		fmt.Fprintf(stdout, "first error: %v\n", first)
+	}
+	return finish(stdout, stderr, cfg, read, t.failed.Load() == 0 && t.fenced.Load() == 0)
+}
+
+// finish prints each product's stock against what it must be and the
+// verdict, and returns the exit code.
+func finish(stdout, stderr io.Writer, cfg demoConfig, read func(p int) (int64, error), ok bool) int {
 	for p := range cfg.products {
-		want := cfg.stock - int64(buyersOf(cfg, p))
-		if want < 0 {
-			want = 0
-		}
+		want := max(cfg.stock-int64(buyersOf(cfg, p)), 0)
 		got, err := read(p)
 		if err != nil {
 			fmt.Fprintf(stderr, "cerberusctl demo: reading stock of product %d: %v\n", p, err)
@@ -244,12 +267,6 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 			mark, ok = "WRONG", false
 		}
 		fmt.Fprintf(stdout, "product %d: stock %d (want %d) %s\n", p, got, want, mark)
-	}
-	n := t.acquisitions.Load()
-	fmt.Fprintf(stdout, "%d acquisitions in %v: %.0f acquisitions/s; fenced writes refused: %d; errors: %d\n",
-		n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), t.fenced.Load(), t.failed.Load())
-	if first := t.firstErr.Load(); first != nil {
-		fmt.Fprintf(stdout, "first error: %v\n", first)
 	}
 	if !ok {
 		fmt.Fprintln(stdout, "FAIL: the lock did not keep the stock consistent")

@@ -73,6 +73,25 @@ func TestDemoKeepsStockConsistent(t *testing.T) {
 	}
 }
 
+// TestDemoFailover blocks the Redis primary halfway through the sale: the
+// manager switches to ZooKeeper, the leases held at the block are lost and
+// told, and the stock still comes out right.
+func TestDemoFailover(t *testing.T) {
+	testenv.RedisAddr(t)
+	testenv.ZooKeeperAddr(t)
+	code, out, errOut := runCmd(t, "demo", "-failover", "-buyers", "300", "-stock", "1000", "-timeout", "60s")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"blocked redis after 150 sales; switched redis -> zookeeper (epoch 1, reason failover)",
+		"product 0: stock 850 (want 850) ok", "product 1: stock 850 (want 850) ok", "PASS"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	t.Logf("%s", out)
+}
+
 func TestDemoSellsOutWithoutGoingNegative(t *testing.T) {
 	code, out, _ := runCmd(t, "demo", "-buyers", "50", "-products", "1", "-stock", "20")
 	if code != 0 || !strings.Contains(out, "product 0: stock 0 (want 0) ok") {
@@ -90,6 +109,7 @@ func TestDemoRefusesBadFlags(t *testing.T) {
 		{[]string{"demo", "-procs", "2"}, "locks within one process only"},
 		{[]string{"demo", "-engine", "redis", "-procs", "99"}, "-procs must be between 1 and 64"},
 		{[]string{"demo", "-store", "disk"}, "-store must be memory or file"},
+		{[]string{"demo", "-failover", "-procs", "2"}, "-failover runs in one process"},
 		{[]string{"demo", "-procs", "2", "-store", "memory"}, "cannot be shared by several processes"},
 		{[]string{"bogus"}, `unknown command "bogus"`},
 	} {
