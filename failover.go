@@ -402,19 +402,25 @@ func (f *Failover) switchTo(to int, reason string) {
 // says so.
 func (f *Failover) healthLoop() {
 	defer close(f.loopDone)
-	t := time.NewTicker(f.opts.Interval)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		f.checkHealth()
 		select {
 		case <-f.closing:
 			return
 		case <-t.C:
 		}
+		interval := f.checkHealth()
+		t.Reset(interval)
 	}
 }
 
-func (f *Failover) checkHealth() {
+// checkHealth pings every engine once, applies the policy, and returns the
+// interval to the next round.
+func (f *Failover) checkHealth() time.Duration {
+	f.mu.Lock()
+	interval := f.opts.Interval
+	f.mu.Unlock()
 	type result struct {
 		err error
 		d   time.Duration
@@ -425,7 +431,7 @@ func (f *Failover) checkHealth() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), f.opts.Interval)
+			ctx, cancel := context.WithTimeout(context.Background(), interval)
 			defer cancel()
 			start := time.Now()
 			res[i] = result{ne.Engine.Ping(ctx), time.Since(start)}
@@ -450,6 +456,44 @@ func (f *Failover) checkHealth() {
 	if to >= 0 {
 		f.switchTo(to, reason)
 	}
+	return interval
+}
+
+// Configure applies new tunables without a restart, as a configuration
+// reload does: Interval, Threshold, Auto, Failback and Fence take effect
+// from the next health round; a changed Active is applied as SetActive
+// would (an empty one clears the override); an Epoch above the current one
+// raises it, so that every later token is larger (an operator can bring a
+// fleet's epochs back in step this way); a lower Epoch is ignored, since
+// tokens must not go back. OnSwitch stays as NewFailover set it. An
+// unknown Active clears the override, as an unknown one at start does, and
+// Configure returns ErrUnknownEngine after applying the rest.
+func (f *Failover) Configure(opts FailoverOptions) error {
+	if opts.Interval == 0 {
+		opts.Interval = time.Second
+	}
+	if opts.Threshold == 0 {
+		opts.Threshold = 3
+	}
+	if opts.Interval < 0 || opts.Threshold < 0 || opts.Epoch >= 1<<(64-tokenBits) {
+		return fmt.Errorf("%w: failover: interval %v, threshold %d, epoch %d", engine.ErrInvalidRequest, opts.Interval, opts.Threshold, opts.Epoch)
+	}
+	f.mu.Lock()
+	f.opts.Interval, f.opts.Threshold = opts.Interval, opts.Threshold
+	f.opts.Auto, f.opts.Failback, f.opts.Fence = opts.Auto, opts.Failback, opts.Fence
+	if opts.Epoch > f.epoch {
+		f.epoch = opts.Epoch
+	}
+	changed := opts.Active != f.override
+	f.mu.Unlock()
+	if !changed {
+		return nil
+	}
+	if err := f.SetActive(opts.Active); err != nil {
+		_ = f.SetActive("")
+		return err
+	}
+	return nil
 }
 
 // choose returns the engine the policy wants instead of the active one, or

@@ -275,3 +275,43 @@ func TestFailoverCloseEndsLeases(t *testing.T) {
 		t.Fatal("Close left the key held on engine a")
 	}
 }
+
+// TestConfigureAppliesWithoutRestart: a reload turns automatic failover on,
+// flips the active engine, raises the epoch, and survives an unknown name.
+func TestConfigureAppliesWithoutRestart(t *testing.T) {
+	fl := newFleet(t)
+	c, f := fl.client(t, cerberus.FailoverOptions{Interval: 10 * time.Millisecond})
+	ctx := ctxT(t)
+	fl.a.down.Store(true)
+	eventually(t, "a to be marked down", func() bool { return !f.Status()[0].Healthy })
+	if f.Active() != "a" {
+		t.Fatal("switched without Auto")
+	}
+	if err := f.Configure(cerberus.FailoverOptions{Interval: 10 * time.Millisecond, Auto: true}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the switch once Auto is on", func() bool { return f.Active() == "b" })
+	fl.a.down.Store(false)
+	before := must(t)(c.Lock(ctx, "k"))
+	_ = before.Unlock(ctx)
+	if err := f.Configure(cerberus.FailoverOptions{Interval: 10 * time.Millisecond, Epoch: 7}); err != nil {
+		t.Fatal(err)
+	}
+	after := must(t)(c.Lock(ctx, "k"))
+	if f.Epoch() != 7 || after.Token()>>48 != 7 || after.Token() <= before.Token() {
+		t.Fatalf("epoch %d, tokens %d then %d: raising the epoch must raise tokens", f.Epoch(), before.Token(), after.Token())
+	}
+	_ = after.Unlock(ctx)
+	if err := f.Configure(cerberus.FailoverOptions{Epoch: 3}); err != nil || f.Epoch() != 7 {
+		t.Fatalf("a lower epoch: %v, epoch %d; want it ignored", err, f.Epoch())
+	}
+	if err := f.Configure(cerberus.FailoverOptions{Active: "a"}); err != nil || f.Active() != "a" {
+		t.Fatalf("Active a: %v, active %s", err, f.Active())
+	}
+	if err := f.Configure(cerberus.FailoverOptions{Active: "nope"}); !errors.Is(err, cerberus.ErrUnknownEngine) {
+		t.Fatalf("unknown Active: %v", err)
+	}
+	if err := f.Configure(cerberus.FailoverOptions{Interval: -time.Second}); !errors.Is(err, engine.ErrInvalidRequest) {
+		t.Fatalf("negative interval: %v", err)
+	}
+}
