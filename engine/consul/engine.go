@@ -35,6 +35,8 @@ type Engine struct {
 	sessLock chan struct{} // one session creation at a time; a lock that honours ctx
 	turns    engine.Turns  // one blocking-query waiter per key
 
+	ownTransport *http.Transport // the transport Dial built, nil with New
+
 	mu       sync.Mutex
 	closed   bool
 	sess     *session // the current session; nil before the first grant or after a loss
@@ -105,7 +107,12 @@ func Dial(address string, opts ...Option) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consul: client for %s: %w", address, err)
 	}
-	return New(client, opts...)
+	e, err := New(client, opts...)
+	if err != nil {
+		return nil, err
+	}
+	e.ownTransport = tr // Dial made it: Close closes its idle connections
+	return e, nil
 }
 
 // Name returns "consul".
@@ -280,6 +287,9 @@ func (e *Engine) Close() error {
 		s.stopAndDestroy(ctx)
 	}
 	e.wg.Wait()
+	if e.ownTransport != nil {
+		e.ownTransport.CloseIdleConnections()
+	}
 	return nil
 }
 
