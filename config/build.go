@@ -1,0 +1,214 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/consul"
+	"github.com/cerberus-go/cerberus/engine/memory"
+	"github.com/cerberus-go/cerberus/engine/mysql"
+	"github.com/cerberus-go/cerberus/engine/redis"
+	"github.com/cerberus-go/cerberus/engine/zookeeper"
+)
+
+// Named is a built engine and the name the configuration gave it.
+type Named struct {
+	// Name is Engine.Name from the configuration, such as "primary".
+	Name string
+	// Engine is the running engine. Closing it also closes the clients
+	// Build made for it.
+	Engine engine.Engine
+}
+
+// Build constructs every configured engine, in order, with one switch from
+// kind to constructor. It does no I/O except for mysql engines, whose
+// tables it creates (Migrate) with ctx; an engine whose server is down is
+// built all the same and fails its Ping.
+//
+// Each returned Engine owns what Build made for it: its Close also closes
+// the go-redis clients, ZooKeeper connection or MySQL pool behind it. The
+// go-redis clients name their connections "cerberus-<name>" (CLIENT
+// SETNAME) so that operators can find them in CLIENT LIST. On error Build
+// closes the engines it already built and returns an error that names the
+// failing engine ("engines[i] (name): ...") and no secret.
+func (c *Config) Build(ctx context.Context) ([]Named, error) {
+	var built []Named
+	for i := range c.Engines {
+		e := &c.Engines[i]
+		eng, err := e.build(ctx)
+		if err != nil {
+			for _, n := range built {
+				_ = n.Engine.Close()
+			}
+			return nil, buildError(i, e, err)
+		}
+		built = append(built, Named{Name: e.Name, Engine: eng})
+	}
+	return built, nil
+}
+
+// build is the one switch from kind to constructor.
+func (e *Engine) build(ctx context.Context) (engine.Engine, error) {
+	switch e.Kind {
+	case KindMemory:
+		return memory.New(), nil
+
+	case KindRedis:
+		client := goredis.NewClient(&goredis.Options{Addr: e.Addrs[0], Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName()})
+		eng, err := redis.New(client, e.redisOptions()...)
+		return own(eng, err, client.Close)
+
+	case KindRedisCluster:
+		client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: e.Addrs, Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName()})
+		eng, err := redis.New(client, e.redisOptions()...)
+		return own(eng, err, client.Close)
+
+	case KindRedlock:
+		clients := make([]redis.Client, len(e.Addrs))
+		closers := make([]func() error, len(e.Addrs))
+		for i, a := range e.Addrs {
+			c := goredis.NewClient(&goredis.Options{Addr: a, Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName()})
+			clients[i], closers[i] = c, c.Close
+		}
+		eng, err := redis.NewRedlock(clients, redis.WithNodeOptions(e.redisOptions()...))
+		return own(eng, err, closers...)
+
+	case KindZooKeeper:
+		timeout := e.SessionTimeout
+		if timeout == 0 {
+			timeout = DefaultZKSessionTimeout
+		}
+		var opts []zookeeper.Option
+		if e.Prefix != "" {
+			opts = append(opts, zookeeper.WithBasePath(e.Prefix))
+		}
+		// Dial's engine owns its connection: Close closes it.
+		eng, err := zookeeper.Dial(e.Addrs, timeout, opts...)
+		return own(eng, err)
+
+	case KindConsul:
+		var opts []consul.Option
+		if e.token != "" {
+			opts = append(opts, consul.WithToken(e.token))
+		}
+		if e.Datacenter != "" {
+			opts = append(opts, consul.WithDatacenter(e.Datacenter))
+		}
+		if e.SessionTTL != 0 {
+			opts = append(opts, consul.WithSessionTTL(e.SessionTTL))
+		}
+		if e.LockDelay != nil {
+			opts = append(opts, consul.WithLockDelay(*e.LockDelay))
+		}
+		if e.Fair {
+			opts = append(opts, consul.WithFair(true))
+		}
+		if e.MaxConns != 0 {
+			opts = append(opts, consul.WithMaxConns(e.MaxConns))
+		}
+		if e.Prefix != "" {
+			opts = append(opts, consul.WithPrefix(e.Prefix))
+		}
+		eng, err := consul.Dial(e.Addrs[0], opts...)
+		return own(eng, err)
+
+	case KindMySQL:
+		var opts []mysql.Option
+		if e.Table != "" {
+			opts = append(opts, mysql.WithTable(e.Table))
+		}
+		if e.Strategy != "" {
+			opts = append(opts, mysql.WithStrategy(e.Strategy))
+		}
+		if e.MaxConns != 0 {
+			opts = append(opts, mysql.WithMaxConns(e.MaxConns))
+		}
+		// Open's engine owns its pool: Close closes it.
+		eng, err := mysql.Open(e.DSN, opts...)
+		if err != nil {
+			return nil, err
+		}
+		if err := eng.Migrate(ctx); err != nil {
+			_ = eng.Close()
+			return nil, fmt.Errorf("migrate: %w", err)
+		}
+		return eng, nil
+	}
+	// validate refuses unknown kinds; a Config built by hand may still
+	// hold one.
+	return nil, fmt.Errorf("%w: unknown kind %q (want one of %s)", ErrInvalid, e.Kind, strings.Join(Kinds, ", "))
+}
+
+// clientName is the name the go-redis clients give their connections
+// (CLIENT SETNAME), so that operators can tell them apart in CLIENT LIST.
+func (e *Engine) clientName() string { return "cerberus-" + e.Name }
+
+func (e *Engine) redisOptions() []redis.Option {
+	var opts []redis.Option
+	if e.Prefix != "" {
+		opts = append(opts, redis.WithPrefix(e.Prefix))
+	}
+	if e.Fair {
+		opts = append(opts, redis.WithFair())
+	}
+	return opts
+}
+
+// own returns eng wrapped so that its Close also runs closers, the clients
+// Build made for it. If the constructor failed, the clients are closed now.
+// A typed nil eng (constructor error) is never wrapped.
+func own[E engine.Engine](eng E, err error, closers ...func() error) (engine.Engine, error) {
+	if err != nil {
+		for _, c := range closers {
+			_ = c()
+		}
+		return nil, err
+	}
+	if len(closers) == 0 {
+		return eng, nil
+	}
+	return &owned{Engine: eng, closers: closers}, nil
+}
+
+// owned is an engine together with the clients built for it.
+type owned struct {
+	engine.Engine
+	closers []func() error
+
+	once sync.Once
+	err  error
+}
+
+// Close closes the engine, then the clients it ran on. It is idempotent.
+func (o *owned) Close() error {
+	o.once.Do(func() {
+		errs := []error{o.Engine.Close()}
+		for _, c := range o.closers {
+			errs = append(errs, c())
+		}
+		o.err = errors.Join(errs...)
+	})
+	return o.err
+}
+
+// Unwrap returns the engine inside, for callers that need its concrete
+// type (such as *redis.Engine).
+func (o *owned) Unwrap() engine.Engine { return o.Engine }
+
+// buildError names the engine and keeps the cause for errors.Is, unless
+// the cause's text holds a secret; then only the scrubbed text is kept.
+func buildError(i int, e *Engine, err error) error {
+	prefix := fmt.Sprintf("engines[%d] (%s)", i, e.Name)
+	secrets := []string{e.password, e.token, e.Password, e.Token, e.DSN, dsnPassword(e.DSN)}
+	msg := err.Error()
+	if clean := scrub(msg, secrets); clean != msg {
+		return fmt.Errorf("%s: %s", prefix, clean)
+	}
+	return fmt.Errorf("%s: %w", prefix, err)
+}

@@ -1,0 +1,277 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	mysqldrv "github.com/go-sql-driver/mysql"
+)
+
+// ErrInvalid is wrapped by every error Load, Parse and Watch report for a
+// configuration that cannot be read or does not validate.
+var ErrInvalid = errors.New("config: invalid configuration")
+
+// Engine kinds.
+const (
+	KindMemory       = "memory"        // in-process engine/memory
+	KindRedis        = "redis"         // one Redis server
+	KindRedisCluster = "redis-cluster" // Redis Cluster; addrs are seed nodes
+	KindRedlock      = "redlock"       // Redlock over N independent Redis masters
+	KindZooKeeper    = "zookeeper"     // a ZooKeeper ensemble
+	KindConsul       = "consul"        // one Consul agent's HTTP API
+	KindMySQL        = "mysql"         // MySQL or MariaDB, by DSN
+)
+
+// Kinds lists every engine kind, in the order error messages name them.
+var Kinds = []string{KindMemory, KindRedis, KindRedisCluster, KindRedlock, KindZooKeeper, KindConsul, KindMySQL}
+
+// Failback modes.
+const (
+	FailbackOff  = "off"  // stay on the engine failover moved to
+	FailbackAuto = "auto" // return to a preferred engine once it is healthy
+)
+
+// Defaults applied to keys the configuration leaves out.
+const (
+	DefaultHealthInterval   = time.Second
+	DefaultHealthThreshold  = 3
+	DefaultLeaseWatchdog    = 30 * time.Second
+	DefaultFailback         = FailbackOff
+	DefaultZKSessionTimeout = 4 * time.Second
+)
+
+// Config is a loaded and validated configuration. Build one with Load or
+// Parse; a Config built by hand has no resolved secrets.
+type Config struct {
+	// Engines lists the configured engines in priority order, primary
+	// first.
+	Engines []Engine `mapstructure:"engines"`
+	// Engine pins the active engine by name (Cerberus's cerberus_engine).
+	// Empty means the first healthy engine in order. A name that matches no
+	// configured engine is not an error: the first healthy engine is used
+	// and Warnings reports it.
+	Engine string `mapstructure:"engine"`
+	// Health configures the health checks.
+	Health Health `mapstructure:"health"`
+	// Auto turns automatic failover on: after Health.Threshold failed checks
+	// in a row the manager moves to the next healthy engine by itself. The
+	// default is false: only operators switch.
+	Auto bool `mapstructure:"auto"`
+	// Failback is FailbackOff (the default) or FailbackAuto.
+	Failback string `mapstructure:"failback"`
+	// Fence delays the first grant on a new engine after a switch until
+	// the old engine's leases must have expired. The default is true.
+	Fence bool `mapstructure:"fence"`
+	// Lease configures lease periods.
+	Lease Lease `mapstructure:"lease"`
+}
+
+// Health configures the health checks of every engine.
+type Health struct {
+	// Interval is the time between two Pings of an engine. The default is
+	// DefaultHealthInterval (1s).
+	Interval time.Duration `mapstructure:"interval"`
+	// Threshold is how many failed Pings in a row mark an engine down. The
+	// default is DefaultHealthThreshold (3).
+	Threshold int `mapstructure:"threshold"`
+}
+
+// Lease configures lease periods.
+type Lease struct {
+	// TTL, when positive, makes every lease a fixed lease that expires TTL
+	// after its grant. The default, 0, is automatic renewal.
+	TTL time.Duration `mapstructure:"ttl"`
+	// Watchdog is the lease period of renewed leases: how long a crashed
+	// holder keeps its keys. The default is DefaultLeaseWatchdog (30s).
+	Watchdog time.Duration `mapstructure:"watchdog"`
+}
+
+// Engine configures one engine. Which fields apply depends on Kind; a field
+// set for a kind it does not apply to is a validation error.
+type Engine struct {
+	// Name identifies the engine: unique, made of [a-z0-9-].
+	Name string `mapstructure:"name"`
+	// Kind is one of Kinds.
+	Kind string `mapstructure:"kind"`
+	// Addrs are host:port addresses. redis and consul take exactly one,
+	// redis-cluster one or more seed nodes, redlock at least three
+	// independent masters, zookeeper one or more servers. memory and mysql
+	// take none.
+	Addrs []string `mapstructure:"addrs"`
+	// DSN is the go-sql-driver/mysql DSN of a mysql engine. Its password is
+	// never printed.
+	DSN string `mapstructure:"dsn"`
+	// Password is the Redis AUTH password (redis, redis-cluster, redlock).
+	// At most one of Password, PasswordFile and PasswordEnv may be set.
+	Password string `mapstructure:"password"`
+	// PasswordFile names a file holding the Redis password; a trailing
+	// newline is dropped.
+	PasswordFile string `mapstructure:"password_file"`
+	// PasswordEnv names an environment variable holding the Redis password.
+	PasswordEnv string `mapstructure:"password_env"`
+	// Token is the Consul ACL token. At most one of Token, TokenFile and
+	// TokenEnv may be set.
+	Token string `mapstructure:"token"`
+	// TokenFile names a file holding the Consul ACL token.
+	TokenFile string `mapstructure:"token_file"`
+	// TokenEnv names an environment variable holding the Consul ACL token.
+	TokenEnv string `mapstructure:"token_env"`
+	// Prefix is the key prefix (redis kinds: no braces), KV folder (consul)
+	// or base znode path (zookeeper, absolute). Empty means the engine's
+	// default.
+	Prefix string `mapstructure:"prefix"`
+	// Fair grants waiting writers in arrival order (redis, redis-cluster,
+	// consul).
+	Fair bool `mapstructure:"fair"`
+	// Strategy is the mysql strategy: "lease" (the default) or "row".
+	Strategy string `mapstructure:"strategy"`
+	// Table is the mysql lock table. Empty means the engine's default.
+	Table string `mapstructure:"table"`
+	// SessionTimeout is the zookeeper session timeout. The default is
+	// DefaultZKSessionTimeout (4s).
+	SessionTimeout time.Duration `mapstructure:"session_timeout"`
+	// SessionTTL is the consul session TTL, within [10s, 24h]. Zero means
+	// the engine's default (15s).
+	SessionTTL time.Duration `mapstructure:"session_ttl"`
+	// LockDelay is the consul session lock-delay, within [0, 60s]. Nil
+	// means the engine's default (15s); an explicit 0s turns it off.
+	LockDelay *time.Duration `mapstructure:"lock_delay"`
+	// Datacenter is the consul datacenter. Empty means the agent's own.
+	Datacenter string `mapstructure:"datacenter"`
+	// MaxConns caps the engine's connections: the go-redis pool size (per
+	// node for redlock and redis-cluster), consul's HTTP connections (at
+	// least 1) or the mysql pool (at least 3). Zero means the default.
+	MaxConns int `mapstructure:"max_conns"`
+
+	password string // resolved Redis password
+	token    string // resolved Consul token
+}
+
+// RedisPassword returns the Redis password resolved at load time from
+// Password, PasswordFile or PasswordEnv, or "".
+func (e *Engine) RedisPassword() string { return e.password }
+
+// ConsulToken returns the Consul ACL token resolved at load time from Token,
+// TokenFile or TokenEnv, or "".
+func (e *Engine) ConsulToken() string { return e.token }
+
+// Find returns the configured engine named name, or nil.
+func (c *Config) Find(name string) *Engine {
+	for i := range c.Engines {
+		if c.Engines[i].Name == name {
+			return &c.Engines[i]
+		}
+	}
+	return nil
+}
+
+// Warnings reports settings that are valid but probably not what was
+// meant, such as an override naming an engine that is not configured. It
+// never contains secrets.
+func (c *Config) Warnings() []string {
+	var w []string
+	if c.Engine != "" && c.Find(c.Engine) == nil {
+		w = append(w, fmt.Sprintf("engine: %q names no configured engine; the first healthy engine in order is used", c.Engine))
+	}
+	if c.Failback == FailbackAuto && !c.Auto {
+		w = append(w, "failback: \"auto\" has no effect while auto is false")
+	}
+	return w
+}
+
+// defaults returns a Config holding every default, for decoding into.
+func defaults() Config {
+	return Config{
+		Health:   Health{Interval: DefaultHealthInterval, Threshold: DefaultHealthThreshold},
+		Failback: DefaultFailback,
+		Fence:    true,
+		Lease:    Lease{Watchdog: DefaultLeaseWatchdog},
+	}
+}
+
+const redacted = "<redacted>"
+
+// String describes the configuration without any secret.
+func (c Config) String() string {
+	var b strings.Builder
+	b.WriteString("config{engines: [")
+	for i, e := range c.Engines {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(e.String())
+	}
+	fmt.Fprintf(&b, "], engine: %q, health: {interval: %v, threshold: %d}, auto: %t, failback: %q, fence: %t, lease: {ttl: %v, watchdog: %v}}",
+		c.Engine, c.Health.Interval, c.Health.Threshold, c.Auto, c.Failback, c.Fence, c.Lease.TTL, c.Lease.Watchdog)
+	return b.String()
+}
+
+// GoString is String, so that %#v hides secrets too.
+func (c Config) GoString() string { return c.String() }
+
+// String describes the engine without any secret: passwords and tokens
+// show as <redacted>, a DSN with its password replaced.
+func (e Engine) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s(%s", e.Name, e.Kind)
+	if len(e.Addrs) > 0 {
+		fmt.Fprintf(&b, " addrs=%s", strings.Join(e.Addrs, ","))
+	}
+	str := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(&b, " %s=%q", k, v)
+		}
+	}
+	if e.DSN != "" {
+		fmt.Fprintf(&b, " dsn=%q", RedactDSN(e.DSN))
+	}
+	if e.Password != "" || e.password != "" {
+		str("password", redacted)
+	}
+	str("password_file", e.PasswordFile)
+	str("password_env", e.PasswordEnv)
+	if e.Token != "" || e.token != "" {
+		str("token", redacted)
+	}
+	str("token_file", e.TokenFile)
+	str("token_env", e.TokenEnv)
+	str("prefix", e.Prefix)
+	if e.Fair {
+		b.WriteString(" fair")
+	}
+	str("strategy", e.Strategy)
+	str("table", e.Table)
+	if e.SessionTimeout != 0 {
+		fmt.Fprintf(&b, " session_timeout=%v", e.SessionTimeout)
+	}
+	if e.SessionTTL != 0 {
+		fmt.Fprintf(&b, " session_ttl=%v", e.SessionTTL)
+	}
+	if e.LockDelay != nil {
+		fmt.Fprintf(&b, " lock_delay=%v", *e.LockDelay)
+	}
+	str("datacenter", e.Datacenter)
+	if e.MaxConns != 0 {
+		fmt.Fprintf(&b, " max_conns=%d", e.MaxConns)
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// GoString is String, so that %#v hides secrets too.
+func (e Engine) GoString() string { return e.String() }
+
+// RedactDSN returns a go-sql-driver/mysql DSN with its password replaced
+// by <redacted>. A DSN that does not parse is replaced whole.
+func RedactDSN(dsn string) string {
+	c, err := mysqldrv.ParseDSN(dsn)
+	if err != nil {
+		return redacted
+	}
+	if c.Passwd != "" {
+		c.Passwd = redacted
+	}
+	return c.FormatDSN()
+}

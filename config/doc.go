@@ -1,0 +1,65 @@
+// Package config reads cerberus's configuration: which engines exist, in
+// which order they are preferred, which one an operator pinned, and how
+// health checks, failover and leases behave. It is also where engine names
+// meet engine constructors: Config.Build turns each configured engine into a
+// running engine.Engine with one explicit switch on its kind, so nothing
+// registers itself in init().
+//
+// # Sources
+//
+// Load reads a YAML, TOML or JSON file (chosen by its extension) through
+// viper and applies CERBERUS_* environment overrides to the top-level
+// scalar keys:
+//
+//	CERBERUS_ENGINE            engine
+//	CERBERUS_AUTO              auto
+//	CERBERUS_FAILBACK          failback
+//	CERBERUS_FENCE             fence
+//	CERBERUS_HEALTH_INTERVAL   health.interval
+//	CERBERUS_HEALTH_THRESHOLD  health.threshold
+//	CERBERUS_LEASE_TTL         lease.ttl
+//	CERBERUS_LEASE_WATCHDOG    lease.watchdog
+//
+// Parse reads configuration held in memory (a test fixture, a Consul KV
+// value) and applies no environment overrides. Watch reloads a file when it
+// changes, including when an editor replaces it by renaming a new file over
+// it.
+//
+// # Example (YAML)
+//
+//	engines:
+//	  - name: primary
+//	    kind: redis
+//	    addrs: ["127.0.0.1:6379"]
+//	    password_file: /run/secrets/redis
+//	  - name: fallback
+//	    kind: mysql
+//	    dsn: "locker:secret@tcp(127.0.0.1:3306)/locks"
+//	engine: ""          # pin an engine by name; empty = first healthy
+//	health: {interval: 1s, threshold: 3}
+//	auto: false
+//	failback: "off"
+//	fence: true
+//	lease: {ttl: 0s, watchdog: 30s}
+//
+// Durations are Go duration strings ("1s", "250ms"); bare numbers are
+// refused rather than read as nanoseconds.
+//
+// # Validation
+//
+// Unknown keys are errors. Every problem is reported at once (errors.Join),
+// each message starting with its key path, such as
+// "engines[1].addrs: required for kind redis", and every error wraps
+// ErrInvalid. Settings that do not apply to an engine's kind (fair on a
+// mysql engine, say) are errors too, rather than options silently ignored.
+//
+// # Secrets
+//
+// A Redis password comes from password, password_file or password_env (at
+// most one), a Consul ACL token likewise from token, token_file or
+// token_env; files and environment variables are read at load time. The
+// resolved values are reachable only through Engine.RedisPassword and
+// Engine.ConsulToken. Config.String, every fmt verb on Config and Engine,
+// and every error this package returns leave out passwords, tokens and the
+// password part of a MySQL DSN.
+package config

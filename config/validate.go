@@ -1,0 +1,247 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	mysqldrv "github.com/go-sql-driver/mysql"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+var nameRE = regexp.MustCompile(`^[a-z0-9-]+$`)
+
+// tableRE matches the names engine/mysql accepts.
+var tableRE = regexp.MustCompile(`^[A-Za-z0-9_]{1,48}$`)
+
+// consulPrefixRE matches the KV folders engine/consul accepts.
+var consulPrefixRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
+
+// Ranges enforced by the engines, checked here so that a bad file fails at
+// load time rather than at Build.
+const (
+	consulMinSessionTTL = 10 * time.Second
+	consulMaxSessionTTL = 24 * time.Hour
+	consulMaxLockDelay  = 60 * time.Second
+	mysqlMinConns       = 3
+)
+
+// field is one optional engine setting and the kinds it applies to.
+type field struct {
+	key   string
+	set   func(e *Engine) bool
+	kinds []string
+}
+
+var redisKinds = []string{KindRedis, KindRedisCluster, KindRedlock}
+
+var fields = []field{
+	{"dsn", func(e *Engine) bool { return e.DSN != "" }, []string{KindMySQL}},
+	{"password", func(e *Engine) bool { return e.Password != "" }, redisKinds},
+	{"password_file", func(e *Engine) bool { return e.PasswordFile != "" }, redisKinds},
+	{"password_env", func(e *Engine) bool { return e.PasswordEnv != "" }, redisKinds},
+	{"token", func(e *Engine) bool { return e.Token != "" }, []string{KindConsul}},
+	{"token_file", func(e *Engine) bool { return e.TokenFile != "" }, []string{KindConsul}},
+	{"token_env", func(e *Engine) bool { return e.TokenEnv != "" }, []string{KindConsul}},
+	{"prefix", func(e *Engine) bool { return e.Prefix != "" }, []string{KindRedis, KindRedisCluster, KindRedlock, KindZooKeeper, KindConsul}},
+	{"fair", func(e *Engine) bool { return e.Fair }, []string{KindRedis, KindRedisCluster, KindConsul}},
+	{"strategy", func(e *Engine) bool { return e.Strategy != "" }, []string{KindMySQL}},
+	{"table", func(e *Engine) bool { return e.Table != "" }, []string{KindMySQL}},
+	{"session_timeout", func(e *Engine) bool { return e.SessionTimeout != 0 }, []string{KindZooKeeper}},
+	{"session_ttl", func(e *Engine) bool { return e.SessionTTL != 0 }, []string{KindConsul}},
+	{"lock_delay", func(e *Engine) bool { return e.LockDelay != nil }, []string{KindConsul}},
+	{"datacenter", func(e *Engine) bool { return e.Datacenter != "" }, []string{KindConsul}},
+	{"max_conns", func(e *Engine) bool { return e.MaxConns != 0 }, []string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// validate returns one error per problem, each starting with its key path
+// and wrapping ErrInvalid. It never quotes a secret.
+func (c *Config) validate() []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
+
+	if len(c.Engines) == 0 {
+		add("engines: at least one engine is required")
+	}
+	seen := make(map[string]int)
+	for i := range c.Engines {
+		e := &c.Engines[i]
+		p := fmt.Sprintf("engines[%d]", i)
+		switch {
+		case e.Name == "":
+			add("%s.name: required", p)
+		case !nameRE.MatchString(e.Name):
+			add("%s.name: %q must be made of lower-case letters, digits and '-'", p, e.Name)
+		default:
+			if j, dup := seen[e.Name]; dup {
+				add("%s.name: duplicate of engines[%d].name (%q)", p, j, e.Name)
+			} else {
+				seen[e.Name] = i
+			}
+		}
+		if !contains(Kinds, e.Kind) {
+			if e.Kind == "" {
+				add("%s.kind: required (want one of %s)", p, strings.Join(Kinds, ", "))
+			} else {
+				add("%s.kind: unknown kind %q (want one of %s)", p, e.Kind, strings.Join(Kinds, ", "))
+			}
+			continue // the rest depends on the kind
+		}
+		for _, f := range fields {
+			if f.set(e) && !contains(f.kinds, e.Kind) {
+				add("%s.%s: not used by kind %s", p, f.key, e.Kind)
+			}
+		}
+		errs = append(errs, e.validateAddrs(p)...)
+		errs = append(errs, e.validateKind(p)...)
+	}
+
+	if c.Health.Interval <= 0 {
+		add("health.interval: must be positive, got %v", c.Health.Interval)
+	}
+	if c.Health.Threshold < 1 {
+		add("health.threshold: must be at least 1, got %d", c.Health.Threshold)
+	}
+	switch c.Failback {
+	case FailbackOff, FailbackAuto:
+	default:
+		add("failback: unknown mode %q (want %q or %q)", c.Failback, FailbackOff, FailbackAuto)
+	}
+	if c.Lease.TTL != 0 && (c.Lease.TTL < engine.MinTTL || c.Lease.TTL > engine.MaxTTL) {
+		add("lease.ttl: must be 0 (renewed leases) or within [%v, %v], got %v", engine.MinTTL, engine.MaxTTL, c.Lease.TTL)
+	}
+	if c.Lease.Watchdog < engine.MinTTL || c.Lease.Watchdog > engine.MaxTTL {
+		add("lease.watchdog: must be within [%v, %v], got %v", engine.MinTTL, engine.MaxTTL, c.Lease.Watchdog)
+	}
+	return errs
+}
+
+// validateAddrs checks the number and form of e.Addrs for its kind.
+func (e *Engine) validateAddrs(p string) []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
+	n := len(e.Addrs)
+	switch e.Kind {
+	case KindMemory, KindMySQL:
+		if n > 0 {
+			add("%s.addrs: not used by kind %s", p, e.Kind)
+		}
+		return errs
+	case KindRedis, KindConsul:
+		if n == 0 {
+			add("%s.addrs: required for kind %s", p, e.Kind)
+		} else if n > 1 {
+			add("%s.addrs: kind %s takes exactly one address, got %d", p, e.Kind, n)
+		}
+	case KindRedlock:
+		if n == 0 {
+			add("%s.addrs: required for kind %s", p, e.Kind)
+		} else if n < 3 {
+			add("%s.addrs: kind redlock needs at least 3 independent masters, got %d", p, n)
+		}
+	default:
+		if n == 0 {
+			add("%s.addrs: required for kind %s", p, e.Kind)
+		}
+	}
+	seen := make(map[string]int)
+	for i, a := range e.Addrs {
+		if err := checkAddr(a); err != nil {
+			add("%s.addrs[%d]: %v", p, i, err)
+			continue
+		}
+		if j, dup := seen[a]; dup {
+			add("%s.addrs[%d]: duplicate of %s.addrs[%d]", p, i, p, j)
+		}
+		seen[a] = i
+	}
+	return errs
+}
+
+// checkAddr accepts host:port with a non-empty host and a port in 1-65535.
+func checkAddr(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", a)
+	}
+	if host == "" {
+		return fmt.Errorf("%q has an empty host", a)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q has a bad port (want 1-65535)", a)
+	}
+	return nil
+}
+
+// validateKind checks the settings specific to e's kind.
+func (e *Engine) validateKind(p string) []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
+	if e.MaxConns < 0 {
+		add("%s.max_conns: must not be negative, got %d", p, e.MaxConns)
+	}
+	switch e.Kind {
+	case KindRedis, KindRedisCluster, KindRedlock:
+		if strings.ContainsAny(e.Prefix, "{}") {
+			add("%s.prefix: %q must not contain '{' or '}'", p, e.Prefix)
+		}
+	case KindZooKeeper:
+		if e.SessionTimeout < 0 {
+			add("%s.session_timeout: must be positive, got %v", p, e.SessionTimeout)
+		}
+		if e.Prefix != "" && (!strings.HasPrefix(e.Prefix, "/") || strings.HasSuffix(e.Prefix, "/") || strings.Contains(e.Prefix, "//")) {
+			add("%s.prefix: %q must be an absolute znode path without a trailing or doubled slash", p, e.Prefix)
+		}
+	case KindConsul:
+		if e.Prefix != "" && (!consulPrefixRE.MatchString(e.Prefix) || hasDotSegment(e.Prefix)) {
+			add("%s.prefix: %q must be ASCII letters, digits, '-', '_', '.' in '/'-separated segments, none empty, \".\" or \"..\"", p, e.Prefix)
+		}
+		if e.SessionTTL != 0 && (e.SessionTTL < consulMinSessionTTL || e.SessionTTL > consulMaxSessionTTL) {
+			add("%s.session_ttl: must be within [%v, %v], got %v", p, consulMinSessionTTL, consulMaxSessionTTL, e.SessionTTL)
+		}
+		if e.LockDelay != nil && (*e.LockDelay < 0 || *e.LockDelay > consulMaxLockDelay) {
+			add("%s.lock_delay: must be within [0s, %v], got %v", p, consulMaxLockDelay, *e.LockDelay)
+		}
+	case KindMySQL:
+		if e.DSN == "" {
+			add("%s.dsn: required for kind mysql", p)
+		} else if _, err := mysqldrv.ParseDSN(e.DSN); err != nil {
+			add("%s.dsn: does not parse: %s", p, scrub(err.Error(), []string{e.DSN, dsnPassword(e.DSN)}))
+		}
+		switch e.Strategy {
+		case "", "lease", "row":
+		default:
+			add("%s.strategy: unknown strategy %q (want \"lease\" or \"row\")", p, e.Strategy)
+		}
+		if e.Table != "" && !tableRE.MatchString(e.Table) {
+			add("%s.table: %q must be 1 to 48 ASCII letters, digits or underscores", p, e.Table)
+		}
+		if e.MaxConns > 0 && e.MaxConns < mysqlMinConns {
+			add("%s.max_conns: must be at least %d for kind mysql, got %d", p, mysqlMinConns, e.MaxConns)
+		}
+	}
+	return errs
+}
+
+func hasDotSegment(p string) bool {
+	for _, s := range strings.Split(p, "/") {
+		if s == "." || s == ".." {
+			return true
+		}
+	}
+	return false
+}
