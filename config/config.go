@@ -62,7 +62,10 @@ type Config struct {
 	// Failback is FailbackOff (the default) or FailbackAuto.
 	Failback string `mapstructure:"failback"`
 	// Fence delays the first grant on a new engine after a switch until
-	// the old engine's leases must have expired. The default is true.
+	// the old engine's leases must have expired: the longest lease period
+	// granted before the switch, so with the default 30s watchdog, up to
+	// 30s without grants after a switch. Shorter leases (lease.watchdog or
+	// lease.ttl) shorten that gap. The default is true.
 	Fence bool `mapstructure:"fence"`
 	// Lease configures lease periods.
 	Lease Lease `mapstructure:"lease"`

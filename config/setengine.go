@@ -1,0 +1,85 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+
+	"github.com/spf13/viper"
+)
+
+// topEngine matches a top-level "engine:" line of a YAML file.
+var topEngine = regexp.MustCompile(`(?m)^engine:[^\n]*$`)
+
+// SetEngine pins the active engine in the file at path, as an operator's
+// flip: every process that Opened or Watches the file follows it. name must
+// be a configured engine, or "" to unpin (first healthy in order). The file
+// is replaced atomically (a temporary file renamed over it) and must still
+// validate. In YAML files only the top-level engine line changes, so
+// comments stay; JSON and TOML files are rewritten, which drops comments
+// and key order.
+func SetEngine(path, name string) error {
+	cfg, err := Load(path)
+	if err != nil {
+		return err
+	}
+	if name != "" && cfg.Find(name) == nil {
+		return fmt.Errorf("%w: engine: %q is not a configured engine", ErrInvalid, name)
+	}
+	format, err := formatOf(path)
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var out []byte
+	switch format {
+	case "yaml", "yml":
+		line := []byte("engine: " + strconv.Quote(name))
+		if topEngine.Match(data) {
+			out = topEngine.ReplaceAllLiteral(data, line)
+		} else {
+			out = append(bytes.TrimRight(data, "\n"), '\n')
+			out = append(append(out, line...), '\n')
+		}
+	default:
+		v := viper.New()
+		v.SetConfigType(format)
+		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrInvalid, path, err)
+		}
+		v.Set("engine", name)
+		tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".rewrite"+filepath.Ext(path))
+		if err := v.WriteConfigAs(tmp); err != nil {
+			return err
+		}
+		defer os.Remove(tmp)
+		if out, err = os.ReadFile(tmp); err != nil {
+			return err
+		}
+	}
+	if _, err := Parse(out, format); err != nil {
+		return fmt.Errorf("the edited file would not validate: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(out); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if info, err := os.Stat(path); err == nil {
+		_ = os.Chmod(tmp.Name(), info.Mode().Perm())
+	}
+	return os.Rename(tmp.Name(), path)
+}
