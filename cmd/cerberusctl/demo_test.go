@@ -14,7 +14,7 @@ import (
 // TestMain lets the test binary stand in for cerberusctl when a -procs demo
 // starts its workers (they run os.Executable with the worker command).
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == workerCommand {
+	if len(os.Args) > 1 && (os.Args[1] == workerCommand || os.Args[1] == configWorkerCommand) {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())

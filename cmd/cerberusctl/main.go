@@ -1,10 +1,16 @@
-// Command cerberusctl is the operators' tool for cerberus. Today it runs the
-// seckill demo; status and engine switching arrive with the failover
-// manager.
+// Command cerberusctl is the operators' tool for cerberus: it shows the
+// health of a configuration's engines, pins the active engine for every
+// process that watches the configuration file, and runs the seckill demo.
 //
 // Usage:
 //
-//	cerberusctl demo [-engine memory] [-buyers 1000] [-products 2] [-stock 10000] [-procs 1]
+//	cerberusctl status [-config cerberus.yaml]
+//	cerberusctl use [-config cerberus.yaml] ENGINE
+//	cerberusctl demo [-engine memory] [-buyers 1000] [-products 2] [-stock 10000] [-procs 1] [-failover]
+//
+// It uses the standard flag package rather than cobra: single-dash long
+// flags (-engine) are the documented interface, and pflag reads -engine as
+// -e -n -g....
 package main
 
 import (
@@ -26,8 +32,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "demo":
 		return demoMain(args[1:], stdout, stderr)
+	case "status":
+		return statusMain(args[1:], stdout, stderr)
+	case "use":
+		return useMain(args[1:], stdout, stderr)
 	case workerCommand:
 		return workerMain(args[1:], stdout, stderr)
+	case configWorkerCommand:
+		return configWorkerMain(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0
@@ -42,5 +54,9 @@ func usage(w io.Writer) {
 
 commands:
   demo    run the seckill demo: concurrent buyers decrement stock under a lock
-          (cerberusctl demo -h lists its flags)`)
+          (cerberusctl demo -h lists its flags; -failover shows a switch)
+  status  ping every engine of a configuration and show which one is active
+          (cerberusctl status -config cerberus.yaml)
+  use     pin the active engine in a configuration file; every process
+          watching it switches (cerberusctl use -config cerberus.yaml NAME)`)
 }
