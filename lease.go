@@ -37,7 +37,7 @@ func (h *hold) acquire(ctx context.Context, req engine.Request) error {
 	start := time.Now()
 	l, err := h.c.eng.Acquire(ctx, req)
 	if h.obs != nil {
-		ev := AcquireEvent{Engine: h.c.eng.Name(), Key: h.key, Shared: h.mode == engine.Shared, Wait: req.Wait, Duration: time.Since(start), Err: err}
+		ev := AcquireEvent{Engine: engineOf(h.c.eng, nil), Key: h.key, Shared: h.mode == engine.Shared, Wait: req.Wait, Duration: time.Since(start), Err: err}
 		if err == nil {
 			ev.Engine, ev.Token = engineOf(h.c.eng, l), l.Token()
 			h.granter.Store(&ev.Engine)
@@ -55,7 +55,7 @@ func (h *hold) acquire(ctx context.Context, req engine.Request) error {
 // before Done closes, so whoever wakes on Done finds it reported.
 func (h *hold) lost(err error) {
 	if h.obs != nil && !h.sig.Closed() {
-		name := h.c.eng.Name()
+		name := engineOf(h.c.eng, nil)
 		if n := h.granter.Load(); n != nil {
 			name = *n
 		}

@@ -46,10 +46,14 @@ type LostEvent struct {
 func WithObserver(o Observer) Option { return func(s *settings) { s.observer = o } }
 
 // engineOf names the engine that granted l: under a Failover, the engine
-// that was active at the grant.
+// that was active at the grant. With no lease (a refusal), it names the
+// Failover's active engine.
 func engineOf(e engine.Engine, l engine.Lease) string {
 	if n, ok := l.(interface{ EngineName() string }); ok {
 		return n.EngineName()
+	}
+	if a, ok := e.(interface{ Active() string }); ok {
+		return a.Active()
 	}
 	return e.Name()
 }

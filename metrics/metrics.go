@@ -1,0 +1,148 @@
+// Package metrics exports cerberus's lock activity to Prometheus. It is a
+// package of its own so that services without Prometheus do not build its
+// client.
+//
+//	m := metrics.New(prometheus.DefaultRegisterer)
+//	f, _ := cerberus.NewFailover(engines, cerberus.FailoverOptions{OnSwitch: m.Switched})
+//	m.Watch(f)
+//	c, _ := cerberus.New(f, cerberus.WithObserver(m))
+//
+// Metrics (all prefixed cerberus_):
+//
+//	acquire_seconds{engine,result}   histogram of acquisition time, waiting included
+//	acquisitions_total{engine,mode}  granted leases
+//	acquire_failures_total{engine,reason}  not_acquired, context, error
+//	leases_lost_total{engine,reason}       lease_lost, engine_switched, closed
+//	active_engine{engine}            1 for the active engine, 0 for the others
+//	engine_healthy{engine}           1 while the manager sees the engine healthy
+//	switches_total{from,to,reason}   engine switches
+package metrics
+
+import (
+	"context"
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cerberus-go/cerberus"
+)
+
+// Metrics is a cerberus.Observer that records into Prometheus collectors,
+// and the OnSwitch hook of a Failover.
+type Metrics struct {
+	acquire  *prometheus.HistogramVec
+	granted  *prometheus.CounterVec
+	failures *prometheus.CounterVec
+	lost     *prometheus.CounterVec
+	active   *prometheus.GaugeVec
+	healthy  *prometheus.GaugeVec
+	switches *prometheus.CounterVec
+}
+
+var _ cerberus.Observer = (*Metrics)(nil)
+
+// New creates the collectors and registers them with reg (nil: not
+// registered, for tests that read them directly).
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		acquire: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "cerberus_acquire_seconds",
+			Help:    "Time from a Lock or TryLock call to its answer, waiting included.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}, []string{"engine", "result"}),
+		granted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cerberus_acquisitions_total",
+			Help: "Leases granted."}, []string{"engine", "mode"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cerberus_acquire_failures_total",
+			Help: "Acquisitions that got no lease: not_acquired (held elsewhere), context (wait ended), error."}, []string{"engine", "reason"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cerberus_leases_lost_total",
+			Help: "Leases that ended without Unlock."}, []string{"engine", "reason"}),
+		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cerberus_active_engine",
+			Help: "1 for the engine the manager uses, 0 for the others."}, []string{"engine"}),
+		healthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cerberus_engine_healthy",
+			Help: "1 while the manager sees the engine healthy."}, []string{"engine"}),
+		switches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cerberus_switches_total",
+			Help: "Switches of the active engine."}, []string{"from", "to", "reason"}),
+	}
+	if reg != nil {
+		for _, c := range m.collectors() {
+			reg.MustRegister(c)
+		}
+	}
+	return m
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.acquire, m.granted, m.failures, m.lost, m.active, m.healthy, m.switches}
+}
+
+// Acquired records one acquisition; see cerberus.Observer.
+func (m *Metrics) Acquired(e cerberus.AcquireEvent) {
+	result := "granted"
+	switch {
+	case e.Err == nil:
+		mode := "exclusive"
+		if e.Shared {
+			mode = "shared"
+		}
+		m.granted.WithLabelValues(e.Engine, mode).Inc()
+	case errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, context.DeadlineExceeded):
+		result = "context"
+	case errors.Is(e.Err, cerberus.ErrNotAcquired):
+		result = "not_acquired"
+	default:
+		result = "error"
+	}
+	if result != "granted" {
+		m.failures.WithLabelValues(e.Engine, result).Inc()
+	}
+	m.acquire.WithLabelValues(e.Engine, result).Observe(e.Duration.Seconds())
+}
+
+// Lost records one lost lease; see cerberus.Observer.
+func (m *Metrics) Lost(e cerberus.LostEvent) {
+	reason := "lease_lost"
+	switch {
+	case errors.Is(e.Err, cerberus.ErrEngineSwitched):
+		reason = "engine_switched"
+	case errors.Is(e.Err, cerberus.ErrClosed):
+		reason = "closed"
+	}
+	m.lost.WithLabelValues(e.Engine, reason).Inc()
+}
+
+// Switched records a switch; pass it as FailoverOptions.OnSwitch.
+func (m *Metrics) Switched(ev cerberus.SwitchEvent) {
+	m.switches.WithLabelValues(ev.From, ev.To, ev.Reason).Inc()
+	m.active.WithLabelValues(ev.From).Set(0)
+	m.active.WithLabelValues(ev.To).Set(1)
+}
+
+// Update sets the active-engine and health gauges from f's status; call it
+// when scraping, or use Watch.
+func (m *Metrics) Update(f *cerberus.Failover) {
+	for _, s := range f.Status() {
+		m.active.WithLabelValues(s.Name).Set(b2f(s.Active))
+		m.healthy.WithLabelValues(s.Name).Set(b2f(s.Healthy))
+	}
+}
+
+// Watch registers a collector with reg that calls Update on every scrape,
+// so the gauges are never stale.
+func (m *Metrics) Watch(reg prometheus.Registerer, f *cerberus.Failover) error {
+	return reg.Register(scrapeHook{m, f})
+}
+
+// scrapeHook refreshes the gauges from the Failover at collection time.
+type scrapeHook struct {
+	m *Metrics
+	f *cerberus.Failover
+}
+
+func (h scrapeHook) Describe(chan<- *prometheus.Desc) {}
+
+func (h scrapeHook) Collect(chan<- prometheus.Metric) { h.m.Update(h.f) }
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
