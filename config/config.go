@@ -69,7 +69,23 @@ type Config struct {
 	Fence bool `mapstructure:"fence"`
 	// Lease configures lease periods.
 	Lease Lease `mapstructure:"lease"`
+	// EngineKey, when set, is a Consul KV key that pins the active engine
+	// for a whole fleet: every process that Opened the configuration
+	// follows its value (an engine name; empty or absent unpins), and it
+	// takes precedence over Engine.
+	EngineKey EngineKey `mapstructure:"engine_key"`
 }
+
+// EngineKey names a Consul KV key holding the active engine's name.
+type EngineKey struct {
+	// Consul is the agent's host:port.
+	Consul string `mapstructure:"consul"`
+	// Key is the KV key, such as "myapp/cerberus/engine".
+	Key string `mapstructure:"key"`
+}
+
+// Set reports whether an engine key is configured.
+func (k EngineKey) Set() bool { return k.Consul != "" || k.Key != "" }
 
 // Health configures the health checks of every engine.
 type Health struct {

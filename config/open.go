@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cerberus-go/cerberus"
 )
@@ -48,7 +49,9 @@ type Service struct {
 // Open loads the file at path, builds its engines, starts a Failover with
 // its policy and a Client with its lease defaults, and watches the file:
 // an edited pinned engine, health check, auto, failback or fence setting
-// applies without a restart (Failover.Configure). Changes to the engine
+// applies without a restart (Failover.Configure); with engine_key set, the
+// Consul key's value pins the engine instead of the file's engine setting,
+// so a whole fleet flips together. Changes to the engine
 // list or to lease defaults need a restart; they are logged to log (nil:
 // slog.Default()) and not applied, as is a file that no longer validates.
 // extra options are passed to the Client after the configured ones.
@@ -86,8 +89,18 @@ func Open(ctx context.Context, path string, log *slog.Logger, extra ...cerberus.
 	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Service{Client: c, Failover: f, stop: stop, done: make(chan struct{})}
 	started := cfg
+	var kvValue atomic.Pointer[string] // the engine key's value, once read
+	var wg sync.WaitGroup
+	if cfg.EngineKey.Set() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			followEngineKey(wctx, cfg.EngineKey, f, log, func(v string) { kvValue.Store(&v) })
+		}()
+	}
 	go func() {
 		defer close(s.done)
+		defer wg.Wait()
 		err := Watch(wctx, path, func(next *Config, err error) {
 			if err != nil {
 				log.Warn("cerberus config reload refused; the running configuration stays", slog.String("path", path), slog.String("err", err.Error()))
@@ -96,7 +109,15 @@ func Open(ctx context.Context, path string, log *slog.Logger, extra ...cerberus.
 			if !sameEngines(started, next) || started.Lease != next.Lease {
 				log.Warn("cerberus config: engines or lease defaults changed; they apply after a restart", slog.String("path", path))
 			}
-			if err := f.Configure(next.FailoverOptions()); err != nil {
+			opts := next.FailoverOptions()
+			if started.EngineKey.Set() {
+				// The fleet's engine key pins the engine, not the file.
+				opts.Active = ""
+				if v := kvValue.Load(); v != nil {
+					opts.Active = *v
+				}
+			}
+			if err := f.Configure(opts); err != nil {
 				log.Warn("cerberus config reload", slog.String("path", path), slog.String("err", err.Error()))
 				return
 			}

@@ -76,6 +76,14 @@ func (c *Config) validate() []error {
 	if len(c.Engines) == 0 {
 		add("engines: at least one engine is required")
 	}
+	if k := c.EngineKey; k.Set() {
+		if err := checkAddr(k.Consul); err != nil {
+			add("engine_key.consul: %v", err)
+		}
+		if k.Key == "" || strings.HasPrefix(k.Key, "/") {
+			add("engine_key.key: %q must be a non-empty KV key without a leading '/'", k.Key)
+		}
+	}
 	seen := make(map[string]int)
 	for i := range c.Engines {
 		e := &c.Engines[i]

@@ -101,14 +101,29 @@ func useMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	name := fs.Arg(0)
-	if err := config.SetEngine(*path, name); err != nil {
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintf(stderr, "cerberusctl use: %v\n", err)
+		return 1
+	}
+	where := *path
+	if cfg.EngineKey.Set() {
+		// The fleet follows the Consul key, not the file.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = config.SetEngineKey(ctx, cfg, name)
+		cancel()
+		where = "Consul key " + cfg.EngineKey.Key
+	} else {
+		err = config.SetEngine(*path, name)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "cerberusctl use: %v\n", err)
 		return 1
 	}
 	if name == "" {
-		fmt.Fprintf(stdout, "unpinned the engine in %s: every process watching it takes the first healthy engine\n", *path)
+		fmt.Fprintf(stdout, "unpinned the engine in %s: every process following it takes the first healthy engine\n", where)
 	} else {
-		fmt.Fprintf(stdout, "pinned %s in %s: every process watching it switches now; locks held on the old engine are lost\n", name, *path)
+		fmt.Fprintf(stdout, "pinned %s in %s: every process following it switches now; locks held on the old engine are lost\n", name, where)
 	}
 	return 0
 }
