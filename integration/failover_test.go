@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os/exec"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,39 +18,6 @@ import (
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
-// privateRedis starts a redis-server of the test's own on a free loopback
-// port, so that killing it disturbs no other test; kill stops it at once.
-func privateRedis(t *testing.T) (addr string, kill func()) {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server is not installed: run scripts/services.sh up (it installs it): %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	kill = func() { once.Do(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) }
-	t.Cleanup(kill)
-	addr = "127.0.0.1:" + strconv.Itoa(port)
-	c := goredis.NewClient(&goredis.Options{Addr: addr})
-	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); c.Ping(context.Background()).Err() != nil; {
-		if time.Now().After(deadline) {
-			t.Fatalf("private redis-server at %s did not answer", addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return addr, kill
-}
-
 // TestFailoverRedisToZooKeeper kills the primary redis-server under 64
 // concurrent lockers with automatic failover on. The manager moves to
 // ZooKeeper, every lease held at the kill ends, and no Lock call outlives
@@ -61,7 +25,8 @@ func privateRedis(t *testing.T) (addr string, kill func()) {
 // ZooKeeper.
 func TestFailoverRedisToZooKeeper(t *testing.T) {
 	zkAddr := testenv.ZooKeeperAddr(t)
-	redisAddr, kill := privateRedis(t)
+	srv := testenv.StartRedis(t)
+	redisAddr, kill := srv.Addr, srv.Kill
 	rc := goredis.NewClient(&goredis.Options{Addr: redisAddr, MaxRetries: -1, DialerRetries: 1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = rc.Close() })
 	re, err := redis.New(rc, redis.WithPrefix(fmt.Sprintf("failover-%d:", time.Now().UnixNano())))

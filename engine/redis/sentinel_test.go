@@ -14,6 +14,7 @@ import (
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/enginetest"
+	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
 // startSentinel starts a Redis Sentinel of the test's own that monitors
@@ -24,12 +25,7 @@ func startSentinel(t *testing.T, master *privateServer) string {
 	if err != nil {
 		t.Fatalf("redis-server is not installed: run scripts/services.sh up (it installs it): %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	_ = ln.Close()
+	port := testenv.FreePort(t)
 	host, mport, _ := net.SplitHostPort(master.addr)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")
