@@ -45,9 +45,13 @@ func overlaps(secs []section) int {
 	return n
 }
 
-// runAcrossSwitch has 16 lockers on 4 keys take fixed 300ms leases and hold
-// each for 100ms, ignoring Done as a paused process would, while an
-// operator flips Redis -> ZooKeeper mid-run. It returns every section.
+// runAcrossSwitch has 16 lockers on 4 keys take fixed 1s leases and hold
+// each for 400ms, ignoring Done as a paused process would, while an
+// operator flips Redis -> ZooKeeper mid-run. It returns every section. The
+// hold is long against a grant's latency even on a loaded machine, so
+// without the fence the first grants on ZooKeeper land inside the old
+// holders' sections; the lease outlives the hold, so with one engine
+// sections cannot overlap at all.
 func runAcrossSwitch(t *testing.T, fence bool) []section {
 	t.Helper()
 	rc := goredis.NewClient(&goredis.Options{Addr: testenv.RedisAddr(t)})
@@ -65,18 +69,19 @@ func runAcrossSwitch(t *testing.T, fence bool) []section {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := cerberus.New(f, cerberus.WithTTL(300*time.Millisecond))
+	c, err := cerberus.New(f, cerberus.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	run := fmt.Sprintf("fence/%v/%d", fence, time.Now().UnixNano())
 	var (
-		mu   sync.Mutex
-		secs []section
-		wg   sync.WaitGroup
+		mu     sync.Mutex
+		secs   []section
+		inside = map[string]time.Time{} // key -> start of its section in progress
+		wg     sync.WaitGroup
 	)
-	stop := time.Now().Add(2 * time.Second)
+	stop := time.Now().Add(3500 * time.Millisecond)
 	for i := range 16 {
 		wg.Add(1)
 		go func() {
@@ -90,16 +95,34 @@ func runAcrossSwitch(t *testing.T, fence bool) []section {
 					continue
 				}
 				start := time.Now()
-				time.Sleep(100 * time.Millisecond) // works on, whatever Done says
+				mu.Lock()
+				inside[key] = start
+				mu.Unlock()
+				time.Sleep(400 * time.Millisecond) // works on, whatever Done says
 				end := time.Now()
 				mu.Lock()
+				delete(inside, key)
 				secs = append(secs, section{key, start, end, l.Token() >> 48})
 				mu.Unlock()
 				_ = l.Unlock(context.Background())
 			}
 		}()
 	}
-	time.Sleep(700 * time.Millisecond)
+	// Switch while every key is well inside a section (100-250ms into its
+	// 400ms), so the old holders are mid-work when their leases end.
+	for deadline := time.Now().Add(2500 * time.Millisecond); ; time.Sleep(2 * time.Millisecond) {
+		mu.Lock()
+		ready := len(inside) == 4
+		for _, start := range inside {
+			if d := time.Since(start); d < 100*time.Millisecond || d > 250*time.Millisecond {
+				ready = false
+			}
+		}
+		mu.Unlock()
+		if ready || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err := f.SetActive("zookeeper"); err != nil {
 		t.Fatal(err)
 	}
