@@ -119,18 +119,10 @@ func BenchmarkConsulHotKey(b *testing.B) {
 				name += "-fair"
 			}
 			key := "hot/" + run + "/" + name
-			clients := make([]LockFunc, *hotClients)
-			for i := range clients {
-				clients[i] = consulEngineLock(consulEngine(b, addr, fair), key)
-			}
-			results = append(results, HotKey(name, clients, *hotKeyHold, *hotKeyDur, maxWait))
+			results = append(results, hotKey(name, func() LockFunc { return consulEngineLock(consulEngine(b, addr, fair), key) }, maxWait))
 		}
 		key := consulPrefix + "/api-hot/" + run
-		clients := make([]LockFunc, *hotClients)
-		for i := range clients {
-			clients[i] = apiLock(consulClient(b, addr), key)
-		}
-		api := HotKey("consul-api-lock", clients, *hotKeyHold, *hotKeyDur, maxWait)
+		api := hotKey("consul-api-lock", func() LockFunc { return apiLock(consulClient(b, addr), key) }, maxWait)
 		for _, r := range append(results, api) {
 			r.Report(out)
 		}

@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"context"
 	"flag"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,3 +34,39 @@ var ran sync.Map
 
 // out is where BENCH lines go.
 var out = os.Stdout
+
+// warm runs 50 lock+unlock cycles, so that connections, scripts and rows
+// exist before anything is measured.
+func warm(lock LockFunc) {
+	for range 50 {
+		if u, err := lock(context.Background()); err == nil {
+			_ = u()
+		}
+	}
+}
+
+// interleavedRates runs Interleaved over libs, reports every library, and
+// returns each one's rate by name with prefix removed.
+func interleavedRates(b *testing.B, prefix string, libs []Cycle) map[string]float64 {
+	b.Helper()
+	res, err := Interleaved(*uncontendedN, libs...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rates := map[string]float64{}
+	for _, l := range res {
+		l.Report(out)
+		rates[strings.TrimPrefix(l.Name, prefix)] = l.Rate()
+	}
+	return rates
+}
+
+// hotKey runs the hot-key loop for name over -clients clients, each made by
+// newClient (and so with its own connection).
+func hotKey(name string, newClient func() LockFunc, maxWait time.Duration) HotKeyResult {
+	clients := make([]LockFunc, *hotClients)
+	for i := range clients {
+		clients[i] = newClient()
+	}
+	return HotKey(name, clients, *hotKeyHold, *hotKeyDur, maxWait)
+}

@@ -133,11 +133,7 @@ func BenchmarkMySQLUncontended(b *testing.B) {
 		rates := map[string]float64{}
 		for _, lib := range mysqlLibraries(dsn, table) {
 			lock := lib.build(b, "uncontended/"+lib.name)
-			for range 50 { // warm up connections and the key's row
-				if u, err := lock(context.Background()); err == nil {
-					_ = u()
-				}
-			}
+			warm(lock) // connections and the key's row
 			l, err := Uncontended("mysql/"+lib.name, *uncontendedN, func(ctx context.Context, _ int) (func() error, error) { return lock(ctx) })
 			if err != nil {
 				b.Fatal(err)
@@ -198,11 +194,7 @@ func BenchmarkMySQLHotKey(b *testing.B) {
 		dsn, table := mysqlSetup(b)
 		res := map[string]HotKeyResult{}
 		for _, lib := range mysqlLibraries(dsn, table) {
-			clients := make([]LockFunc, *hotClients)
-			for i := range clients {
-				clients[i] = lib.build(b, "hot/"+lib.name)
-			}
-			r := HotKey("mysql/"+lib.name, clients, *hotKeyHold, *hotKeyDur, 30*time.Second)
+			r := hotKey("mysql/"+lib.name, func() LockFunc { return lib.build(b, "hot/"+lib.name) }, 30*time.Second)
 			r.Report(out)
 			res[lib.name] = r
 		}

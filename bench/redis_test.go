@@ -128,23 +128,10 @@ func BenchmarkRedisUncontended(b *testing.B) {
 				continue
 			}
 			lock := lib.build(b, "uncontended/"+lib.name)
-			// Warm up connections and script caches.
-			for range 50 {
-				if u, err := lock(context.Background()); err == nil {
-					_ = u()
-				}
-			}
+			warm(lock)
 			libs = append(libs, Cycle{"redis/" + lib.name, lock})
 		}
-		res, err := Interleaved(*uncontendedN, libs...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rates := map[string]float64{}
-		for _, l := range res {
-			l.Report(out)
-			rates[strings.TrimPrefix(l.Name, "redis/")] = l.Rate()
-		}
+		rates := interleavedRates(b, "redis/", libs)
 		Ratio(out, "redis_uncontended_cycles", "cerberus", "redislock", rates["cerberus"], rates["redislock"])
 		Ratio(out, "redis_uncontended_cycles", "cerberus", "redsync", rates["cerberus"], rates["redsync"])
 	})
@@ -156,11 +143,7 @@ func BenchmarkRedisHotKey(b *testing.B) {
 		addr, prefix, _ := redisSetup(b)
 		res := map[string]HotKeyResult{}
 		for _, lib := range redisLibraries(addr, prefix) {
-			clients := make([]LockFunc, *hotClients)
-			for i := range clients {
-				clients[i] = lib.build(b, "hot/"+lib.name)
-			}
-			r := HotKey("redis/"+lib.name, clients, *hotKeyHold, *hotKeyDur, 30*time.Second)
+			r := hotKey("redis/"+lib.name, func() LockFunc { return lib.build(b, "hot/"+lib.name) }, 30*time.Second)
 			r.Report(out)
 			res[lib.name] = r
 		}
@@ -181,11 +164,7 @@ func BenchmarkRedisAllocs(b *testing.B) {
 				continue
 			}
 			lock := lib.build(b, "allocs/"+lib.name)
-			for range 50 {
-				if u, err := lock(context.Background()); err == nil {
-					_ = u()
-				}
-			}
+			warm(lock)
 			const n = 1000
 			var before, after runtime.MemStats
 			runtime.GC()

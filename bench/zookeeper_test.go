@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -127,22 +126,10 @@ func BenchmarkZooKeeperUncontended(b *testing.B) {
 		var libs []Cycle
 		for _, lib := range zkLibraries(addr, root) {
 			lock := onKey(lib.client(b), "uncontended")
-			for range 50 { // warm up
-				if u, err := lock(context.Background()); err == nil {
-					_ = u()
-				}
-			}
+			warm(lock)
 			libs = append(libs, Cycle{"zookeeper/" + lib.name, lock})
 		}
-		res, err := Interleaved(*uncontendedN, libs...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rates := map[string]float64{}
-		for _, l := range res {
-			l.Report(out)
-			rates[strings.TrimPrefix(l.Name, "zookeeper/")] = l.Rate()
-		}
+		rates := interleavedRates(b, "zookeeper/", libs)
 		Ratio(out, "zookeeper_uncontended_cycles", "cerberus", "zk.Lock", rates["cerberus"], rates["zk.Lock"])
 	})
 }
@@ -164,15 +151,7 @@ func BenchmarkZooKeeperUncontendedDistinctKeys(b *testing.B) {
 				return lock(ctx, fmt.Sprintf("distinct-%d", i))
 			}})
 		}
-		res, err := Interleaved(*uncontendedN, libs...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rates := map[string]float64{}
-		for _, l := range res {
-			l.Report(out)
-			rates[strings.TrimPrefix(l.Name, "zookeeper-distinct/")] = l.Rate()
-		}
+		rates := interleavedRates(b, "zookeeper-distinct/", libs)
 		admin := newZKConn(b, addr)
 		for dir, name := range map[string]string{"cerberus": "cerberus", "zk": "zk.Lock"} {
 			left, _, _ := admin.Children(root + "/" + dir)
@@ -188,11 +167,7 @@ func BenchmarkZooKeeperHotKey(b *testing.B) {
 		addr, root := zkSetup(b)
 		res := map[string]HotKeyResult{}
 		for _, lib := range zkLibraries(addr, root) {
-			clients := make([]LockFunc, *hotClients)
-			for i := range clients {
-				clients[i] = onKey(lib.client(b), "hot")
-			}
-			r := HotKey("zookeeper/"+lib.name, clients, *hotKeyHold, *hotKeyDur, 30*time.Second)
+			r := hotKey("zookeeper/"+lib.name, func() LockFunc { return onKey(lib.client(b), "hot") }, 30*time.Second)
 			r.Report(out)
 			res[lib.name] = r
 		}
