@@ -159,18 +159,7 @@ func TestBuildFailureClosesBuilt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), testWait)
-	defer cancel()
-	got, err := cfg.Build(ctx)
-	if err == nil {
-		for _, n := range got {
-			n.Engine.Close()
-		}
-		t.Fatal("Build succeeded with an unreachable mysql")
-	}
-	if got != nil {
-		t.Errorf("Build returned engines with its error")
-	}
+	err = buildMustFail(t, cfg, "an unreachable mysql")
 	if !strings.HasPrefix(err.Error(), "engines[2] (broken): migrate: ") {
 		t.Errorf("Build error = %v", err)
 	}
@@ -226,3 +215,22 @@ type fakeEngine struct {
 }
 
 func (f *fakeEngine) Close() error { *f.closed = append(*f.closed, "engine"); return nil }
+
+// buildMustFail builds cfg, which must fail (because of what), and returns
+// the error; a Build that fails must return no engines.
+func buildMustFail(t *testing.T, cfg *Config, what string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	got, err := cfg.Build(ctx)
+	if err == nil {
+		for _, n := range got {
+			n.Engine.Close()
+		}
+		t.Fatalf("Build succeeded with %s", what)
+	}
+	if got != nil {
+		t.Errorf("Build returned engines with its error")
+	}
+	return err
+}
