@@ -204,15 +204,15 @@ func TestLockDelay(t *testing.T) {
 // TestAgentStopped: when the agent goes away, held leases are lost within
 // the session TTL, and no call hangs past its context.
 func TestAgentStopped(t *testing.T) {
-	ag := startAgent(t)
-	e := newEngine(t, ag.addr, consul.WithLockDelay(0))
-	fresh := newEngine(t, ag.addr)
+	ag := testenv.StartConsul(t)
+	e := newEngine(t, ag.Addr, consul.WithLockDelay(0))
+	fresh := newEngine(t, ag.Addr)
 	kx, ks := testKey(t), testKey(t)
 	leases := []engine.Lease{
 		mustAcquire(t, e, hold(kx, engine.Exclusive)),
 		mustAcquire(t, e, hold(ks, engine.Shared)),
 	}
-	ag.stop()
+	ag.Kill()
 	for _, l := range leases {
 		waitDone(t, l, sessionTTL+10*time.Second, "agent stopped")
 		if !errors.Is(l.Err(), engine.ErrLeaseLost) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine/zookeeper"
+	"github.com/cerberus-go/cerberus/internal/testenv"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -86,7 +87,7 @@ func leftovers(c *zk.Conn, base, key string) ([]string, error) {
 // deadAddr returns a loopback address nothing listens on.
 func deadAddr(t *testing.T) string {
 	t.Helper()
-	return fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	return fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 }
 
 // dial makes an engine on addr, closed when the test ends.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/zookeeper"
+	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
 // hold is a waiting, renewed exclusive request.
@@ -99,8 +100,8 @@ func isDone(l engine.Lease) bool {
 // engine reaches the server through a proxy kept cut until the restarted
 // server serves; see TestRestartAfterLossDeletesOrphans.)
 func TestShortOutageKeepsLeases(t *testing.T) {
-	srv := startServer(t)
-	px := newProxy(t, srv.addr)
+	srv := testenv.StartZooKeeper(t)
+	px := newProxy(t, srv.Addr)
 	// Long enough that a loaded machine restarts the server in time.
 	const timeout = 20 * time.Second
 	hook, sess := sessionEvents()
@@ -110,13 +111,13 @@ func TestShortOutageKeepsLeases(t *testing.T) {
 	sid := a.SessionID()
 
 	waitSession(t, sess, true, time.Second) // the first session, reported before the grant
-	srv.kill()
+	srv.Kill()
 	px.partition()
 	waitSession(t, sess, false, 30*time.Second)
 	if a.Connected() {
 		t.Errorf("Connected() = true after the server was killed")
 	}
-	srv.start()
+	srv.Restart()
 	px.heal()
 	waitSession(t, sess, true, 30*time.Second)
 
@@ -128,7 +129,7 @@ func TestShortOutageKeepsLeases(t *testing.T) {
 	if got := a.SessionID(); got != sid {
 		t.Errorf("session id %x after reconnect, want the same session %x", got, sid)
 	}
-	b := dialTimeout(t, srv.addr, timeout)
+	b := dialTimeout(t, srv.Addr, timeout)
 	if _, err := b.Acquire(bounded(t, 30*time.Second), try("short/x")); !errors.Is(err, engine.ErrNotAcquired) {
 		t.Fatalf("TryLock on a key held across the outage: want ErrNotAcquired, got %v", err)
 	}
@@ -149,9 +150,9 @@ func TestShortOutageKeepsLeases(t *testing.T) {
 // while the server cannot say anything; after the server is back the next
 // holder has a larger token and a stale release changes nothing.
 func TestLongOutageLosesLeases(t *testing.T) {
-	srv := startServer(t)
+	srv := testenv.StartZooKeeper(t)
 	const timeout = 4 * time.Second
-	a := dialTimeout(t, srv.addr, timeout)
+	a := dialTimeout(t, srv.Addr, timeout)
 	lost := make(chan error, 4)
 	req := hold("long/x")
 	req.OnLost = func(err error) { lost <- err }
@@ -159,7 +160,7 @@ func TestLongOutageLosesLeases(t *testing.T) {
 	rreq := engine.Request{Key: "long/r", Mode: engine.Shared, TTL: time.Minute, Renew: true, OnLost: req.OnLost}
 	r := mustAcquire(t, a, rreq)
 
-	srv.pause()
+	srv.Pause()
 	waitDone(t, l, 4*timeout, "frozen server")
 	waitDone(t, r, 4*timeout, "frozen server")
 	if a.Connected() {
@@ -180,9 +181,9 @@ func TestLongOutageLosesLeases(t *testing.T) {
 			t.Fatalf("OnLost was not called for both leases")
 		}
 	}
-	srv.resume()
+	srv.Resume()
 
-	b := dialTimeout(t, srv.addr, timeout)
+	b := dialTimeout(t, srv.Addr, timeout)
 	next := mustAcquire(t, b, hold("long/x"))
 	if next.Token() <= l.Token() {
 		t.Errorf("token after the loss %d, want > %d", next.Token(), l.Token())
@@ -205,12 +206,12 @@ func TestLongOutageLosesLeases(t *testing.T) {
 // lease up (no overlap), and once the partition heals the engine works on a
 // fresh session.
 func TestPartitionExpiresSession(t *testing.T) {
-	srv := startServer(t)
-	px := newProxy(t, srv.addr)
+	srv := testenv.StartZooKeeper(t)
+	px := newProxy(t, srv.Addr)
 	const timeout = 4 * time.Second
 	hook, sess := sessionEvents()
 	a := dialTimeout(t, px.addr(), timeout, hook)
-	b := dialTimeout(t, srv.addr, timeout)
+	b := dialTimeout(t, srv.Addr, timeout)
 	l := mustAcquire(t, a, hold("part/x"))
 	sid := a.SessionID()
 	waitSession(t, sess, true, time.Second) // the first session, reported before the grant
@@ -272,25 +273,25 @@ func TestPartitionExpiresSession(t *testing.T) {
 // a connect that lands on a server still starting could outlast the
 // restored session.
 func TestRestartAfterLossDeletesOrphans(t *testing.T) {
-	srv := startServer(t)
-	px := newProxy(t, srv.addr)
+	srv := testenv.StartZooKeeper(t)
+	px := newProxy(t, srv.Addr)
 	const timeout = 6 * time.Second
 	hook, sess := sessionEvents()
 	a := dialTimeout(t, px.addr(), timeout, hook)
 	l := mustAcquire(t, a, hold("orphan/x"))
 	sid := a.SessionID()
 	waitSession(t, sess, true, time.Second) // the first session, reported before the grant
-	srv.kill()
+	srv.Kill()
 	px.partition()
 	waitDone(t, l, 4*timeout, "killed server")
-	srv.start()
+	srv.Restart()
 	px.heal()
 	waitSession(t, sess, true, 30*time.Second)
 	if a.SessionID() != sid {
 		t.Fatalf("the restarted server did not restore session %x (got %x); this test needs it", sid, a.SessionID())
 	}
 	// The session lives, so only the engine can have removed the node.
-	admin := rawConn(t, srv.addr)
+	admin := rawConn(t, srv.Addr)
 	parent := a.BasePath() + "/" + zookeeper.EscapeKey("orphan/x")
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		if len(children(t, admin, parent)) == 0 {
@@ -301,7 +302,7 @@ func TestRestartAfterLossDeletesOrphans(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	b := dialTimeout(t, srv.addr, timeout)
+	b := dialTimeout(t, srv.Addr, timeout)
 	next := mustAcquire(t, b, try("orphan/x"))
 	if next.Token() <= l.Token() {
 		t.Errorf("token after the loss %d, want > %d", next.Token(), l.Token())
@@ -313,8 +314,8 @@ func TestRestartAfterLossDeletesOrphans(t *testing.T) {
 // (it can no longer be said to hold). When the same session is back the
 // engine deletes the node, and the key is free.
 func TestReleaseDuringOutage(t *testing.T) {
-	srv := startServer(t)
-	px := newProxy(t, srv.addr)
+	srv := testenv.StartZooKeeper(t)
+	px := newProxy(t, srv.Addr)
 	const timeout = 20 * time.Second
 	hook, sess := sessionEvents()
 	a := dialTimeout(t, px.addr(), timeout, hook)
@@ -341,7 +342,7 @@ func TestReleaseDuringOutage(t *testing.T) {
 	if a.SessionID() != sid {
 		t.Fatalf("session %x after a short cut, want %x back", a.SessionID(), sid)
 	}
-	b := dialTimeout(t, srv.addr, timeout)
+	b := dialTimeout(t, srv.Addr, timeout)
 	next := mustAcquire(t, b, hold("rel/x")) // waits for the engine's clean-up, not for expiry
 	if next.Token() <= l.Token() {
 		t.Errorf("next token %d, want > %d", next.Token(), l.Token())
