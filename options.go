@@ -28,8 +28,11 @@ func (s settings) with(opts []Option) settings {
 }
 
 // WithTTL grants a fixed lease that expires d after the grant unless it is
-// unlocked first; it is never renewed. The default is automatic renewal (see
-// WithWatchdog).
+// unlocked first; it is never renewed. Where the server expires leases on
+// its own clock (Redis, MySQL's lease strategy), Done closes a little
+// earlier, engine.Margin(d) before d, so that the holder stops before the
+// server can grant the key to anyone else. The default is automatic renewal
+// (see WithWatchdog).
 func WithTTL(d time.Duration) Option {
 	return func(s *settings) { s.ttl, s.renew = d, false }
 }

@@ -75,14 +75,17 @@ type Engine interface {
 	// Without req.Wait it makes one attempt and returns ErrNotAcquired when
 	// the key is held elsewhere. With req.Wait it blocks until the lease is
 	// granted or ctx ends; then it returns errors.Join(ErrNotAcquired,
-	// ctx.Err()) and leaves nothing behind on the server. A closed engine
-	// returns ErrClosed. Server failures are returned as *OpError.
+	// ctx.Err()) at once and leaves nothing behind on the server: what the
+	// wait put there (a queue entry, a node, a waiting-writer mark) is
+	// removed in the background, never blocks the key's next grant, and is
+	// gone when Close returns. A closed engine returns ErrClosed. Server
+	// failures are returned as *OpError.
 	Acquire(ctx context.Context, req Request) (Lease, error)
 	// Ping checks that the server answers. A closed engine returns ErrClosed.
 	Ping(ctx context.Context) error
 	// Close releases every lease the engine still holds (best effort, with a
-	// bounded wait), closes their Done channels with ErrClosed, and stops
-	// the engine's goroutines. Resources passed in by the caller, such as a
+	// bounded wait), closes their Done channels with ErrClosed, waits for
+	// the clean-ups of ended waits, and stops the engine's goroutines. Resources passed in by the caller, such as a
 	// client connection, stay open. Close is idempotent.
 	Close() error
 }

@@ -73,3 +73,16 @@ func quote(key string) string {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// Margin is how long before a lease's server-side expiry an engine ends it
+// locally, when the server expires leases on its own clock (Redis keys,
+// MySQL lease rows): a tenth of the TTL, at least 5ms and at most 2s. The
+// server's TTL starts when it runs the grant or renewal, after the engine
+// sent it, so ending the lease at send time + TTL is right only if the
+// engine's timer fires on time. On a loaded machine timers and goroutines
+// run late (the reliability checker saw 20ms at a 1s TTL); the margin
+// keeps Done ahead of any other holder's grant through such delays. A
+// process stopped for longer than the margin needs the fencing token.
+func Margin(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, 5*time.Millisecond), 2*time.Second)
+}
