@@ -32,10 +32,13 @@
 // scripts a pipeline, up to four pipelines in flight, most urgent first),
 // rather than a goroutine per lock. A renewal that fails, or finds the key gone or
 // held by someone else, ends that lease with ErrLeaseLost. Fixed-TTL leases
-// end on a local timer started before the acquire request was sent, so the
-// client never believes it holds a key longer than Redis does. For the same
-// reason a renewal pipeline may not outlast the earliest validity in its
-// batch (the send time of the last successful renewal plus the TTL).
+// end on a local timer started before the acquire request was sent, and
+// engine.Margin (a tenth of the TTL, 5ms to 2s) before the TTL runs out, so
+// the client stops believing it holds a key before Redis can give it to
+// anyone else, even when its timers run late. For the same reason a renewal
+// pipeline may not outlast the earliest validity in its batch (the send time
+// of the last successful renewal plus the TTL, less the margin), and a grant
+// whose reply arrives after that validity is refused and given back.
 //
 // A server that dies is noticed at the first renewal after it stops
 // answering, plus however long the client takes to give up: go-redis
@@ -55,4 +58,32 @@
 // waits, so readers cannot starve writers. With WithFair, writers are granted
 // in arrival order; a waiter that stops refreshing its place (a crashed
 // process) is dropped after the queue TTL.
+//
+// # Security: AUTH, ACL users and TLS
+//
+// The engine uses the go-redis client it is given, so passwords, ACL users
+// and TLS are set on that client: Options.Password (and Username for an
+// ACL user) and Options.TLSConfig, or the same fields of ClusterOptions,
+// FailoverOptions and UniversalOptions. Redis does not echo passwords, and
+// errors from the engine carry Redis's reply (WRONGPASS, NOAUTH, NOPERM),
+// never a password. A client on a TLS-only port without TLS, or with a
+// certificate the server does not accept, fails its first command with a
+// connection error (engine.ErrUnavailable), not a hang.
+//
+// A Redis 7 ACL user for the engine needs only these commands, on keys and
+// channels under its prefix (here the default "cerberus:"):
+//
+//	ACL SETUSER cerberus on >PASSWORD resetkeys ~cerberus:* resetchannels &cerberus:* nocommands +ping +evalsha +eval +script|load +subscribe +unsubscribe +publish +client|setname +exists +get +set +del +incr +pexpire +pexpireat +pttl +time +zadd +zrem +zscore +zcard +zrange +zremrangebyscore +lindex +lpop +lrem +rpush
+//
+// EVALSHA, EVAL and SCRIPT LOAD run the acquire, release and renew
+// scripts (EVAL after the server lost its script cache); Redis checks the
+// commands the scripts call (EXISTS through RPUSH above; PUBLISH wakes
+// waiters) and the keys they touch against the user's rules as well. PING
+// is Engine.Ping and go-redis's pub/sub health check; SUBSCRIBE and
+// UNSUBSCRIBE are the waiters' notifications. CLIENT SETNAME is needed only
+// when the client sets ClientName (config.Build does); HELLO and AUTH need
+// no permission, and go-redis ignores a refused CLIENT SETINFO. A Redis
+// Cluster client also needs +cluster|slots to learn the slot map. A user
+// without EVALSHA or EVAL gets an error saying "NOPERM this user has no
+// permissions to run the 'evalsha' command" from Acquire.
 package redis

@@ -76,6 +76,7 @@ type Engine struct {
 	renewNow chan struct{} // pokes the renewal loop
 	wakeAt   time.Time     // when the renewal loop next wakes; guarded by mu
 	loopDone chan struct{}
+	bg       engine.Background // undos that callers do not wait for; Close waits for them
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -190,14 +191,22 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 		ok, n, err := l.try(ctx, req.Wait, queued)
 		if err != nil {
 			// The reply is lost, not necessarily the write: undo whatever
-			// the script may have done under this lease's id.
-			l.undo(queued || req.Wait)
+			// the script may have done under this lease's id, without
+			// making the caller wait for it.
+			e.bg.Run(func() { l.undo(queued || req.Wait) })
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return nil, errors.Join(engine.ErrNotAcquired, ctxErr)
 			}
 			return nil, e.opError("acquire", req.Key, err)
 		}
 		if ok {
+			if time.Since(sent) >= l.life() {
+				// The reply came after the lease's TTL had run out (the
+				// process was stopped, or the network held it): the key
+				// may be someone else's by now.
+				e.bg.Run(func() { l.undo(false) })
+				return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out", engine.ErrNotAcquired, req.Key, l.ttl)
+			}
 			return e.granted(l, uint64(n), sent)
 		}
 		if !req.Wait {
@@ -220,11 +229,11 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
-			l.undo(queued)
+			e.bg.Run(func() { l.undo(queued) })
 			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
 		case <-e.closing:
 			timer.Stop()
-			l.undo(queued)
+			e.bg.Run(func() { l.undo(queued) })
 			return nil, engine.ErrClosed
 		}
 		timer.Stop()
@@ -242,13 +251,13 @@ func (e *Engine) granted(l *lease, token uint64, sent time.Time) (engine.Lease, 
 		return nil, engine.ErrClosed
 	}
 	e.leases[l] = struct{}{}
-	l.valid = sent.Add(l.ttl)
+	l.valid = sent.Add(l.life())
 	poke := false
 	if l.renew {
 		l.due = sent.Add(l.ttl / 3)
 		poke = l.due.Before(e.wakeAt)
 	} else {
-		l.timer = time.AfterFunc(time.Until(sent.Add(l.ttl)), l.expire)
+		l.timer = time.AfterFunc(time.Until(l.valid), l.expire)
 	}
 	e.mu.Unlock()
 	if poke {
@@ -303,5 +312,6 @@ func (e *Engine) Close() error {
 		}
 	}
 	e.hub.close()
+	e.bg.Wait() // each is bounded by the engine's timeout
 	return nil
 }

@@ -24,9 +24,14 @@ type lease struct {
 
 	// guarded by e.mu
 	due   time.Time   // next renewal (renewed leases)
-	valid time.Time   // the server keeps the key at least until then
+	valid time.Time   // the server keeps the key at least a margin longer than this
 	timer *time.Timer // local expiry (fixed leases)
 }
+
+// life is how long after sending a grant or renewal the lease counts as
+// held: its TTL less engine.Margin, so that Done closes ahead of the
+// server's expiry even when this process's timers run late.
+func (l *lease) life() time.Duration { return l.ttl - engine.Margin(l.ttl) }
 
 func (l *lease) Key() string           { return l.key }
 func (l *lease) Mode() engine.Mode     { return l.mode }

@@ -119,7 +119,7 @@ func (e *Engine) renew(batch []*lease) {
 			l.lost(fmt.Errorf("%w: renewal found the key gone or held by another", engine.ErrLeaseLost))
 		default:
 			e.mu.Lock()
-			l.due, l.valid = sent.Add(l.ttl/3), sent.Add(l.ttl)
+			l.due, l.valid = sent.Add(l.ttl/3), sent.Add(l.life())
 			e.mu.Unlock()
 		}
 	}

@@ -17,6 +17,17 @@ type hub struct {
 	ps     *goredis.PubSub // nil until the first waiter
 	chans  map[string]*channelState
 	closed bool
+	// ops are the SUBSCRIBE and UNSUBSCRIBE commands not yet sent, in
+	// order; one goroutine sends them, so no waiter ever blocks on the
+	// pub/sub connection and an unsubscribe never overtakes a subscribe.
+	ops  []psOp
+	kick chan struct{} // wakes the sender; closed by close
+}
+
+// psOp is one queued SUBSCRIBE (sub) or UNSUBSCRIBE.
+type psOp struct {
+	sub     bool
+	channel string
 }
 
 type channelState struct {
@@ -33,7 +44,9 @@ type waiter struct {
 	wake    chan struct{} // buffered: a wake-up is never lost, only merged
 }
 
-func newHub(e *Engine) *hub { return &hub{e: e, chans: make(map[string]*channelState)} }
+func newHub(e *Engine) *hub {
+	return &hub{e: e, chans: make(map[string]*channelState), kick: make(chan struct{}, 1)}
+}
 
 // subscribeWait bounds how long join waits for the subscription to be
 // confirmed; past it the waiter relies on its recheck timer.
@@ -52,13 +65,13 @@ func (h *hub) join(ctx context.Context, channel, id string, shared bool) *waiter
 	if h.ps == nil {
 		h.ps = h.e.c.Subscribe(context.Background())
 		go h.dispatch(h.ps.ChannelWithSubscriptions())
+		go h.send(h.ps)
 	}
 	st := h.chans[channel]
 	if st == nil {
 		st = &channelState{ready: make(chan struct{})}
 		h.chans[channel] = st
-		// Under h.mu, so that an unsubscribe by leave cannot overtake it.
-		_ = h.ps.Subscribe(ctx, channel)
+		h.enqueue(psOp{sub: true, channel: channel})
 	}
 	st.waiters = append(st.waiters, w)
 	ready := st.ready
@@ -90,8 +103,42 @@ func (h *hub) leave(w *waiter) {
 	if len(st.waiters) == 0 {
 		delete(h.chans, w.channel)
 		if !h.closed {
+			h.enqueue(psOp{channel: w.channel})
+		}
+	}
+}
+
+// enqueue queues a pub/sub command for send; h.mu is held and the hub is
+// open.
+func (h *hub) enqueue(op psOp) {
+	h.ops = append(h.ops, op)
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+// send sends the queued pub/sub commands in order, each bounded by the
+// engine's timeout, until the hub closes. A command lost to a broken
+// connection costs its waiters a recheck delay, never a hang: go-redis
+// subscribes again to every channel when it reconnects.
+func (h *hub) send(ps *goredis.PubSub) {
+	for range h.kick {
+		for {
+			h.mu.Lock()
+			if len(h.ops) == 0 || h.closed {
+				h.mu.Unlock()
+				break
+			}
+			op := h.ops[0]
+			h.ops = h.ops[1:]
+			h.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), h.e.opts.timeout)
-			_ = h.ps.Unsubscribe(ctx, w.channel)
+			if op.sub {
+				_ = ps.Subscribe(ctx, op.channel)
+			} else {
+				_ = ps.Unsubscribe(ctx, op.channel)
+			}
 			cancel()
 		}
 	}
@@ -142,7 +189,11 @@ func (h *hub) notify(channel, payload string) {
 func (h *hub) close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
 	h.closed = true
+	close(h.kick)
 	if h.ps != nil {
 		_ = h.ps.Close()
 	}
