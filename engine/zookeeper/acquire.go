@@ -54,11 +54,6 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	return nil, e.opError("acquire", req.Key, err)
 }
 
-// cleanupWait bounds how long an Acquire whose context ended waits for its
-// worker to delete its queue node before returning; the worker finishes in
-// the background if the server is slow.
-const cleanupWait = 2 * time.Second
-
 // acquire does the work of Acquire. Errors from ctx are sorted out by the
 // caller.
 //
@@ -66,7 +61,8 @@ const cleanupWait = 2 * time.Second
 // calls (which take no context) directly, so a grant costs one goroutine
 // hand-off however many round trips it takes. The worker watches ctx
 // between calls and while it waits; acquire returns as soon as ctx ends,
-// after giving the worker up to cleanupWait to delete its node.
+// and the worker deletes its node in the background (a grant that raced
+// with the end of ctx is given back there too).
 func (e *Engine) acquire(ctx context.Context, req engine.Request) (*lease, error) {
 	ep, err := e.awaitSession(ctx)
 	if err != nil {
@@ -89,22 +85,13 @@ func (e *Engine) acquire(ctx context.Context, req engine.Request) (*lease, error
 		return r.l, r.err
 	case <-ctx.Done():
 	}
-	t := time.NewTimer(cleanupWait)
-	defer t.Stop()
-	select {
-	case r := <-res:
-		if r.err == nil {
-			// Granted just as ctx ended: the caller gets no lease, so give
-			// the node up.
+	go func() {
+		if r := <-res; r.err == nil {
+			// Granted just as ctx ended: the caller gets no lease, so
+			// give the node up.
 			r.l.drop()
 		}
-	case <-t.C:
-		go func() {
-			if r := <-res; r.err == nil {
-				r.l.drop()
-			}
-		}()
-	}
+	}()
 	return nil, ctx.Err()
 }
 

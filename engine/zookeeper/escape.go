@@ -73,6 +73,19 @@ func needsEscape(r rune) bool {
 // UnescapeKey reverses EscapeKey. It returns an error wrapping
 // engine.ErrInvalidKey for a name EscapeKey cannot have produced.
 func UnescapeKey(name string) (string, error) {
+	key, err := unescape(name)
+	if err != nil {
+		return "", err
+	}
+	// Refuse what EscapeKey would have escaped, or escaped differently
+	// ("%61", "%2f", "a/b", "."), so that no two names decode to one key.
+	if again := EscapeKey(key); again != name {
+		return "", fmt.Errorf("%w: znode name %q is not an escaped key (its key escapes to %q)", engine.ErrInvalidKey, name, again)
+	}
+	return key, nil
+}
+
+func unescape(name string) (string, error) {
 	if !strings.Contains(name, "%") {
 		return name, nil
 	}
