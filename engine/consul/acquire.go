@@ -192,7 +192,17 @@ func (e *Engine) txn(ctx context.Context, ops api.KVTxnOps) (ok bool, resp *api.
 	if resp == nil || len(resp.Errors) == 0 {
 		return false, resp, conflict, nil
 	}
+	if what := resp.Errors[0].What; refusedByACL(what) {
+		// Not a conflict to retry at once: the token lacks a permission,
+		// and every retry would be refused the same way.
+		return false, resp, 0, fmt.Errorf("transaction refused: %s", what)
+	}
 	return false, resp, classify(resp.Errors[0].What), nil
+}
+
+// refusedByACL reports whether a transaction error is an ACL refusal.
+func refusedByACL(what string) bool {
+	return strings.Contains(what, "Permission denied") || strings.Contains(what, "ACL not found")
 }
 
 // classify maps a transaction error text to an outcome.

@@ -90,4 +90,25 @@
 // sent in a header and never appears in errors: server failures are
 // *engine.OpError values, wrapping engine.ErrUnavailable when the server
 // could not be reached or failed, with the token scrubbed from the text.
+//
+// # ACL tokens
+//
+// On an agent with ACLs on and default_policy "deny", the engine's token
+// (WithToken) needs only this policy, for the default prefix (use the
+// prefix given to WithPrefix, with a trailing '/'):
+//
+//	session_prefix "" { policy = "write" }
+//	key_prefix "cerberus/locks/" { policy = "write" }
+//
+// session write creates, renews, reads and destroys the engine's session;
+// session_prefix "" allows it on every node, and session "<node>" (the
+// node name of the agent the engine talks to) narrows it to that agent.
+// key write on the prefix covers the lock documents, contender keys, fair
+// queue keys, their blocking queries and the KV transactions. Ping asks
+// for the raft leader, which needs no token, so a missing or wrong token
+// does not show in health checks: it shows at the first Acquire, which
+// fails at once (no retry until the context ends) with an *engine.OpError
+// that does not wrap engine.ErrUnavailable and carries Consul's reason:
+// "ACL not found" for an unknown token, "Permission denied: ... lacks
+// permission 'session:write'" or "'key:write'" for a missing right.
 package consul

@@ -41,8 +41,9 @@ type Engine struct {
 	closed   bool
 	sess     *session // the current session; nil before the first grant or after a loss
 	leases   map[*lease]struct{}
-	wg       sync.WaitGroup // session goroutines
-	expiring sync.WaitGroup // server releases of expired leases; Add under mu while open
+	wg       sync.WaitGroup    // session goroutines
+	bg       engine.Background // undos that callers do not wait for
+	expiring sync.WaitGroup    // server releases of expired leases; Add under mu while open
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -99,6 +100,15 @@ func Dial(address string, opts ...Option) (*Engine, error) {
 	if cfg.tls != nil {
 		ac.Scheme = "https"
 		ac.TLSConfig = *cfg.tls
+		// api.NewClient applies ac.TLSConfig only to a transport without
+		// a TLS config, and a clone of http.DefaultTransport has one (its
+		// HTTP/2 set-up), so the CA and client certificate would be
+		// ignored: build the TLS config here.
+		tc, err := api.SetupTLSConfig(cfg.tls)
+		if err != nil {
+			return nil, fmt.Errorf("consul: TLS for %s: %w", address, err)
+		}
+		tr.TLSClientConfig = tc
 	}
 	if cfg.datacenter != "" {
 		ac.Datacenter = cfg.datacenter
@@ -200,8 +210,9 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 		if ended || l.queued || e.isClosed() {
 			// A call may have reached the server, or a waiter key is
 			// queued: take back whatever is left, on a context the
-			// caller's end does not cancel.
-			e.undo(l)
+			// caller's end does not cancel, without making the caller
+			// wait for it.
+			e.bg.Run(func() { e.undo(l) })
 		}
 		switch {
 		case ended && ctx.Err() != nil:
@@ -287,6 +298,7 @@ func (e *Engine) Close() error {
 		s.stopAndDestroy(ctx)
 	}
 	e.wg.Wait()
+	e.bg.Wait()
 	if e.ownTransport != nil {
 		e.ownTransport.CloseIdleConnections()
 	}

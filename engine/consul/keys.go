@@ -3,6 +3,8 @@ package consul
 import (
 	"fmt"
 	"strings"
+
+	"github.com/cerberus-go/cerberus/engine"
 )
 
 // Layout of one lock key K under the prefix P, with E = EncodeKey(K):
@@ -40,7 +42,10 @@ func EncodeKey(key string) string {
 	return b.String()
 }
 
-// DecodeKey reverses EncodeKey.
+// DecodeKey reverses EncodeKey. A string EncodeKey cannot have produced,
+// including an escape of a byte that stands for itself (such as "_61" for
+// "a"), is an error wrapping engine.ErrInvalidKey, so two KV segments
+// never decode to the same key.
 func DecodeKey(enc string) (string, error) {
 	b := make([]byte, 0, len(enc))
 	for i := 0; i < len(enc); i++ {
@@ -51,13 +56,13 @@ func DecodeKey(enc string) (string, error) {
 		case c == '_' && i+2 < len(enc):
 			hi, ok1 := unhex(enc[i+1])
 			lo, ok2 := unhex(enc[i+2])
-			if !ok1 || !ok2 {
-				return "", fmt.Errorf("consul: bad escape at byte %d of %q", i, enc)
+			if !ok1 || !ok2 || plain(hi<<4|lo) {
+				return "", fmt.Errorf("%w: consul: bad escape at byte %d of %q", engine.ErrInvalidKey, i, enc)
 			}
 			b = append(b, hi<<4|lo)
 			i += 2
 		default:
-			return "", fmt.Errorf("consul: byte %d of %q is not part of an encoded key", i, enc)
+			return "", fmt.Errorf("%w: consul: byte %d of %q is not part of an encoded key", engine.ErrInvalidKey, i, enc)
 		}
 	}
 	return string(b), nil
