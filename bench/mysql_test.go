@@ -47,7 +47,7 @@ func mysqlSetup(b *testing.B) (dsn, table string) {
 			return
 		}
 		defer db.Close()
-		for _, s := range []string{"", "_readers", "_tokens"} {
+		for _, s := range []string{"", "_readers", "_fences"} {
 			_, _ = db.Exec("DROP TABLE IF EXISTS `" + table + s + "`")
 		}
 	})

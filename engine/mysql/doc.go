@@ -41,8 +41,8 @@
 //     lease by its own TTL.
 //
 // "<table>_readers" holds one row per shared lease, keyed by (key, owner),
-// with its own version and expires_at. "<table>_tokens" is the row
-// strategy's token counter; it stays empty.
+// with its own version and expires_at. "<table>_fences" holds the row
+// strategy's token counter of each key.
 //
 // # Lease strategy (StrategyLease, the default)
 //
@@ -66,11 +66,14 @@
 // one UPDATE per table per interval (a third of the shortest TTL held), for
 // up to 256 leases per statement. A lease the renewal no longer finds ends
 // with engine.ErrLeaseLost; so does one whose last successful renewal is a
-// TTL old while the server cannot be reached. Without Renew the row expires
-// on the server at expires_at; the client ends the lease with ErrLeaseLost
-// from a timer of TTL started before the grant statement was sent, so it
-// fires no later than the server's expiry (it measures elapsed time only,
-// never the wall clock).
+// TTL old, less engine.Margin, while the server cannot be reached (a renewal
+// statement may not outlast that). Without Renew the row expires on the
+// server at expires_at; the client ends the lease with ErrLeaseLost from a
+// timer of the TTL less engine.Margin (a tenth, 5ms to 2s) started before
+// the grant statement was sent, so it fires ahead of the server's expiry
+// even when the client's timers run late (it measures elapsed time only,
+// never the wall clock). A grant whose answer arrives after that is refused
+// and cleared.
 //
 // Waiting polls: after a refused attempt a waiter sleeps 5ms, then twice as
 // long each time up to 200ms (WithBackoff), with jitter in [d/2, d]. That
@@ -108,20 +111,16 @@
 // server user needs the right to kill its own connections, which every
 // user has.
 //
-// The fencing token is an AUTO_INCREMENT value from "<table>_tokens",
-// drawn by an INSERT inside the holder's transaction once the lock is
-// granted. InnoDB never gives such a value back, even when the transaction
-// rolls back, and keeps the counter across restarts (MySQL 8.0+, MariaDB
-// 10.2.4+), so the next holder after a killed one gets a larger token.
-// Release ends the transaction with ROLLBACK: the token row must not
-// persist, and a rollback needs no log flush, so a row-strategy cycle
-// writes nothing durable. The caveat: after a server crash (not a clean
-// shutdown) the counter may resume below tokens handed out in the last
-// moments before the crash, whose increments had not reached the disk;
-// every lock was lost in the same crash. Tokens are one sequence for all
-// keys of the table, strictly increasing for each key. The row strategy
-// and the lease strategy keep separate token sequences and must not share
-// a table.
+// The fencing token is the key's counter in "<table>_fences", raised by
+// one autocommit INSERT ... ON DUPLICATE KEY UPDATE on another connection
+// once the row lock is granted: the row lock orders the draws of a key and
+// the commit makes each durable, so the next holder gets a larger token
+// after a killed holder and after a server crash alike (the checker in
+// integration/ restarts the server with SIGKILL). That costs one log flush
+// per grant. Release ends the holder's transaction with ROLLBACK, which
+// needs no flush. Tokens are strictly increasing for each key. The row
+// strategy and the lease strategy keep separate token sequences and must
+// not share a table.
 //
 // The row lock lives as long as its connection: each lease pings its
 // connection every WithConnCheck interval (250ms by default), and a failed

@@ -72,7 +72,7 @@ const DefaultMaxConns = 50
 func WithMaxConns(n int) Option { return func(c *config) { c.maxConns = n } }
 
 // WithTable sets the lock table's name. The row strategy and shared leases
-// also use the tables "<name>_tokens" and "<name>_readers". The name must be
+// also use the tables "<name>_fences" and "<name>_readers". The name must be
 // 1 to 48 ASCII letters, digits or underscores; New refuses anything else
 // before any I/O. The default is DefaultTable.
 func WithTable(table string) Option { return func(c *config) { c.table = table } }
@@ -285,6 +285,17 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 		return e.acquireRow(ctx, req)
 	}
 	return e.acquireLease(ctx, req)
+}
+
+// later runs a clean-up in the background, where Close waits for it; it is
+// called inside a call that entered, so the engine's count of busy calls is
+// not zero.
+func (e *Engine) later(f func()) {
+	e.busy.Add(1)
+	go func() {
+		defer e.busy.Done()
+		f()
+	}()
 }
 
 // enter registers a call that Close must wait for, unless the engine is

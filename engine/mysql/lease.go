@@ -40,6 +40,11 @@ func (l *lease) Token() uint64         { return l.token }
 func (l *lease) Done() <-chan struct{} { return l.sig.Done() }
 func (l *lease) Err() error            { return l.sig.Err() }
 
+// life is how long after sending a grant or renewal a lease counts as
+// held: its TTL less engine.Margin, so that Done closes ahead of the
+// server's expiry even when this process's timers run late.
+func life(ttl time.Duration) time.Duration { return ttl - engine.Margin(ttl) }
+
 // transient reports server errors after which a grant attempt is simply
 // repeated: InnoDB chose this statement as a deadlock victim or it waited
 // too long for a row lock.
@@ -49,8 +54,10 @@ func transient(err error) bool {
 }
 
 // acquireLease makes grant attempts until one succeeds, the request does
-// not wait, or ctx ends. Attempts use their own bounded context: a grant
-// the server made is never abandoned half-known because ctx ended.
+// not wait, or ctx ends. An attempt whose outcome is unknown (its statement
+// failed in flight, or ctx ended during it) is undone in the background, so
+// a grant the server made is never left behind and the caller never waits
+// past ctx for the clean-up.
 func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.Lease, error) {
 	owner := e.owner()
 	delay := e.cfg.minBackoff
@@ -60,16 +67,26 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 	var kick <-chan struct{} // set once this waiter has the key's polling turn
 	for {
 		start := time.Now()
-		token, ok, err := e.grantOnce(req, owner, &exists)
+		token, ok, err := e.grantOnce(ctx, req, owner, &exists)
 		switch {
 		case err != nil && transient(err) && transients < maxTransient:
 			transients++
 			ok = false
 		case err != nil:
-			e.undoGrant(req, owner)
+			e.later(func() { e.undoGrant(req, owner) })
+			if ctx.Err() != nil {
+				return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
+			}
 			return nil, e.opErr("acquire", req.Key, err)
 		}
 		if ok {
+			if time.Since(start) >= life(req.TTL) {
+				// The answer came after the lease's TTL had run out (the
+				// process was stopped, or the network held it): the row
+				// may be someone else's by now.
+				e.later(func() { e.undoGrant(req, owner) })
+				return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out", engine.ErrNotAcquired, req.Key, req.TTL)
+			}
 			return e.granted(req, owner, token, start)
 		}
 		if !req.Wait {
@@ -109,10 +126,11 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 	}
 }
 
-// grantOnce makes one attempt. exists records that the key's row is known
-// to exist, which saves the INSERT on later attempts.
-func (e *Engine) grantOnce(req engine.Request, owner string, exists *bool) (uint64, bool, error) {
-	ctx, cancel := e.opCtx()
+// grantOnce makes one attempt, bounded by ctx and the engine's op timeout.
+// exists records that the key's row is known to exist, which saves the
+// INSERT on later attempts.
+func (e *Engine) grantOnce(ctx context.Context, req engine.Request, owner string, exists *bool) (uint64, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
 	defer cancel()
 	ttl := req.TTL.Microseconds()
 	if req.Mode == engine.Shared {
@@ -212,9 +230,9 @@ func (e *Engine) granted(req engine.Request, owner string, token uint64, start t
 	e.leases[l] = struct{}{}
 	if !req.Renew {
 		// The server expires the row at its NOW(6)+TTL; this timer, started
-		// before the statement was sent, fires no later than that.
+		// before the statement was sent, fires a margin before that.
 		l.mu.Lock()
-		l.timer = time.AfterFunc(req.TTL-time.Since(start), func() { l.end(engine.ErrLeaseLost, false) })
+		l.timer = time.AfterFunc(life(req.TTL)-time.Since(start), func() { l.end(engine.ErrLeaseLost, false) })
 		l.mu.Unlock()
 	}
 	e.mu.Unlock()

@@ -37,7 +37,7 @@ func testTable(t *testing.T, dsn string) string {
 	_ = e.Close()
 	t.Cleanup(func() {
 		db := rawDB(t, dsn)
-		for _, s := range []string{"", "_readers", "_tokens"} {
+		for _, s := range []string{"", "_readers", "_fences"} {
 			if _, err := db.Exec("DROP TABLE IF EXISTS `" + table + s + "`"); err != nil {
 				t.Errorf("drop %s%s: %v", table, s, err)
 			}

@@ -8,7 +8,7 @@ import (
 	"github.com/cerberus-go/cerberus/engine"
 )
 
-// maxTableLen leaves room for the "_readers" and "_tokens" suffixes within
+// maxTableLen leaves room for the "_readers" and "_fences" suffixes within
 // the 64-character identifier limit.
 const maxTableLen = 48
 
@@ -57,18 +57,19 @@ func schema(table string) []string {
 			"`expires_at` DATETIME(6) NOT NULL," +
 			"PRIMARY KEY (`lock_key`, `owner`)" +
 			") ENGINE=InnoDB",
-		// The row strategy's tokens: an AUTO_INCREMENT counter, whose
-		// increments InnoDB never rolls back and (since MySQL 8.0 and
-		// MariaDB 10.2.4) keeps across restarts. The table stays empty.
-		"CREATE TABLE IF NOT EXISTS `" + table + "_tokens` (" +
-			"`id` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT," +
-			"PRIMARY KEY (`id`)" +
+		// The row strategy's tokens: one durable counter per key, raised
+		// in its own committed statement by each holder once it holds
+		// the key's row lock.
+		"CREATE TABLE IF NOT EXISTS `" + table + "_fences` (" +
+			"`lock_key` VARBINARY(512) NOT NULL," +
+			"`fence` BIGINT UNSIGNED NOT NULL," +
+			"PRIMARY KEY (`lock_key`)" +
 			") ENGINE=InnoDB",
 	}
 }
 
 // Migrate creates the engine's tables if they do not exist: the lock table,
-// "<table>_readers" for shared leases and "<table>_tokens" for the row
+// "<table>_readers" for shared leases and "<table>_fences" for the row
 // strategy's fencing tokens. It is idempotent and safe to run from many
 // processes at once.
 func (e *Engine) Migrate(ctx context.Context) error {
@@ -93,7 +94,7 @@ type queries struct {
 
 func buildQueries(t string) queries {
 	r := "`" + t + "_readers`"
-	k := "`" + t + "_tokens`"
+	k := "`" + t + "_fences`"
 	t = "`" + t + "`"
 	free := "(`owner` IS NULL OR `expires_at` IS NULL OR `expires_at` <= NOW(6))"
 	return queries{
@@ -130,7 +131,7 @@ func buildQueries(t string) queries {
 		rowTryLock: "SELECT `version` FROM " + t + " WHERE `lock_key` = ? FOR UPDATE NOWAIT",
 		rowShare:   "SELECT `version` FROM " + t + " WHERE `lock_key` = ? LOCK IN SHARE MODE",
 		rowEnsure:  "INSERT IGNORE INTO " + t + " (`lock_key`) VALUES (?)",
-		rowToken:   "INSERT INTO " + k + " (`id`) VALUES (NULL)",
+		rowToken:   "INSERT INTO " + k + " (`lock_key`, `fence`) VALUES (?, 1) ON DUPLICATE KEY UPDATE `fence` = LAST_INSERT_ID(`fence` + 1)",
 	}
 }
 

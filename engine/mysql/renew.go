@@ -106,7 +106,18 @@ func (e *Engine) renewAll() {
 // renewSome renews one batch with one UPDATE. Only when it changed fewer
 // rows than it named does a SELECT find out which leases were lost.
 func (e *Engine) renewSome(batch []*lease, renewQ, aliveQ string) {
-	ctx, cancel := e.opCtx()
+	// The statement may not outlast the earliest validity in the batch: a
+	// renewal still in flight when the server may have expired a row
+	// counts as failed, so that lease's Done closes in time.
+	deadline := time.Now().Add(e.cfg.opTimeout)
+	for _, l := range batch {
+		l.mu.Lock()
+		if v := l.validFrom.Add(life(l.ttl)); v.Before(deadline) {
+			deadline = v
+		}
+		l.mu.Unlock()
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	args := make([]any, 0, 2*len(batch))
 	for _, l := range batch {
@@ -172,15 +183,29 @@ func (e *Engine) renewed(batch []*lease, start time.Time) {
 	}
 }
 
-// renewFailed ends the leases of a batch that could not be renewed and
-// whose last renewal is a TTL old: the server has expired them by now.
+// renewFailed ends the leases of a batch that could not be renewed once
+// their validity runs out: now, or, if some is left, when it does unless a
+// later renewal succeeds first. The next renewal round may come after that.
 func (e *Engine) renewFailed(batch []*lease) {
 	for _, l := range batch {
 		l.mu.Lock()
-		expired := time.Since(l.validFrom) >= l.ttl && !l.releasing
+		from, releasing := l.validFrom, l.releasing
 		l.mu.Unlock()
-		if expired {
-			l.end(engine.ErrLeaseLost, false)
+		if releasing {
+			continue
 		}
+		left := life(l.ttl) - time.Since(from)
+		if left <= 0 {
+			l.end(engine.ErrLeaseLost, false)
+			continue
+		}
+		time.AfterFunc(left, func() {
+			l.mu.Lock()
+			stale := l.validFrom.Equal(from) && !l.releasing
+			l.mu.Unlock()
+			if stale {
+				l.end(engine.ErrLeaseLost, false)
+			}
+		})
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
@@ -120,31 +119,30 @@ func lockWaitFor(ctx context.Context, wait bool) int {
 
 // killable runs fn on rc with a context the caller cannot cancel, so that
 // the driver never drops the connection mid-statement. If ctx ends or the
-// engine closes first, it sends KILL QUERY for rc's connection id on a side
-// connection from the pool, which makes the server abandon the statement
-// (a lock wait included) and fn return. It reports whether it killed, and
-// returns only after the KILL has completed.
+// engine closes first, killable returns at once with killed set, and rc is
+// no longer the caller's: in the background, KILL QUERY for rc's
+// connection id goes out on a side connection from the pool, which makes
+// the server abandon the statement (a lock wait included), and once fn has
+// returned rc is discarded, which rolls back whatever it held. A statement
+// that never returns (its connection is cut off without a reset) keeps that
+// goroutine until the connection dies; it never keeps the caller.
 func (e *Engine) killable(ctx context.Context, rc *rowConn, fn func(context.Context) error) (error, bool) {
-	done := make(chan struct{})
-	watched := make(chan struct{})
-	var killed atomic.Bool
+	res := make(chan error, 1)
+	go func() { res <- fn(context.Background()) }()
+	select {
+	case err := <-res:
+		return err, false
+	case <-ctx.Done():
+	case <-e.closing:
+	}
 	go func() {
-		defer close(watched)
-		select {
-		case <-done:
-			return
-		case <-ctx.Done():
-		case <-e.closing:
-		}
-		killed.Store(true)
 		kctx, cancel := e.opCtx()
-		defer cancel()
 		_, _ = e.db.ExecContext(kctx, fmt.Sprintf("KILL QUERY %d", rc.id))
+		cancel()
+		<-res
+		e.discard(rc)
 	}()
-	err := fn(context.Background())
-	close(done)
-	<-watched
-	return err, killed.Load()
+	return nil, true
 }
 
 // stopErr is the error of an Acquire stopped by its ctx or by Close.
@@ -195,10 +193,9 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 			return rc.conn.QueryRowContext(qctx, q, req.Key).Scan(&version)
 		})
 		if killed {
-			// The KILL may have come after the grant; either way the
-			// caller asked to stop. Dropping the connection rolls back and
-			// leaves no queued request behind.
-			e.discard(rc)
+			// The KILL may come after the grant; either way the caller
+			// asked to stop. killable drops the connection, which rolls
+			// back and leaves no queued request behind.
 			return nil, e.stopErr(ctx)
 		}
 		if err == nil {
@@ -217,7 +214,6 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 				return err
 			})
 			if killed {
-				e.discard(rc)
 				return nil, e.stopErr(ctx)
 			}
 			if err != nil {
@@ -242,28 +238,20 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 // grantedRow finishes a row grant: it draws the fencing token and starts
 // the lease's connection check and, without Renew, its expiry timer.
 //
-// The token is an AUTO_INCREMENT value drawn by an INSERT inside the
-// holder's transaction, after the row lock is granted. InnoDB never gives
-// an AUTO_INCREMENT value back, not even when the transaction rolls back,
-// so a holder whose connection is killed never hands its token to the next
-// holder; and the INSERT is never committed (Release rolls back), so
-// drawing a token costs no log flush.
+// The token is the key's counter in "<table>_fences", raised by one
+// autocommit statement on another connection of the pool once the row lock
+// is granted. The row lock orders the draws of one key, and the commit
+// makes each durable, so the next holder gets a larger token even after a
+// killed holder or a server crash. It costs one log flush per grant.
 func (e *Engine) grantedRow(req engine.Request, rc *rowConn) (engine.Lease, error) {
 	fail := func(err error) (engine.Lease, error) {
 		e.discard(rc)
 		return nil, e.opErr("acquire", req.Key, err)
 	}
-	tctx, cancel := e.opCtx()
-	res, err := rc.conn.ExecContext(tctx, e.q.rowToken)
-	cancel()
+	token, err := e.drawToken(req.Key)
 	if err != nil {
 		return fail(err)
 	}
-	id, err := res.LastInsertId()
-	if err != nil {
-		return fail(err)
-	}
-	token := uint64(id)
 	l := &rowLease{e: e, key: req.Key, mode: req.Mode, token: token, rc: rc,
 		sig: engine.NewSignal(req.OnLost), stop: make(chan struct{})}
 	e.mu.Lock()
@@ -284,6 +272,35 @@ func (e *Engine) grantedRow(req engine.Request, rc *rowConn) (engine.Lease, erro
 	e.mu.Unlock()
 	go l.watch()
 	return l, nil
+}
+
+// drawToken raises key's counter in "<table>_fences" on a connection of its
+// own and returns the new value. The connection is held until the result
+// is read: database/sql reads a Result under its connection's lock, and a
+// connection given back to the pool at once could be pinned meanwhile by a
+// waiter blocked on the very row lock this holder has, which would
+// deadlock the two until the lock wait timeout.
+func (e *Engine) drawToken(key string) (uint64, error) {
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	c, err := e.db.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	res, err := c.ExecContext(ctx, e.q.rowToken, key)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	if n == 1 {
+		return 1, nil // a first draw inserts the counter's row
+	}
+	id, err := res.LastInsertId()
+	return uint64(id), err
 }
 
 // rowLease is a row-strategy lease: an open transaction holding the key
