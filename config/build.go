@@ -2,11 +2,15 @@ package config
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 
+	mysqldrv "github.com/go-sql-driver/mysql"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/cerberus-go/cerberus/engine"
@@ -55,17 +59,24 @@ func (c *Config) Build(ctx context.Context) ([]Named, error) {
 
 // build is the one switch from kind to constructor.
 func (e *Engine) build(ctx context.Context) (engine.Engine, error) {
+	var tlsConfig *tls.Config // for the go-redis clients
+	if e.TLS != nil && contains(redisKinds, e.Kind) {
+		var err error
+		if tlsConfig, err = e.TLS.clientConfig(); err != nil {
+			return nil, err
+		}
+	}
 	switch e.Kind {
 	case KindMemory:
 		return memory.New(), nil
 
 	case KindRedis:
-		client := goredis.NewClient(&goredis.Options{Addr: e.Addrs[0], Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName()})
+		client := goredis.NewClient(&goredis.Options{Addr: e.Addrs[0], Username: e.Username, Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName(), TLSConfig: tlsConfig})
 		eng, err := redis.New(client, e.redisOptions()...)
 		return own(eng, err, client.Close)
 
 	case KindRedisCluster:
-		client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: e.Addrs, Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName()})
+		client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: e.Addrs, Username: e.Username, Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName(), TLSConfig: tlsConfig})
 		eng, err := redis.New(client, e.redisOptions()...)
 		return own(eng, err, client.Close)
 
@@ -73,7 +84,7 @@ func (e *Engine) build(ctx context.Context) (engine.Engine, error) {
 		clients := make([]redis.Client, len(e.Addrs))
 		closers := make([]func() error, len(e.Addrs))
 		for i, a := range e.Addrs {
-			c := goredis.NewClient(&goredis.Options{Addr: a, Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName()})
+			c := goredis.NewClient(&goredis.Options{Addr: a, Username: e.Username, Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName(), TLSConfig: tlsConfig})
 			clients[i], closers[i] = c, c.Close
 		}
 		eng, err := redis.NewRedlock(clients, redis.WithNodeOptions(e.redisOptions()...))
@@ -115,6 +126,9 @@ func (e *Engine) build(ctx context.Context) (engine.Engine, error) {
 		if e.Prefix != "" {
 			opts = append(opts, consul.WithPrefix(e.Prefix))
 		}
+		if e.TLS != nil {
+			opts = append(opts, consul.WithTLS(e.TLS.consulConfig()))
+		}
 		eng, err := consul.Dial(e.Addrs[0], opts...)
 		return own(eng, err)
 
@@ -129,8 +143,12 @@ func (e *Engine) build(ctx context.Context) (engine.Engine, error) {
 		if e.MaxConns != 0 {
 			opts = append(opts, mysql.WithMaxConns(e.MaxConns))
 		}
+		dsn, err := e.mysqlDSN()
+		if err != nil {
+			return nil, err
+		}
 		// Open's engine owns its pool: Close closes it.
-		eng, err := mysql.Open(e.DSN, opts...)
+		eng, err := mysql.Open(dsn, opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -143,6 +161,39 @@ func (e *Engine) build(ctx context.Context) (engine.Engine, error) {
 	// validate refuses unknown kinds; a Config built by hand may still
 	// hold one.
 	return nil, fmt.Errorf("%w: unknown kind %q (want one of %s)", ErrInvalid, e.Kind, strings.Join(Kinds, ", "))
+}
+
+// mysqlDSN returns the DSN a mysql engine opens: e.DSN, plus tls=<name>
+// when the engine has a tls section, after registering the TLS
+// configuration with go-sql-driver/mysql under that name. The name is
+// "cerberus-<engine name>-<hash of the tls section>", so two
+// configurations of one engine name with different TLS settings do not
+// replace each other's registration; building the same one again
+// re-registers it with the files as they are now.
+func (e *Engine) mysqlDSN() (string, error) {
+	if e.TLS == nil {
+		return e.DSN, nil
+	}
+	tc, err := e.TLS.clientConfig()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(e.TLS.String()))
+	name := "cerberus-" + e.Name + "-" + hex.EncodeToString(sum[:6])
+	if err := mysqldrv.RegisterTLSConfig(name, tc); err != nil {
+		return "", fmt.Errorf("tls: %w", err)
+	}
+	dc, err := mysqldrv.ParseDSN(e.DSN)
+	if err != nil {
+		// validate parsed it already; the driver's message names no
+		// secret, and buildError scrubs it anyway.
+		return "", fmt.Errorf("%w: dsn: %w", ErrInvalid, err)
+	}
+	if dc.TLSConfig != "" {
+		return "", fmt.Errorf("%w: tls: the dsn already sets tls=%s; configure TLS in one place", ErrInvalid, dc.TLSConfig)
+	}
+	dc.TLSConfig = name
+	return dc.FormatDSN(), nil
 }
 
 // clientName is the name the go-redis clients give their connections

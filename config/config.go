@@ -82,10 +82,93 @@ type EngineKey struct {
 	Consul string `mapstructure:"consul"`
 	// Key is the KV key, such as "myapp/cerberus/engine".
 	Key string `mapstructure:"key"`
+	// Token is the Consul ACL token sent when reading (every process) and
+	// writing (SetEngineKey) the key: it needs key "<key>" read, and write
+	// for whoever flips the fleet. At most one of Token, TokenFile and
+	// TokenEnv may be set; none means no token (the agent's anonymous
+	// token). A consul engine's token is not used here, even for the same
+	// agent: give the key a token of its own.
+	Token string `mapstructure:"token"`
+	// TokenFile names a file holding the engine key's ACL token.
+	TokenFile string `mapstructure:"token_file"`
+	// TokenEnv names an environment variable holding the engine key's ACL
+	// token.
+	TokenEnv string `mapstructure:"token_env"`
+	// TLS, when set, makes the engine key's client talk HTTPS to the agent.
+	TLS *TLS `mapstructure:"tls"`
+
+	token string // resolved token
 }
 
 // Set reports whether an engine key is configured.
 func (k EngineKey) Set() bool { return k.Consul != "" || k.Key != "" }
+
+// ConsulToken returns the engine key's ACL token resolved at load time from
+// Token, TokenFile or TokenEnv, or "".
+func (k *EngineKey) ConsulToken() string { return k.token }
+
+// String describes the engine key without its token.
+func (k EngineKey) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "{consul: %q, key: %q", k.Consul, k.Key)
+	if k.Token != "" || k.token != "" {
+		fmt.Fprintf(&b, ", token: %q", redacted)
+	}
+	if k.TokenFile != "" {
+		fmt.Fprintf(&b, ", token_file: %q", k.TokenFile)
+	}
+	if k.TokenEnv != "" {
+		fmt.Fprintf(&b, ", token_env: %q", k.TokenEnv)
+	}
+	if k.TLS != nil {
+		fmt.Fprintf(&b, ", tls: %s", k.TLS)
+	}
+	b.WriteString("}")
+	return b.String()
+}
+
+// GoString is String, so that %#v hides the token too.
+func (k EngineKey) GoString() string { return k.String() }
+
+// TLS configures TLS to a server: to the servers of a redis,
+// redis-cluster, redlock, consul or mysql engine, or to the engine key's
+// Consul agent. A tls section that is present turns TLS on, even empty
+// ("tls: {}": the system's roots verify the server). File names are read
+// at load time, to check them, and again by Build.
+type TLS struct {
+	// CAFile is a PEM file of the certificates that verify the server.
+	// Empty means the system's roots.
+	CAFile string `mapstructure:"ca_file"`
+	// CertFile and KeyFile are a PEM client certificate and its private
+	// key, for servers that require one (mutual TLS). Set both or neither.
+	CertFile string `mapstructure:"cert_file"`
+	KeyFile  string `mapstructure:"key_file"`
+	// ServerName is the name the server's certificate must hold. Empty
+	// means the host of the address dialled.
+	ServerName string `mapstructure:"server_name"`
+	// InsecureSkipVerify accepts any server certificate: the connection is
+	// encrypted but the server is not authenticated. For tests only; it
+	// cannot be combined with CAFile or ServerName, which it would make
+	// useless.
+	InsecureSkipVerify bool `mapstructure:"insecure_skip_verify"`
+}
+
+// String describes the TLS settings (file names, not their contents).
+func (t *TLS) String() string {
+	if t == nil {
+		return "off"
+	}
+	var parts []string
+	for _, kv := range []struct{ k, v string }{{"ca_file", t.CAFile}, {"cert_file", t.CertFile}, {"key_file", t.KeyFile}, {"server_name", t.ServerName}} {
+		if kv.v != "" {
+			parts = append(parts, fmt.Sprintf("%s: %q", kv.k, kv.v))
+		}
+	}
+	if t.InsecureSkipVerify {
+		parts = append(parts, "insecure_skip_verify: true")
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
 
 // Health configures the health checks of every engine.
 type Health struct {
@@ -122,6 +205,11 @@ type Engine struct {
 	// DSN is the go-sql-driver/mysql DSN of a mysql engine. Its password is
 	// never printed.
 	DSN string `mapstructure:"dsn"`
+	// Username is the Redis ACL user (redis, redis-cluster, redlock) that
+	// Password authenticates. Empty means the default user (AUTH with the
+	// password alone). See package engine/redis for the smallest ACL the
+	// engine needs.
+	Username string `mapstructure:"username"`
 	// Password is the Redis AUTH password (redis, redis-cluster, redlock).
 	// At most one of Password, PasswordFile and PasswordEnv may be set.
 	Password string `mapstructure:"password"`
@@ -163,6 +251,12 @@ type Engine struct {
 	// node for redlock and redis-cluster), consul's HTTP connections (at
 	// least 1) or the mysql pool (at least 3). Zero means the default.
 	MaxConns int `mapstructure:"max_conns"`
+	// TLS, when set, encrypts the connections to the servers (redis,
+	// redis-cluster, redlock, consul, mysql). For mysql, Build registers
+	// the TLS configuration with go-sql-driver/mysql under a name derived
+	// from the engine and adds tls=<name> to the DSN, so the DSN must not
+	// set tls itself.
+	TLS *TLS `mapstructure:"tls"`
 
 	password string // resolved Redis password
 	token    string // resolved Consul token
@@ -222,8 +316,12 @@ func (c Config) String() string {
 		}
 		b.WriteString(e.String())
 	}
-	fmt.Fprintf(&b, "], engine: %q, health: {interval: %v, threshold: %d}, auto: %t, failback: %q, fence: %t, lease: {ttl: %v, watchdog: %v}}",
+	fmt.Fprintf(&b, "], engine: %q, health: {interval: %v, threshold: %d}, auto: %t, failback: %q, fence: %t, lease: {ttl: %v, watchdog: %v}",
 		c.Engine, c.Health.Interval, c.Health.Threshold, c.Auto, c.Failback, c.Fence, c.Lease.TTL, c.Lease.Watchdog)
+	if c.EngineKey.Set() {
+		fmt.Fprintf(&b, ", engine_key: %s", c.EngineKey)
+	}
+	b.WriteString("}")
 	return b.String()
 }
 
@@ -246,6 +344,7 @@ func (e Engine) String() string {
 	if e.DSN != "" {
 		fmt.Fprintf(&b, " dsn=%q", RedactDSN(e.DSN))
 	}
+	str("username", e.Username)
 	if e.Password != "" || e.password != "" {
 		str("password", redacted)
 	}
@@ -274,6 +373,9 @@ func (e Engine) String() string {
 	str("datacenter", e.Datacenter)
 	if e.MaxConns != 0 {
 		fmt.Fprintf(&b, " max_conns=%d", e.MaxConns)
+	}
+	if e.TLS != nil {
+		fmt.Fprintf(&b, " tls=%s", e.TLS)
 	}
 	b.WriteString(")")
 	return b.String()

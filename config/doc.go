@@ -61,5 +61,28 @@
 // resolved values are reachable only through Engine.RedisPassword and
 // Engine.ConsulToken. Config.String, every fmt verb on Config and Engine,
 // and every error this package returns leave out passwords, tokens and the
-// password part of a MySQL DSN.
+// password part of a MySQL DSN. A Redis ACL user is username (with one of
+// the password keys). The engine key has its own token, token_file or
+// token_env (EngineKey.ConsulToken): it needs read on the key in every
+// process, and write where SetEngineKey runs, and is not taken from a
+// consul engine.
+//
+// # TLS
+//
+// A tls section on a redis, redis-cluster, redlock, consul or mysql engine,
+// or on engine_key, turns TLS on:
+//
+//	tls:
+//	  ca_file: /etc/cerberus/ca.pem     # verifies the server; empty: system roots
+//	  cert_file: /etc/cerberus/client.pem  # client certificate (mutual TLS),
+//	  key_file: /etc/cerberus/client-key.pem  # set both or neither
+//	  server_name: redis.internal       # empty: the host dialled
+//	  insecure_skip_verify: false       # tests only; not with ca_file or server_name
+//
+// "tls: {}" is TLS verified with the system's roots. The files are checked
+// at load time ("engines[0].tls.ca_file: open ...: no such file or
+// directory") and read again by Build. For mysql, Build registers the TLS
+// configuration with go-sql-driver/mysql as
+// "cerberus-<engine name>-<hash of the section>" and adds tls=<that name>
+// to the DSN, which must therefore not set tls itself.
 package config

@@ -179,6 +179,13 @@ func fieldMessage(msg string) string {
 // that decode errors can be scrubbed of them.
 func rawSecrets(raw map[string]any) []string {
 	var out []string
+	if k, ok := raw["engine_key"].(map[string]any); ok {
+		for name, v := range k {
+			if strings.ToLower(name) == "token" {
+				out = append(out, fmt.Sprint(v))
+			}
+		}
+	}
 	list, _ := raw["engines"].([]any)
 	for _, item := range list {
 		m, ok := item.(map[string]any)
@@ -253,10 +260,14 @@ func (e *invalidError) Unwrap() error { return ErrInvalid }
 // resolveSecrets reads password and token files and environment variables.
 func (c *Config) resolveSecrets() []error {
 	var errs []error
+	k := &c.EngineKey
+	var err error
+	if k.token, err = resolve("engine_key", "token", k.Token, k.TokenFile, k.TokenEnv); err != nil {
+		errs = append(errs, err)
+	}
 	for i := range c.Engines {
 		e := &c.Engines[i]
 		path := fmt.Sprintf("engines[%d]", i)
-		var err error
 		e.password, err = resolve(path, "password", e.Password, e.PasswordFile, e.PasswordEnv)
 		if err != nil {
 			errs = append(errs, err)

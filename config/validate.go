@@ -1,14 +1,18 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
+	"github.com/hashicorp/consul/api"
 
 	"github.com/cerberus-go/cerberus/engine"
 )
@@ -41,6 +45,7 @@ var redisKinds = []string{KindRedis, KindRedisCluster, KindRedlock}
 
 var fields = []field{
 	{"dsn", func(e *Engine) bool { return e.DSN != "" }, []string{KindMySQL}},
+	{"username", func(e *Engine) bool { return e.Username != "" }, redisKinds},
 	{"password", func(e *Engine) bool { return e.Password != "" }, redisKinds},
 	{"password_file", func(e *Engine) bool { return e.PasswordFile != "" }, redisKinds},
 	{"password_env", func(e *Engine) bool { return e.PasswordEnv != "" }, redisKinds},
@@ -56,6 +61,7 @@ var fields = []field{
 	{"lock_delay", func(e *Engine) bool { return e.LockDelay != nil }, []string{KindConsul}},
 	{"datacenter", func(e *Engine) bool { return e.Datacenter != "" }, []string{KindConsul}},
 	{"max_conns", func(e *Engine) bool { return e.MaxConns != 0 }, []string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
+	{"tls", func(e *Engine) bool { return e.TLS != nil }, []string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
 }
 
 func contains(list []string, s string) bool {
@@ -82,6 +88,16 @@ func (c *Config) validate() []error {
 		}
 		if k.Key == "" || strings.HasPrefix(k.Key, "/") {
 			add("engine_key.key: %q must be a non-empty KV key without a leading '/'", k.Key)
+		}
+		errs = append(errs, k.TLS.validate("engine_key.tls")...)
+	} else {
+		for _, s := range []struct {
+			key string
+			set bool
+		}{{"token", k.Token != ""}, {"token_file", k.TokenFile != ""}, {"token_env", k.TokenEnv != ""}, {"tls", k.TLS != nil}} {
+			if s.set {
+				add("engine_key.%s: set engine_key.consul and engine_key.key too, or remove it", s.key)
+			}
 		}
 	}
 	seen := make(map[string]int)
@@ -115,6 +131,9 @@ func (c *Config) validate() []error {
 		}
 		errs = append(errs, e.validateAddrs(p)...)
 		errs = append(errs, e.validateKind(p)...)
+		if contains(tlsKinds, e.Kind) {
+			errs = append(errs, e.TLS.validate(p+".tls")...)
+		}
 	}
 
 	if c.Health.Interval <= 0 {
@@ -207,6 +226,9 @@ func (e *Engine) validateKind(p string) []error {
 		if strings.ContainsAny(e.Prefix, "{}") {
 			add("%s.prefix: %q must not contain '{' or '}'", p, e.Prefix)
 		}
+		if e.Username != "" && e.Password == "" && e.PasswordFile == "" && e.PasswordEnv == "" {
+			add("%s.username: needs password, password_file or password_env", p)
+		}
 	case KindZooKeeper:
 		if e.SessionTimeout < 0 {
 			add("%s.session_timeout: must be positive, got %v", p, e.SessionTimeout)
@@ -238,6 +260,11 @@ func (e *Engine) validateKind(p string) []error {
 		if e.Table != "" && !tableRE.MatchString(e.Table) {
 			add("%s.table: %q must be 1 to 48 ASCII letters, digits or underscores", p, e.Table)
 		}
+		if e.TLS != nil && e.DSN != "" {
+			if dc, err := mysqldrv.ParseDSN(e.DSN); err == nil && dc.TLSConfig != "" {
+				add("%s.tls: the dsn already sets tls=%s; configure TLS in one place (remove tls= from the dsn)", p, dc.TLSConfig)
+			}
+		}
 		if e.MaxConns > 0 && e.MaxConns < mysqlMinConns {
 			add("%s.max_conns: must be at least %d for kind mysql, got %d", p, mysqlMinConns, e.MaxConns)
 		}
@@ -252,4 +279,86 @@ func hasDotSegment(p string) bool {
 		}
 	}
 	return false
+}
+
+// tlsKinds are the kinds that take a tls section.
+var tlsKinds = []string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}
+
+// validate checks a tls section whose key path is p: the combination of
+// settings, and that the files exist and hold what they should. A nil
+// section (TLS off) is valid.
+func (t *TLS) validate(p string) []error {
+	if t == nil {
+		return nil
+	}
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
+	if t.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != "") {
+		add("%s.insecure_skip_verify: turns off the server verification that ca_file and server_name configure; set one or the other", p)
+	}
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		add("%s.key_file: required with cert_file (a client certificate needs its private key)", p)
+	case t.CertFile == "" && t.KeyFile != "":
+		add("%s.cert_file: required with key_file (a private key needs its client certificate)", p)
+	case t.CertFile != "":
+		if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
+			add("%s.cert_file: with key_file: %v", p, err)
+		}
+	}
+	if t.CAFile != "" {
+		if _, err := loadCAs(t.CAFile); err != nil {
+			add("%s.ca_file: %v", p, err)
+		}
+	}
+	return errs
+}
+
+// loadCAs reads a PEM file of CA certificates.
+func loadCAs(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
+// clientConfig builds the *tls.Config for t, reading its files again.
+func (t *TLS) clientConfig() (*tls.Config, error) {
+	c := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		ServerName:         t.ServerName,
+		InsecureSkipVerify: t.InsecureSkipVerify, // the user's explicit choice; refused with ca_file or server_name
+	}
+	if t.CAFile != "" {
+		pool, err := loadCAs(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.ca_file: %w", err)
+		}
+		c.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		kp, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.cert_file: with key_file: %w", err)
+		}
+		c.Certificates = []tls.Certificate{kp}
+	}
+	return c, nil
+}
+
+// consulConfig maps t onto the consul client's TLS settings, which name
+// files that the client reads itself.
+func (t *TLS) consulConfig() api.TLSConfig {
+	return api.TLSConfig{
+		Address:            t.ServerName,
+		CAFile:             t.CAFile,
+		CertFile:           t.CertFile,
+		KeyFile:            t.KeyFile,
+		InsecureSkipVerify: t.InsecureSkipVerify,
+	}
 }
