@@ -10,7 +10,7 @@ SHELL := bash
 GO ?= go
 SERVICES := scripts/services.sh
 
-.PHONY: demo services status env test bench vet fmt fmt-check down
+.PHONY: demo services status env test bench fuzz soak vet fmt fmt-check down
 
 ## demo: run the cerberusctl demo
 demo:
@@ -38,6 +38,25 @@ bench: services
 	eval "$$($(SERVICES) env)" && cd bench && \
 	  $(GO) test -run '^$$' -bench '$(or $(BENCH),.)' -benchtime=1x -timeout 60m . | tee results.txt && \
 	  $(GO) run ./cmd/benchchart < results.txt > chart.svg
+
+## fuzz: run every fuzz target (each func FuzzX in a _test.go file) for
+## $(FUZZTIME) (default 30s), one after the other, as go test allows one
+## -fuzz target per run; a failing input is saved under the package's
+## testdata/fuzz/, where plain go test replays it
+fuzz:
+	@grep -rHo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . | grep -v '^\./bench/' | sort | \
+	while IFS=: read -r file fn; do \
+	  name=$${fn#func }; pkg=./$$(dirname "$${file#./}"); \
+	  echo "== $$pkg $$name ($(or $(FUZZTIME),30s))"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime '$(or $(FUZZTIME),30s)' "$$pkg" </dev/null || exit 1; \
+	done
+
+## soak: the reliability checker on every engine, repeated with its faults
+## for $(SOAK) (default 10m) in all; prints one CHECK line per run and a
+## total per engine
+soak: services
+	eval "$$($(SERVICES) env)" && CERBERUS_SOAK='$(or $(SOAK),10m)' \
+	  $(GO) test -count=1 -run '^TestChecker' -timeout 2h -v ./integration/ | grep -E '^(CHECK|--- |FAIL|ok|PASS)'
 
 ## vet: go vet the module
 vet:

@@ -1,0 +1,272 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/consul"
+	"github.com/cerberus-go/cerberus/engine/mysql"
+	"github.com/cerberus-go/cerberus/engine/redis"
+	"github.com/cerberus-go/cerberus/engine/zookeeper"
+	"github.com/cerberus-go/cerberus/internal/checker"
+)
+
+// workerEnv names the environment variable that turns this test binary into
+// a checker worker: its value is the JSON of a workerSpec.
+const workerEnv = "CERBERUS_CHECKER_WORKER"
+
+// workerSpec is what one worker process does.
+type workerSpec struct {
+	Proc       int           // this worker's number
+	Engine     string        // redis, redis-cluster, zookeeper, consul, mysql, mysql-row
+	Addrs      []string      // server addresses (through the fault proxy when there is one); a DSN for mysql
+	Table      string        // mysql lock table, migrated by the parent
+	Prefix     string        // key prefix of this run
+	Keys       int           // size of the hot key set
+	Goroutines int           // lockers in this process
+	Duration   time.Duration // how long to keep locking
+	TTL        time.Duration // lease TTL (watchdog TTL for renewed leases)
+	Hold       time.Duration // longest usual critical section before the fenced write (one in ten lasts up to 3 TTLs)
+	Call       time.Duration // context timeout of every Lock and Unlock
+	Fence      string        // address of the parent's fenced resource
+	Out        string        // file the records are written to
+	MaxOps     int           // bound on lock attempts per goroutine
+}
+
+// workerRecord is one line of a worker's output: a section or a call.
+type workerRecord struct {
+	Sec  *checker.Section `json:"sec,omitempty"`
+	Call *checker.Call    `json:"call,omitempty"`
+	End  int64            `json:"end,omitempty"` // the worker's last line: when it stopped
+}
+
+// dialEngine builds the engine a worker locks through.
+func dialEngine(s workerSpec) (engine.Engine, error) {
+	switch s.Engine {
+	case "redis":
+		return redis.New(goredis.NewClient(&goredis.Options{
+			Addr: s.Addrs[0], DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+			MaxRetries: -1, ContextTimeoutEnabled: true,
+		}))
+	case "redis-cluster":
+		return redis.New(goredis.NewClusterClient(&goredis.ClusterOptions{
+			Addrs: s.Addrs, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+			MaxRetries: -1, ContextTimeoutEnabled: true,
+		}))
+	case "zookeeper":
+		return zookeeper.Dial(s.Addrs, s.TTL)
+	case "consul":
+		return consul.Dial(s.Addrs[0], consul.WithSessionTTL(s.TTL), consul.WithLockDelay(0))
+	case "mysql":
+		return mysql.Open(s.Addrs[0], mysql.WithTable(s.Table), mysql.WithOpTimeout(time.Second))
+	case "mysql-row":
+		return mysql.Open(s.Addrs[0], mysql.WithTable(s.Table), mysql.WithStrategy(mysql.StrategyRow), mysql.WithOpTimeout(time.Second))
+	}
+	return nil, fmt.Errorf("unknown engine %q", s.Engine)
+}
+
+// runWorker is a worker process's whole life: lock, work, write, unlock,
+// record, until the spec's duration ends; then write the records.
+func runWorker(raw string) error {
+	var s workerSpec
+	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+		return fmt.Errorf("worker spec: %w", err)
+	}
+	e, err := dialEngine(s)
+	if err != nil {
+		return err
+	}
+	c, err := cerberus.New(e)
+	if err != nil {
+		return err
+	}
+	w := &worker{spec: s, http: &http.Client{Timeout: 2 * time.Second}}
+	stop := time.Now().Add(s.Duration)
+	var wg sync.WaitGroup
+	for g := range s.Goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.loop(c, g, stop)
+		}()
+	}
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(s.Duration + 3*s.Call + 10*time.Second):
+		// Calls still in flight are written without a return time: the
+		// checker counts them as hung.
+	}
+	err = w.write()
+	go func() { _ = c.Close(); _ = e.Close() }()
+	time.Sleep(100 * time.Millisecond) // give Close a moment; a hung one is not waited for
+	return err
+}
+
+type worker struct {
+	spec workerSpec
+	http *http.Client
+
+	mu    sync.Mutex
+	secs  []checker.Section
+	calls []*checker.Call
+}
+
+// call runs f with a fresh context bounded by the spec's call timeout and
+// records it.
+func (w *worker) call(op, key string, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), w.spec.Call)
+	defer cancel()
+	dl, _ := ctx.Deadline()
+	c := &checker.Call{Op: op, Key: key, Proc: w.spec.Proc, Start: time.Now().UnixNano(), Deadline: dl.UnixNano()}
+	w.mu.Lock()
+	w.calls = append(w.calls, c)
+	w.mu.Unlock()
+	err := f(ctx)
+	w.mu.Lock()
+	c.Return = time.Now().UnixNano()
+	if err != nil {
+		c.Err = err.Error()
+	}
+	w.mu.Unlock()
+	return err
+}
+
+func (w *worker) loop(c *cerberus.Client, g int, stop time.Time) {
+	// Half the lockers take renewed leases, half fixed ones.
+	opt := cerberus.WithWatchdog(w.spec.TTL)
+	if g%2 == 1 {
+		opt = cerberus.WithTTL(w.spec.TTL)
+	}
+	for n := 0; n < w.spec.MaxOps && time.Now().Before(stop); n++ {
+		key := fmt.Sprintf("%s/%d", w.spec.Prefix, rand.IntN(w.spec.Keys))
+		var l *cerberus.Lease
+		lost := &lossClock{}
+		err := w.call("lock", key, func(ctx context.Context) (err error) {
+			l, err = c.Lock(ctx, key, opt, cerberus.WithObserver(lost))
+			return err
+		})
+		if err != nil {
+			time.Sleep(10 * time.Millisecond) // a down server must not turn this into a spin
+			continue
+		}
+		s := checker.Section{Key: key, Token: l.Token(), Proc: w.spec.Proc, Start: time.Now().UnixNano()}
+		holder := fmt.Sprintf("%d/%d/%d", w.spec.Proc, g, n)
+		// Most sections are short; one in ten outlasts faults and leases,
+		// so that the run sees leases lost while held.
+		h := rand.Int64N(int64(w.spec.Hold))
+		if rand.IntN(10) == 0 {
+			h = rand.Int64N(int64(3 * w.spec.TTL))
+		}
+		hold := time.NewTimer(time.Duration(h))
+		// The section begins with a fenced operation, so that a holder
+		// whose grant is older can no longer write.
+		// Write records the end's write; a refused begin counts as a
+		// refused write, since the holder then makes none.
+		s.Write = w.fenced("begin", key, s.Token, holder)
+		if s.Write == checker.Accepted {
+			s.Write = checker.NoWrite
+			select {
+			case <-l.Done():
+				s.Told = time.Now().UnixNano()
+			case <-hold.C:
+			}
+			if s.Told == 0 {
+				select {
+				case <-l.Done():
+					s.Told = time.Now().UnixNano()
+				default:
+					s.Write = w.fenced("write", key, s.Token, holder)
+				}
+			} else {
+				// Told: it stops acting, but its section lasts as
+				// planned, so the checker sees whether anyone got the
+				// key before it was told.
+				<-hold.C
+			}
+		}
+		hold.Stop()
+		if at := lost.at.Load(); at != 0 && s.Told != 0 {
+			// The engine decided on the loss (just before Done closed)
+			// before this goroutine was scheduled to see it.
+			s.Told = min(s.Told, at)
+		}
+		s.End = time.Now().UnixNano()
+		w.mu.Lock()
+		w.secs = append(w.secs, s)
+		w.mu.Unlock()
+		_ = w.call("unlock", key, func(ctx context.Context) error {
+			err := l.Unlock(ctx)
+			if err != nil && s.Told != 0 {
+				return nil // a lost lease cannot be unlocked: expected, not an error
+			}
+			return err
+		})
+	}
+}
+
+// lossClock notes when the engine ended a lease: its Lost runs just before
+// the lease's Done closes.
+type lossClock struct{ at atomic.Int64 }
+
+func (c *lossClock) Acquired(cerberus.AcquireEvent) {}
+func (c *lossClock) Lost(cerberus.LostEvent)        { c.at.CompareAndSwap(0, time.Now().UnixNano()) }
+
+// fenced asks the parent's fenced resource to take an operation (begin or
+// write) on key with token, on behalf of holder.
+func (w *worker) fenced(op, key string, token uint64, holder string) checker.Write {
+	resp, err := w.http.Post("http://"+w.spec.Fence+"/"+op, "text/plain",
+		strings.NewReader(key+" "+strconv.FormatUint(token, 10)+" "+holder))
+	if err != nil {
+		return checker.NoWrite
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	switch string(b) {
+	case "ok":
+		return checker.Accepted
+	case "stale":
+		return checker.Rejected
+	}
+	return checker.NoWrite
+}
+
+func (w *worker) write() error {
+	f, err := os.Create(w.spec.Out)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriter(f)
+	enc := json.NewEncoder(bw)
+	w.mu.Lock()
+	for i := range w.secs {
+		_ = enc.Encode(workerRecord{Sec: &w.secs[i]})
+	}
+	for _, c := range w.calls {
+		cp := *c
+		_ = enc.Encode(workerRecord{Call: &cp})
+	}
+	w.mu.Unlock()
+	_ = enc.Encode(workerRecord{End: time.Now().UnixNano()})
+	if err := bw.Flush(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
