@@ -9,9 +9,9 @@ import (
 )
 
 // TestTokenIsCzxid checks Token against the czxid the server reports for the
-// holder's node, for a grant on a quiet queue (token read from the parent's
-// Stat) and for a waiter behind a holder and another waiter that left (token
-// read with exists).
+// holder's node, for grants on a quiet queue and for a waiter behind a
+// holder and another waiter that left, whose parent's cversion and pzxid
+// have moved on since its create.
 func TestTokenIsCzxid(t *testing.T) {
 	addr := testenv.ZooKeeperAddr(t)
 	admin := rawConn(t, addr)
