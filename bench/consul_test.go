@@ -83,22 +83,20 @@ func BenchmarkConsulUncontended(b *testing.B) {
 		addr := testenv.ConsulAddr(b)
 		run := runID()
 		e := consulEngine(b, addr, false)
-		ours, err := Uncontended("cerberus-consul", *uncontendedN, func(ctx context.Context, i int) (func() error, error) {
-			return consulEngineLock(e, fmt.Sprintf("unc/%s/%d", run, i))(ctx)
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
 		c := consulClient(b, addr)
-		theirs, err := Uncontended("consul-api-lock", *uncontendedN, func(ctx context.Context, i int) (func() error, error) {
-			return apiLock(c, fmt.Sprintf("%s/api-unc/%s/%d", consulPrefix, run, i))(ctx)
-		})
-		if err != nil {
-			b.Fatal(err)
+		ours, theirs := 0, 0
+		libs := []Cycle{
+			{"cerberus-consul", func(ctx context.Context) (func() error, error) {
+				ours++
+				return consulEngineLock(e, fmt.Sprintf("unc/%s/%d", run, ours))(ctx)
+			}},
+			{"consul-api-lock", func(ctx context.Context) (func() error, error) {
+				theirs++
+				return apiLock(c, fmt.Sprintf("%s/api-unc/%s/%d", consulPrefix, run, theirs))(ctx)
+			}},
 		}
-		ours.Report(out)
-		theirs.Report(out)
-		Ratio(out, "uncontended_cycles_per_s", ours.Name, theirs.Name, ours.Rate(), theirs.Rate())
+		rates := interleavedRates(b, "", libs)
+		Ratio(out, "uncontended_cycles_per_s", "cerberus-consul", "consul-api-lock", rates["cerberus-consul"], rates["consul-api-lock"])
 		// api.Lock leaves its released keys behind; tidy them.
 		_, _ = c.KV().DeleteTree(consulPrefix+"/api-unc/"+run+"/", nil)
 	})

@@ -163,21 +163,6 @@ func Interleaved(n int, libs ...Cycle) ([]Latencies, error) {
 	return out, nil
 }
 
-// Uncontended runs n lock+unlock cycles of one client on keys from key(i)
-// and reports the rate and the cycle-time percentiles. Prefer Interleaved
-// to compare libraries: it spreads outside load over all of them.
-func Uncontended(name string, n int, lock func(ctx context.Context, i int) (unlock func() error, err error)) (Latencies, error) {
-	i := 0
-	res, err := Interleaved(n, Cycle{name, func(ctx context.Context) (func() error, error) {
-		i++
-		return lock(ctx, i-1)
-	}})
-	if err != nil {
-		return Latencies{}, err
-	}
-	return res[0], nil
-}
-
 // Rate is cycles per second.
 func (l Latencies) Rate() float64 { return float64(l.Cycles) / l.Total.Seconds() }
 

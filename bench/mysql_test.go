@@ -130,16 +130,11 @@ func mysqlLibraries(dsn, table string) []mysqlLocker {
 func BenchmarkMySQLUncontended(b *testing.B) {
 	once(b, func() {
 		dsn, table := mysqlSetup(b)
-		rates := map[string]float64{}
+		var libs []Cycle
 		for _, lib := range mysqlLibraries(dsn, table) {
 			lock := lib.build(b, "uncontended/"+lib.name)
 			warm(lock) // connections and the key's row
-			l, err := Uncontended("mysql/"+lib.name, *uncontendedN, func(ctx context.Context, _ int) (func() error, error) { return lock(ctx) })
-			if err != nil {
-				b.Fatal(err)
-			}
-			l.Report(out)
-			rates[lib.name] = l.Rate()
+			libs = append(libs, Cycle{"mysql/" + lib.name, lock})
 		}
 		// The floor of any lock whose state is durable rows: two
 		// autocommit UPDATEs (grant, release) per cycle, each one a log
@@ -148,14 +143,10 @@ func BenchmarkMySQLUncontended(b *testing.B) {
 		for range 50 {
 			_ = floor()
 		}
-		l, err := Uncontended("mysql/two_commits", *uncontendedN, func(context.Context, int) (func() error, error) {
+		libs = append(libs, Cycle{"mysql/two_commits", func(context.Context) (func() error, error) {
 			return func() error { return nil }, floor()
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		l.Report(out)
-		rates["two_commits"] = l.Rate()
+		}})
+		rates := interleavedRates(b, "mysql/", libs)
 		Ratio(out, "mysql_uncontended_cycles", "cerberus-lease", "get_lock", rates["cerberus-lease"], rates["get_lock"])
 		Ratio(out, "mysql_uncontended_cycles", "cerberus-lease", "two_commits", rates["cerberus-lease"], rates["two_commits"])
 		Ratio(out, "mysql_uncontended_cycles", "cerberus-row", "get_lock", rates["cerberus-row"], rates["get_lock"])
