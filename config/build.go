@@ -99,6 +99,9 @@ func (e *Engine) build(ctx context.Context) (engine.Engine, error) {
 		if e.Prefix != "" {
 			opts = append(opts, zookeeper.WithBasePath(e.Prefix))
 		}
+		if e.Username != "" {
+			opts = append(opts, zookeeper.WithDigest(e.Username, e.password))
+		}
 		// Dial's engine owns its connection: Close closes it.
 		eng, err := zookeeper.Dial(e.Addrs, timeout, opts...)
 		return own(eng, err)

@@ -206,17 +206,22 @@ type Engine struct {
 	// never printed.
 	DSN string `mapstructure:"dsn"`
 	// Username is the Redis ACL user (redis, redis-cluster, redlock) that
-	// Password authenticates. Empty means the default user (AUTH with the
+	// Password authenticates; empty means the default user (AUTH with the
 	// password alone). See package engine/redis for the smallest ACL the
-	// engine needs.
+	// engine needs. On a zookeeper engine it is the digest user, which
+	// needs a password: the engine then authenticates as user:password and
+	// protects its lock nodes with a digest ACL (zookeeper.WithDigest), so
+	// a client without these credentials can neither queue on a key nor
+	// delete a holder's node.
 	Username string `mapstructure:"username"`
-	// Password is the Redis AUTH password (redis, redis-cluster, redlock).
-	// At most one of Password, PasswordFile and PasswordEnv may be set.
+	// Password is the Redis AUTH password (redis, redis-cluster, redlock)
+	// or the ZooKeeper digest password (zookeeper). At most one of
+	// Password, PasswordFile and PasswordEnv may be set.
 	Password string `mapstructure:"password"`
-	// PasswordFile names a file holding the Redis password; a trailing
-	// newline is dropped.
+	// PasswordFile names a file holding the password; a trailing newline
+	// is dropped.
 	PasswordFile string `mapstructure:"password_file"`
-	// PasswordEnv names an environment variable holding the Redis password.
+	// PasswordEnv names an environment variable holding the password.
 	PasswordEnv string `mapstructure:"password_env"`
 	// Token is the Consul ACL token. At most one of Token, TokenFile and
 	// TokenEnv may be set.
@@ -258,12 +263,13 @@ type Engine struct {
 	// set tls itself.
 	TLS *TLS `mapstructure:"tls"`
 
-	password string // resolved Redis password
+	password string // resolved Redis or ZooKeeper password
 	token    string // resolved Consul token
 }
 
-// RedisPassword returns the Redis password resolved at load time from
-// Password, PasswordFile or PasswordEnv, or "".
+// RedisPassword returns the password resolved at load time from Password,
+// PasswordFile or PasswordEnv, or "": the Redis AUTH password, or on a
+// zookeeper engine the digest password.
 func (e *Engine) RedisPassword() string { return e.password }
 
 // ConsulToken returns the Consul ACL token resolved at load time from Token,

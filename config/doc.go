@@ -55,14 +55,15 @@
 //
 // # Secrets
 //
-// A Redis password comes from password, password_file or password_env (at
-// most one), a Consul ACL token likewise from token, token_file or
-// token_env; files and environment variables are read at load time. The
-// resolved values are reachable only through Engine.RedisPassword and
-// Engine.ConsulToken. Config.String, every fmt verb on Config and Engine,
+// A Redis password, or a ZooKeeper digest password, comes from password,
+// password_file or password_env (at most one), a Consul ACL token likewise
+// from token, token_file or token_env; files and environment variables are
+// read at load time. The resolved values are reachable only through
+// Engine.RedisPassword and Engine.ConsulToken. Config.String, every fmt verb on Config and Engine,
 // and every error this package returns leave out passwords, tokens and the
 // password part of a MySQL DSN. A Redis ACL user is username (with one of
-// the password keys). The engine key has its own token, token_file or
+// the password keys); so is a ZooKeeper digest user, whose lock nodes the
+// engine then protects with a digest ACL. The engine key has its own token, token_file or
 // token_env (EngineKey.ConsulToken): it needs read on the key in every
 // process, and write where SetEngineKey runs, and is not taken from a
 // consul engine.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,12 +44,15 @@ type field struct {
 
 var redisKinds = []string{KindRedis, KindRedisCluster, KindRedlock}
 
+// passwordKinds take username and a password: Redis AUTH, ZooKeeper digest.
+var passwordKinds = append(slices.Clone(redisKinds), KindZooKeeper)
+
 var fields = []field{
 	{"dsn", func(e *Engine) bool { return e.DSN != "" }, []string{KindMySQL}},
-	{"username", func(e *Engine) bool { return e.Username != "" }, redisKinds},
-	{"password", func(e *Engine) bool { return e.Password != "" }, redisKinds},
-	{"password_file", func(e *Engine) bool { return e.PasswordFile != "" }, redisKinds},
-	{"password_env", func(e *Engine) bool { return e.PasswordEnv != "" }, redisKinds},
+	{"username", func(e *Engine) bool { return e.Username != "" }, passwordKinds},
+	{"password", func(e *Engine) bool { return e.Password != "" }, passwordKinds},
+	{"password_file", func(e *Engine) bool { return e.PasswordFile != "" }, passwordKinds},
+	{"password_env", func(e *Engine) bool { return e.PasswordEnv != "" }, passwordKinds},
 	{"token", func(e *Engine) bool { return e.Token != "" }, []string{KindConsul}},
 	{"token_file", func(e *Engine) bool { return e.TokenFile != "" }, []string{KindConsul}},
 	{"token_env", func(e *Engine) bool { return e.TokenEnv != "" }, []string{KindConsul}},
@@ -230,6 +234,15 @@ func (e *Engine) validateKind(p string) []error {
 			add("%s.username: needs password, password_file or password_env", p)
 		}
 	case KindZooKeeper:
+		hasPassword := e.Password != "" || e.PasswordFile != "" || e.PasswordEnv != ""
+		switch {
+		case e.Username != "" && !hasPassword:
+			add("%s.username: needs password, password_file or password_env", p)
+		case e.Username == "" && hasPassword:
+			add("%s.password: a ZooKeeper digest needs a username too", p)
+		case strings.Contains(e.Username, ":"):
+			add("%s.username: %q must not contain ':' (the digest is user:password)", p, e.Username)
+		}
 		if e.SessionTimeout < 0 {
 			add("%s.session_timeout: must be positive, got %v", p, e.SessionTimeout)
 		}
