@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -86,7 +87,7 @@ func parse(data []byte, format string, env bool) (*Config, error) {
 	cfg := defaults()
 	var md mapstructure.Metadata
 	dec, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
-		DecodeHook:       durationHook,
+		DecodeHook:       mapstructure.ComposeDecodeHookFunc(durationHook, wholeNumberHook),
 		WeaklyTypedInput: true, // environment values are strings
 		Metadata:         &md,
 		Result:           &cfg,
@@ -136,6 +137,34 @@ func durationHook(from, to reflect.Type, data any) (any, error) {
 	default:
 		return nil, fmt.Errorf("want a Go duration string such as \"1s\", got %v (%T)", data, data)
 	}
+}
+
+// wholeNumberHook refuses a number with a fraction for an integer setting
+// (max_conns: 12.7, say), which the weakly typed decoder would otherwise
+// truncate without a word.
+func wholeNumberHook(from, to reflect.Type, data any) (any, error) {
+	if to == durationType {
+		return data, nil
+	}
+	switch to.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+	default:
+		return data, nil
+	}
+	var f float64
+	switch d := data.(type) {
+	case float64:
+		f = d
+	case float32:
+		f = float64(d)
+	default:
+		return data, nil
+	}
+	if f != math.Trunc(f) || math.IsInf(f, 0) {
+		return nil, fmt.Errorf("want a whole number, got %v", f)
+	}
+	return data, nil
 }
 
 // decodeErrors splits mapstructure's joined errors, one per field, each
