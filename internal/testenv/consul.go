@@ -251,18 +251,12 @@ func (c *ConsulCluster) Leader() int {
 
 func (c *ConsulCluster) leader() int {
 	c.t.Helper()
-	deadline := time.Now().Add(consulWait)
-	for {
-		leader, err := c.serving()
-		if err == nil {
-			return leader
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("testenv: the Consul cluster %v is not serving after %v: %v", c.Addrs, consulWait, err)
-			return -1
-		}
-		time.Sleep(100 * time.Millisecond)
+	leader, err := poll(consulWait, 100*time.Millisecond, c.serving)
+	if err != nil {
+		c.t.Fatalf("testenv: the Consul cluster %v is not serving after %v: %v", c.Addrs, consulWait, err)
+		return -1
 	}
+	return leader
 }
 
 // serving checks every node that is up: same leader, n peers, and a
@@ -309,22 +303,10 @@ func (c *ConsulCluster) serving() (int, error) {
 	return -1, fmt.Errorf("the leader %s is none of the nodes %v", leader, c.raftAddr)
 }
 
-// Kill kills every node at once (Process.Kill), as a power cut would.
-func (c *ConsulCluster) Kill() {
-	c.t.Helper()
-	each(c.Nodes, (*Consul).Kill)
-}
-
 // Restart kills every node that runs, starts them all again with their
 // data, and waits as Wait does.
 func (c *ConsulCluster) Restart() {
 	c.t.Helper()
-	c.Kill()
-	for _, s := range c.Nodes {
-		s.launch()
-	}
-	for _, s := range c.Nodes {
-		s.await()
-	}
+	restartAll(c.Nodes)
 	c.Wait()
 }

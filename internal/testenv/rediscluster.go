@@ -106,36 +106,8 @@ func (c *RedisCluster) form() {
 // (a node that is not running never reports it).
 func (c *RedisCluster) Wait() {
 	c.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		err := c.healthy()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("testenv: the Redis Cluster %v is not ok after a minute: %v", c.Addrs, err)
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// Kill kills every node at once (Process.Kill), as a power cut would.
-func (c *RedisCluster) Kill() {
-	c.t.Helper()
-	each(c.Nodes, (*RedisServer).Kill)
-}
-
-// Restart kills every node that runs and starts them all again on their
-// ports, with their cluster config, and waits until the cluster is ok.
-func (c *RedisCluster) Restart() {
-	c.t.Helper()
-	c.Kill()
-	for _, s := range c.Nodes {
-		s.launch()
-	}
-	for _, s := range c.Nodes {
-		s.await()
+	if _, err := poll(time.Minute, 50*time.Millisecond, func() (struct{}, error) { return struct{}{}, c.healthy() }); err != nil {
+		c.t.Fatalf("testenv: the Redis Cluster %v is not ok after a minute: %v", c.Addrs, err)
 	}
 }
 
@@ -166,4 +138,34 @@ func each[T any](xs []T, f func(T)) {
 		wg.Go(func() { f(x) })
 	}
 	wg.Wait()
+}
+
+// restartAll kills every node at once, as a power cut would, then starts
+// them all again on their ports with their data and waits for each to
+// answer.
+func restartAll[T interface {
+	Kill()
+	launch()
+	await()
+}](nodes []T) {
+	each(nodes, T.Kill)
+	for _, n := range nodes {
+		n.launch()
+	}
+	for _, n := range nodes {
+		n.await()
+	}
+}
+
+// poll calls f every interval until it returns no error, and returns what
+// it returned; after wait it gives up with f's last error.
+func poll[T any](wait, interval time.Duration, f func() (T, error)) (T, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		v, err := f()
+		if err == nil || time.Now().After(deadline) {
+			return v, err
+		}
+		time.Sleep(interval)
+	}
 }

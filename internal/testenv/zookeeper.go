@@ -232,18 +232,12 @@ func (e *ZooKeeperEnsemble) Leader() int {
 
 func (e *ZooKeeperEnsemble) leader(wait time.Duration) int {
 	e.t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		leader, err := e.serving()
-		if err == nil {
-			return leader
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("testenv: the ZooKeeper ensemble %v has no leader served by every running node after %v: %v", e.Addrs, wait, err)
-			return -1
-		}
-		time.Sleep(50 * time.Millisecond)
+	leader, err := poll(wait, 50*time.Millisecond, e.serving)
+	if err != nil {
+		e.t.Fatalf("testenv: the ZooKeeper ensemble %v has no leader served by every running node after %v: %v", e.Addrs, wait, err)
+		return -1
 	}
+	return leader
 }
 
 // serving checks that every node that is up serves and exactly one leads.
@@ -276,22 +270,10 @@ func (e *ZooKeeperEnsemble) serving() (int, error) {
 	return leader, nil
 }
 
-// Kill kills every node at once (Process.Kill), as a power cut would.
-func (e *ZooKeeperEnsemble) Kill() {
-	e.t.Helper()
-	each(e.Nodes, (*ZooKeeper).Kill)
-}
-
 // Restart kills every node that runs, starts them all again with their
 // data, and waits until every node serves and one leads.
 func (e *ZooKeeperEnsemble) Restart() {
 	e.t.Helper()
-	e.Kill()
-	for _, z := range e.Nodes {
-		z.launch()
-	}
-	for _, z := range e.Nodes {
-		z.await()
-	}
+	restartAll(e.Nodes)
 	e.Wait()
 }
