@@ -1,10 +1,13 @@
 package engine
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Background runs an engine's clean-ups (an undo after a lost reply, the
 // removal of what a cancelled wait left) in goroutines that the engine's
-// Close waits for, so that no caller waits for them past its context. The
+// Close waits for, so that no caller waits for them long past its context. The
 // zero value is ready to use.
 type Background struct {
 	mu     sync.Mutex
@@ -27,6 +30,35 @@ func (b *Background) Run(f func()) {
 		defer b.wg.Done()
 		f()
 	}()
+}
+
+// UndoWait bounds how long a call that ended without a lease (its context
+// ended, its reply was lost, its grant came too late) waits for the
+// clean-up of what it left on the server before it returns. A server that
+// answers needs a round trip, so the next caller finds the key as it should
+// be; a server that does not costs the caller at most this, and the
+// clean-up goes on in the background.
+const UndoWait = 250 * time.Millisecond
+
+// RunUpTo runs f as Run does and waits for it to finish, but no longer
+// than d.
+func (b *Background) RunUpTo(d time.Duration, f func()) {
+	done := make(chan struct{})
+	b.Run(func() {
+		defer close(done)
+		f()
+	})
+	WaitUpTo(done, d)
+}
+
+// WaitUpTo waits until done is closed, but no longer than d.
+func WaitUpTo(done <-chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // Wait makes later Runs synchronous and waits for the goroutines already

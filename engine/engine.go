@@ -75,10 +75,10 @@ type Engine interface {
 	// Without req.Wait it makes one attempt and returns ErrNotAcquired when
 	// the key is held elsewhere. With req.Wait it blocks until the lease is
 	// granted or ctx ends; then it returns errors.Join(ErrNotAcquired,
-	// ctx.Err()) at once and leaves nothing behind on the server: what the
-	// wait put there (a queue entry, a node, a waiting-writer mark) is
-	// removed in the background, never blocks the key's next grant, and is
-	// gone when Close returns. A closed engine returns ErrClosed. Server
+	// ctx.Err()) and leaves nothing behind on the server: what the wait
+	// put there (a queue entry, a node, a waiting-writer mark) is removed
+	// before Acquire returns when the server answers within UndoWait, and
+	// otherwise in the background, and it is gone when Close returns. A closed engine returns ErrClosed. Server
 	// failures are returned as *OpError.
 	Acquire(ctx context.Context, req Request) (Lease, error)
 	// Ping checks that the server answers. A closed engine returns ErrClosed.

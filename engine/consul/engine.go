@@ -210,9 +210,9 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 		if ended || l.queued || e.isClosed() {
 			// A call may have reached the server, or a waiter key is
 			// queued: take back whatever is left, on a context the
-			// caller's end does not cancel, without making the caller
-			// wait for it.
-			e.bg.Run(func() { e.undo(l) })
+			// caller's end does not cancel, waiting for it no longer than
+			// engine.UndoWait.
+			e.bg.RunUpTo(engine.UndoWait, func() { e.undo(l) })
 		}
 		switch {
 		case ended && ctx.Err() != nil:

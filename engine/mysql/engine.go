@@ -298,6 +298,17 @@ func (e *Engine) later(f func()) {
 	}()
 }
 
+// laterUpTo runs f as later does and waits for it no longer than
+// engine.UndoWait: the clean-up of a call that ended without a lease.
+func (e *Engine) laterUpTo(f func()) {
+	done := make(chan struct{})
+	e.later(func() {
+		defer close(done)
+		f()
+	})
+	engine.WaitUpTo(done, engine.UndoWait)
+}
+
 // enter registers a call that Close must wait for, unless the engine is
 // closed.
 func (e *Engine) enter() bool {

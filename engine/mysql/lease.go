@@ -73,7 +73,7 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 			transients++
 			ok = false
 		case err != nil:
-			e.later(func() { e.undoGrant(req, owner) })
+			e.laterUpTo(func() { e.undoGrant(req, owner) })
 			if ctx.Err() != nil {
 				return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
 			}
@@ -84,7 +84,7 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 				// The answer came after the lease's TTL had run out (the
 				// process was stopped, or the network held it): the row
 				// may be someone else's by now.
-				e.later(func() { e.undoGrant(req, owner) })
+				e.laterUpTo(func() { e.undoGrant(req, owner) })
 				return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out", engine.ErrNotAcquired, req.Key, req.TTL)
 			}
 			return e.granted(req, owner, token, start)

@@ -119,13 +119,14 @@ func lockWaitFor(ctx context.Context, wait bool) int {
 
 // killable runs fn on rc with a context the caller cannot cancel, so that
 // the driver never drops the connection mid-statement. If ctx ends or the
-// engine closes first, killable returns at once with killed set, and rc is
-// no longer the caller's: in the background, KILL QUERY for rc's
-// connection id goes out on a side connection from the pool, which makes
-// the server abandon the statement (a lock wait included), and once fn has
-// returned rc is discarded, which rolls back whatever it held. A statement
-// that never returns (its connection is cut off without a reset) keeps that
-// goroutine until the connection dies; it never keeps the caller.
+// engine closes first, killable returns with killed set, after waiting up
+// to engine.UndoWait for the clean-up, and rc is no longer the caller's:
+// KILL QUERY for rc's connection id goes out on a side connection from the
+// pool, which makes the server abandon the statement (a lock wait
+// included), and once fn has returned rc is discarded, which rolls back
+// whatever it held. A statement that never returns (its connection is cut
+// off without a reset) keeps that goroutine until the connection dies; it
+// keeps the caller no longer than engine.UndoWait.
 func (e *Engine) killable(ctx context.Context, rc *rowConn, fn func(context.Context) error) (error, bool) {
 	res := make(chan error, 1)
 	go func() { res <- fn(context.Background()) }()
@@ -135,13 +136,16 @@ func (e *Engine) killable(ctx context.Context, rc *rowConn, fn func(context.Cont
 	case <-ctx.Done():
 	case <-e.closing:
 	}
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		kctx, cancel := e.opCtx()
 		_, _ = e.db.ExecContext(kctx, fmt.Sprintf("KILL QUERY %d", rc.id))
 		cancel()
 		<-res
 		e.discard(rc)
 	}()
+	engine.WaitUpTo(done, engine.UndoWait)
 	return nil, true
 }
 

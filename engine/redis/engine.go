@@ -191,9 +191,9 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 		ok, n, err := l.try(ctx, req.Wait, queued)
 		if err != nil {
 			// The reply is lost, not necessarily the write: undo whatever
-			// the script may have done under this lease's id, without
-			// making the caller wait for it.
-			e.bg.Run(func() { l.undo(queued || req.Wait) })
+			// the script may have done under this lease's id, waiting for
+			// it no longer than engine.UndoWait.
+			e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued || req.Wait) })
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return nil, errors.Join(engine.ErrNotAcquired, ctxErr)
 			}
@@ -204,7 +204,7 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 				// The reply came after the lease's TTL had run out (the
 				// process was stopped, or the network held it): the key
 				// may be someone else's by now.
-				e.bg.Run(func() { l.undo(false) })
+				e.bg.RunUpTo(engine.UndoWait, func() { l.undo(false) })
 				return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out", engine.ErrNotAcquired, req.Key, l.ttl)
 			}
 			return e.granted(l, uint64(n), sent)
@@ -229,11 +229,11 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
-			e.bg.Run(func() { l.undo(queued) })
+			e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued) })
 			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
 		case <-e.closing:
 			timer.Stop()
-			e.bg.Run(func() { l.undo(queued) })
+			e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued) })
 			return nil, engine.ErrClosed
 		}
 		timer.Stop()

@@ -60,9 +60,9 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 // The queue work runs in one worker goroutine that makes its go-zookeeper
 // calls (which take no context) directly, so a grant costs one goroutine
 // hand-off however many round trips it takes. The worker watches ctx
-// between calls and while it waits; acquire returns as soon as ctx ends,
-// and the worker deletes its node in the background (a grant that raced
-// with the end of ctx is given back there too).
+// between calls and while it waits; when ctx ends it deletes its node (a
+// grant that raced with the end of ctx is given back too), and acquire
+// waits for that up to engine.UndoWait before it returns.
 func (e *Engine) acquire(ctx context.Context, req engine.Request) (*lease, error) {
 	ep, err := e.awaitSession(ctx)
 	if err != nil {
@@ -85,13 +85,18 @@ func (e *Engine) acquire(ctx context.Context, req engine.Request) (*lease, error
 		return r.l, r.err
 	case <-ctx.Done():
 	}
+	// The worker deletes its node when it sees ctx end; wait for that no
+	// longer than engine.UndoWait, then let it finish in the background.
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		if r := <-res; r.err == nil {
 			// Granted just as ctx ended: the caller gets no lease, so
 			// give the node up.
 			r.l.drop()
 		}
 	}()
+	engine.WaitUpTo(done, engine.UndoWait)
 	return nil, ctx.Err()
 }
 
