@@ -9,9 +9,10 @@
 //	<prefix>{k:K}:w   the exclusive holder's lease id, with PX = lease TTL
 //	<prefix>{k:K}:r   sorted set of shared holders, scored by expiry (server time)
 //	<prefix>{k:K}:ww  sorted set of waiting writers, scored by a waiter deadline
-//	<prefix>{k:K}:q   list: arrival order of waiting writers (fair mode only)
+//	<prefix>{k:K}:q   list: arrival order of queued writers (see Waiting)
 //	<prefix>{k:K}:f   the fencing counter (INCR); it is kept forever
-//	<prefix>{k:K}:c   the pub/sub channel releases publish on
+//	<prefix>{k:K}:c   the channel a release with no writer waiting publishes on
+//	<prefix>wake:E    engine E's channel: a release names the writer it wakes
 //
 // Keys containing '}' use {h:<sha256 of K>} as the tag instead. Only the
 // fencing counter outlives a lock: it must, so that tokens keep increasing
@@ -48,16 +49,26 @@
 //
 // # Waiting
 //
-// Waiters subscribe to the key's channel through one pub/sub connection per
-// engine; a release publishes, and the engine wakes one local waiter per
-// message (all of them in fair mode, where only the queue head can win). A
-// holder whose fixed TTL runs out publishes nothing, so a waiter also wakes
-// when the holder's PTTL says the key will be free, and in any case after the
-// recheck interval: a lost message costs a delay, never a hang. Waiting
-// writers register in the :ww set, and new readers stay out while a writer
-// waits, so readers cannot starve writers. With WithFair, writers are granted
-// in arrival order; a waiter that stops refreshing its place (a crashed
-// process) is dropped after the queue TTL.
+// Every engine keeps one pub/sub connection. Waiting writers listen on the
+// engine's wake channel, subscribed at its first wait and kept until Close,
+// so a contended acquisition costs no SUBSCRIBE or UNSUBSCRIBE; a release
+// that leaves a writer waiting publishes that writer's lease id on its
+// engine's channel, so one release wakes one waiter across every process.
+// Waiting readers listen on the key's channel, where a release with no
+// writer waiting publishes "*". A holder whose fixed TTL runs out
+// publishes nothing, so a waiter also wakes when the holder's PTTL says
+// the key will be free, and in any case after the recheck interval: a lost
+// message costs a delay, never a hang. Waiting writers register in the
+// :ww set, and new readers stay out while a writer waits, so readers cannot
+// starve writers.
+//
+// Writers that queue in :q are served in arrival order, and a free key
+// goes only to the queue head. With WithFair every waiting writer queues.
+// By default a writer barges (takes a free key on arrival, the fast path)
+// and queues only once it has waited WithStarvation (10ms), so a burst of
+// new arrivals cannot keep an old waiter out for long. A queued waiter
+// that stops refreshing its place (a crashed process) is dropped after the
+// queue TTL.
 //
 // # Security: AUTH, ACL users and TLS
 //
@@ -73,7 +84,7 @@
 // A Redis 7 ACL user for the engine needs only these commands, on keys and
 // channels under its prefix (here the default "cerberus:"):
 //
-//	ACL SETUSER cerberus on >PASSWORD resetkeys ~cerberus:* resetchannels &cerberus:* nocommands +ping +evalsha +eval +script|load +subscribe +unsubscribe +publish +client|setname +exists +get +set +del +incr +pexpire +pexpireat +pttl +time +zadd +zrem +zscore +zcard +zrange +zremrangebyscore +lindex +lpop +lrem +rpush
+//	ACL SETUSER cerberus on >PASSWORD resetkeys ~cerberus:* resetchannels &cerberus:* nocommands +ping +evalsha +eval +script|load +subscribe +unsubscribe +publish +client|setname +exists +get +set +del +incr +pexpire +pexpireat +pttl +time +zadd +zrem +zscore +zcard +zrange +zremrangebyscore +lindex +lpop +lpos +lrem +rpush
 //
 // EVALSHA, EVAL and SCRIPT LOAD run the acquire, release and renew
 // scripts (EVAL after the server lost its script cache); Redis checks the

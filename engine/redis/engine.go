@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +32,7 @@ type Option func(*options)
 type options struct {
 	prefix   string
 	fair     bool
+	starve   time.Duration
 	recheck  time.Duration
 	queueTTL time.Duration
 	timeout  time.Duration
@@ -43,9 +43,23 @@ type options struct {
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
 // WithFair grants waiting writers the lock in arrival order, as Redisson's
-// fair lock does. The default is unordered: whoever retries first after a
-// release wins, which is faster under contention.
+// fair lock does. The default is unordered, bounded by WithStarvation:
+// whoever tries first after a release wins, which is faster under light
+// contention.
 func WithFair() Option { return func(o *options) { o.fair = true } }
+
+// WithStarvation sets how long a writer waits in the default (unordered)
+// mode before it takes a place in the key's arrival-order queue. From then
+// until that queue drains, the key goes only to the queue's head and every
+// other waiter queues behind it, as Go's sync.Mutex does in its starvation
+// mode: new arrivals and a releaser that locks again at once cannot
+// overtake a waiter for ever. Zero turns this off (pure racing). It has no
+// effect with WithFair, where every waiter queues. The default is
+// DefaultStarvation.
+func WithStarvation(d time.Duration) Option { return func(o *options) { o.starve = d } }
+
+// DefaultStarvation is the default WithStarvation threshold.
+const DefaultStarvation = 10 * time.Millisecond
 
 // WithRecheck bounds how long a waiter sleeps without a notification before
 // it tries again: the most a lost pub/sub message can cost. It must be
@@ -69,6 +83,9 @@ type Engine struct {
 	seq  atomic.Uint64
 	hub  *hub
 
+	// Script arguments every lease sends, boxed once.
+	argWake, argQueueTTL any
+
 	mu       sync.Mutex
 	leases   map[*lease]struct{} // leases this engine holds
 	closed   bool
@@ -87,7 +104,7 @@ func New(c Client, opts ...Option) (*Engine, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: redis: nil client", engine.ErrInvalidRequest)
 	}
-	o := options{prefix: "cerberus:", recheck: 500 * time.Millisecond, queueTTL: 5 * time.Second, timeout: 2 * time.Second}
+	o := options{prefix: "cerberus:", starve: DefaultStarvation, recheck: 500 * time.Millisecond, queueTTL: 5 * time.Second, timeout: 2 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -98,6 +115,8 @@ func New(c Client, opts ...Option) (*Engine, error) {
 		return nil, fmt.Errorf("%w: redis: queue TTL %v is under 30ms", engine.ErrInvalidRequest, o.queueTTL)
 	case o.recheck < 10*time.Millisecond || o.recheck > o.queueTTL/3:
 		return nil, fmt.Errorf("%w: redis: recheck %v must be between 10ms and a third of the queue TTL (%v)", engine.ErrInvalidRequest, o.recheck, o.queueTTL)
+	case o.starve < 0:
+		return nil, fmt.Errorf("%w: redis: starvation threshold %v is negative", engine.ErrInvalidRequest, o.starve)
 	case o.timeout <= 0:
 		return nil, fmt.Errorf("%w: redis: timeout %v is not positive", engine.ErrInvalidRequest, o.timeout)
 	}
@@ -110,10 +129,16 @@ func New(c Client, opts ...Option) (*Engine, error) {
 		renewNow: make(chan struct{}, 1),
 		loopDone: make(chan struct{}),
 	}
+	e.argWake, e.argQueueTTL = e.wakePrefix(), ms(o.queueTTL)
 	e.hub = newHub(e)
 	go e.renewLoop()
 	return e, nil
 }
+
+// wakePrefix is the prefix of every engine's wake channel: a release that
+// names a waiting writer publishes on the prefix followed by the engine id
+// that starts the waiter's lease id.
+func (e *Engine) wakePrefix() string { return e.opts.prefix + "wake:" }
 
 // Name returns "redis".
 func (e *Engine) Name() string { return "redis" }
@@ -174,13 +199,10 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(engine.ErrNotAcquired, err)
 	}
-	l := &lease{
-		e: e, key: req.Key, keys: e.keysOf(req.Key), mode: req.Mode,
-		id:  e.id + ":" + strconv.FormatUint(e.seq.Add(1), 36),
-		ttl: req.TTL, renew: req.Renew, sig: engine.NewSignal(req.OnLost),
-	}
+	l := e.newLease(req)
 	var w *waiter   // joined after the first refusal: uncontended locks never subscribe
 	queued := false // registered as a waiting writer on the server
+	var waitSince time.Time
 	defer func() {
 		if w != nil {
 			e.hub.leave(w)
@@ -188,7 +210,8 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	}()
 	for {
 		sent := time.Now()
-		ok, n, err := l.try(ctx, req.Wait, queued)
+		starving := queued && !e.opts.fair && e.opts.starve > 0 && sent.Sub(waitSince) >= e.opts.starve
+		ok, n, err := l.try(ctx, req.Wait, queued, starving)
 		if err != nil {
 			// The reply is lost, not necessarily the write: undo whatever
 			// the script may have done under this lease's id, waiting for
@@ -211,6 +234,9 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 		}
 		if !req.Wait {
 			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
+		}
+		if !queued {
+			waitSince = sent
 		}
 		queued = req.Mode == engine.Exclusive
 		if w == nil {

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -21,6 +22,11 @@ type lease struct {
 	renew bool
 	token uint64
 	sig   *engine.Signal
+
+	// The script keys and arguments every call of this lease sends, built
+	// and boxed once, not on every attempt.
+	acqKeys, relKeys       []string
+	argID, argTTL, argChan any
 
 	// guarded by e.mu
 	due   time.Time   // next renewal (renewed leases)
@@ -41,18 +47,19 @@ func (l *lease) Err() error            { return l.sig.Err() }
 
 // try runs the acquire script once. It returns (true, token) on a grant and
 // (false, holder's PTTL in ms or <= 0 if unknown) otherwise.
-func (l *lease) try(ctx context.Context, wait, queued bool) (bool, int64, error) {
+//
+// starving says the caller, a default-mode writer, has waited past the
+// engine's starvation threshold and takes a place in the arrival-order
+// queue.
+func (l *lease) try(ctx context.Context, wait, queued, starving bool) (bool, int64, error) {
 	o := l.e.opts
 	var res []int64
 	var err error
 	if l.mode == engine.Exclusive {
-		res, err = acquireExclusive.Run(ctx, l.e.c,
-			[]string{l.keys.w, l.keys.r, l.keys.ww, l.keys.q, l.keys.f},
-			l.id, ms(l.ttl), flag(o.fair), flag(wait), ms(o.queueTTL), flag(queued)).Int64Slice()
+		res, err = acquireExclusive.Run(ctx, l.e.c, l.acqKeys,
+			l.argID, l.argTTL, flag(o.fair), flag(wait), l.e.argQueueTTL, flag(queued), flag(starving)).Int64Slice()
 	} else {
-		res, err = acquireShared.Run(ctx, l.e.c,
-			[]string{l.keys.w, l.keys.r, l.keys.ww, l.keys.f},
-			l.id, ms(l.ttl)).Int64Slice()
+		res, err = acquireShared.Run(ctx, l.e.c, l.acqKeys, l.argID, l.argTTL).Int64Slice()
 	}
 	if err != nil {
 		return false, 0, err
@@ -63,11 +70,14 @@ func (l *lease) try(ctx context.Context, wait, queued bool) (bool, int64, error)
 	return res[0] == 1, res[1], nil
 }
 
-func flag(b bool) string {
+// The script flags, boxed once.
+var argTrue, argFalse any = "1", "0"
+
+func flag(b bool) any {
 	if b {
-		return "1"
+		return argTrue
 	}
-	return "0"
+	return argFalse
 }
 
 // undo removes, with a fresh bounded context, whatever an acquisition under
@@ -94,12 +104,12 @@ func (l *lease) undo(queued bool) {
 
 // releaseCmd queues this lease's release script on a pipeline.
 func (l *lease) releaseCmd(ctx context.Context, pipe goredis.Pipeliner) *goredis.Cmd {
-	return l.releaseScript().EvalSha(ctx, pipe, l.releaseKeys(), l.id, l.keys.c, flag(l.e.opts.fair))
+	return l.releaseScript().EvalSha(ctx, pipe, l.relKeys, l.argID, l.argChan, l.e.argWake)
 }
 
 // leaveCmd queues the script that takes this lease's waiter off the queue.
 func (l *lease) leaveCmd(ctx context.Context, pipe goredis.Pipeliner) {
-	leaveQueue.EvalSha(ctx, pipe, []string{l.keys.ww, l.keys.q, l.keys.w, l.keys.r}, l.id, l.keys.c, flag(l.e.opts.fair))
+	leaveQueue.EvalSha(ctx, pipe, []string{l.keys.ww, l.keys.q, l.keys.w, l.keys.r}, l.argID, l.argChan, l.e.argWake)
 }
 
 func (l *lease) releaseScript() *goredis.Script {
@@ -109,17 +119,30 @@ func (l *lease) releaseScript() *goredis.Script {
 	return releaseShared
 }
 
-func (l *lease) releaseKeys() []string {
-	if l.mode == engine.Exclusive {
-		return []string{l.keys.w, l.keys.ww, l.keys.q}
+// newLease builds a lease for req with the keys and arguments its scripts
+// take.
+func (e *Engine) newLease(req engine.Request) *lease {
+	l := &lease{
+		e: e, key: req.Key, keys: e.keysOf(req.Key), mode: req.Mode,
+		id:  e.id + ":" + strconv.FormatUint(e.seq.Add(1), 36),
+		ttl: req.TTL, renew: req.Renew, sig: engine.NewSignal(req.OnLost),
 	}
-	return []string{l.keys.r, l.keys.ww, l.keys.q}
+	k := l.keys
+	if l.mode == engine.Exclusive {
+		l.acqKeys = []string{k.w, k.r, k.ww, k.q, k.f}
+		l.relKeys = []string{k.w, k.ww, k.q}
+	} else {
+		l.acqKeys = []string{k.w, k.r, k.ww, k.f}
+		l.relKeys = []string{k.r, k.ww, k.q}
+	}
+	l.argID, l.argTTL, l.argChan = l.id, ms(l.ttl), k.c
+	return l
 }
 
 // Release gives the key up with a compare-and-delete on this lease's id.
 func (l *lease) Release(ctx context.Context) error {
 	l.e.forget(l)
-	n, err := l.releaseScript().Run(ctx, l.e.c, l.releaseKeys(), l.id, l.keys.c, flag(l.e.opts.fair)).Int64()
+	n, err := l.releaseScript().Run(ctx, l.e.c, l.relKeys, l.argID, l.argChan, l.e.argWake).Int64()
 	switch {
 	case err != nil:
 		// Unknown whether it still holds; it is no longer renewed, so it

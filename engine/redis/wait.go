@@ -2,20 +2,24 @@ package redis
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// hub shares one pub/sub connection among the engine's waiters. A channel
-// is subscribed while anyone waits on it.
+// hub shares one pub/sub connection among the engine's waiters. Waiting
+// writers listen on the engine's wake channel, subscribed from the first
+// wait until Close, on which a release names the one writer it wakes.
+// Waiting readers listen on their key's channel, subscribed while any of
+// them waits there, on which a release with no writer waiting says "*".
 type hub struct {
 	e      *Engine
 	mu     sync.Mutex
 	ps     *goredis.PubSub // nil until the first waiter
+	wake   string          // the engine's wake channel
 	chans  map[string]*channelState
+	ids    map[string]*waiter // waiting writers by lease id
 	closed bool
 	// ops are the SUBSCRIBE and UNSUBSCRIBE commands not yet sent, in
 	// order; one goroutine sends them, so no waiter ever blocks on the
@@ -31,32 +35,40 @@ type psOp struct {
 }
 
 type channelState struct {
-	waiters []*waiter
+	waiters []*waiter     // readers; the wake channel keeps its writers in ids
 	ready   chan struct{} // closed when the subscription is confirmed
 	isReady bool
 }
 
-// waiter is one Acquire waiting on a channel.
+// waiter is one Acquire waiting for a release.
 type waiter struct {
-	channel string
-	id      string // the lease id a release names to wake this waiter
-	shared  bool
+	channel string        // the key's channel (readers) or the wake channel (writers)
+	id      string        // the lease id a release names to wake this waiter
 	wake    chan struct{} // buffered: a wake-up is never lost, only merged
 }
 
 func newHub(e *Engine) *hub {
-	return &hub{e: e, chans: make(map[string]*channelState), kick: make(chan struct{}, 1)}
+	return &hub{
+		e: e, wake: e.wakePrefix() + e.id,
+		chans: make(map[string]*channelState), ids: make(map[string]*waiter),
+		kick: make(chan struct{}, 1),
+	}
 }
 
 // subscribeWait bounds how long join waits for the subscription to be
 // confirmed; past it the waiter relies on its recheck timer.
 const subscribeWait = time.Second
 
-// join registers a waiter on channel and returns once the subscription is
-// confirmed (or after a bounded wait), so that a release published after the
-// waiter's next attempt reaches it.
+// join registers a waiter, a reader on the key's channel or a writer on
+// the wake channel, and returns once that channel's subscription is
+// confirmed (or after a bounded wait), so that a release published after
+// the waiter's next attempt reaches it. After an engine's first wait, a
+// writer's join costs no round trip.
 func (h *hub) join(ctx context.Context, channel, id string, shared bool) *waiter {
-	w := &waiter{channel: channel, id: id, shared: shared, wake: make(chan struct{}, 1)}
+	if !shared {
+		channel = h.wake
+	}
+	w := &waiter{channel: channel, id: id, wake: make(chan struct{}, 1)}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -73,7 +85,11 @@ func (h *hub) join(ctx context.Context, channel, id string, shared bool) *waiter
 		h.chans[channel] = st
 		h.enqueue(psOp{sub: true, channel: channel})
 	}
-	st.waiters = append(st.waiters, w)
+	if shared {
+		st.waiters = append(st.waiters, w)
+	} else {
+		h.ids[id] = w
+	}
 	ready := st.ready
 	h.mu.Unlock()
 	t := time.NewTimer(subscribeWait)
@@ -86,10 +102,17 @@ func (h *hub) join(ctx context.Context, channel, id string, shared bool) *waiter
 	return w
 }
 
-// leave unregisters a waiter, unsubscribing when it was the channel's last.
+// leave unregisters a waiter. A key's channel is unsubscribed when its
+// last reader leaves; the wake channel stays.
 func (h *hub) leave(w *waiter) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if w.channel == h.wake {
+		if h.ids[w.id] == w {
+			delete(h.ids, w.id)
+		}
+		return
+	}
 	st := h.chans[w.channel]
 	if st == nil {
 		return
@@ -163,25 +186,31 @@ func (h *hub) dispatch(ch <-chan any) {
 	}
 }
 
-// notify wakes the waiters a release on channel names: "w:<id>" names one
-// waiting writer (the queue head in fair mode), so a release wakes one
-// waiter across every process instead of all of them; "*" wakes everyone.
+// notify wakes the waiters a message names: on the engine's wake channel
+// the payload is the lease id of the one writer a release wakes, so a
+// release wakes one waiter across every process; on a key's channel ("*")
+// every reader waiting there.
 func (h *hub) notify(channel, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	st := h.chans[channel]
-	if st == nil {
+	if channel == h.wake {
+		if w := h.ids[payload]; w != nil {
+			w.poke()
+		}
 		return
 	}
-	id, one := strings.CutPrefix(payload, "w:")
-	for _, w := range st.waiters {
-		if one && w.id != id {
-			continue
+	if st := h.chans[channel]; st != nil {
+		for _, w := range st.waiters {
+			w.poke()
 		}
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
+	}
+}
+
+// poke wakes w; wake-ups merge, none is lost.
+func (w *waiter) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
 	}
 }
 
