@@ -21,6 +21,7 @@ const (
 	delayed                    // Consul refused a lock because of a lock-delay
 	conflict                   // the key changed since it was read: read again
 	sessionGone                // Consul no longer knows the engine's session
+	queueing                   // waiters queue for the key: join them or give up
 )
 
 // Attempts per Acquire: a waiting Acquire is bounded by its context and by
@@ -50,6 +51,38 @@ func (e *Engine) acquire(ctx context.Context, l *lease, req engine.Request) erro
 	}
 	var st *state
 	var turnDone func() // set once this waiter has the key's turn
+	defer func() {
+		if turnDone != nil {
+			turnDone()
+		}
+	}()
+	// takeTurn waits for the key's turn in this engine: one waiter per key
+	// and engine holds a blocking query open (or polls); the others queue
+	// here (see engine.Turns). Without it, a process with hundreds of
+	// waiters runs into the agent's per-client connection limit.
+	takeTurn := func() error {
+		_, done, err := e.turns.Take(ctx, l.key, nil)
+		turnDone = done
+		return err
+	}
+	// queue hands the wait over to the key's queue, giving up the turn
+	// first: queued waiters each watch their own key. It does so only if
+	// one of the engine's queue slots is free (done false otherwise), so
+	// that queued waiters' blocking queries leave connections for others.
+	queue := func() (done bool, err error) {
+		select {
+		case e.queueSlots <- struct{}{}:
+		default:
+			return false, nil
+		}
+		defer func() { <-e.queueSlots }()
+		if turnDone != nil {
+			turnDone()
+			turnDone = nil
+		}
+		return true, e.acquireFair(ctx, l)
+	}
+	var waitSince time.Time // the first refusal
 	backoff := minBackoff
 	attempts := tryAttempts
 	if req.Wait {
@@ -63,7 +96,7 @@ func (e *Engine) acquire(ctx context.Context, l *lease, req engine.Request) erro
 		l.sess = s
 		var out outcome
 		if l.mode == engine.Exclusive {
-			out, err = e.tryExclusive(ctx, l)
+			out, err = e.tryExclusive(ctx, l, nil)
 		} else {
 			out, err = e.tryShared(ctx, l, st)
 		}
@@ -78,6 +111,38 @@ func (e *Engine) acquire(ctx context.Context, l *lease, req engine.Request) erro
 			s.lose("invalidated")
 			continue
 		case conflict:
+			continue
+		case queueing:
+			if st, err = e.read(ctx, l.dir, 0); err != nil {
+				return e.opErr("acquire", l.key, err)
+			}
+			if len(st.waiters) == 0 {
+				// The marker outlived its queue: clear it and try again.
+				if err := e.clearQueue(ctx, l, st); err != nil {
+					return e.opErr("acquire", l.key, err)
+				}
+				st = nil
+				continue
+			}
+			if !req.Wait {
+				return fmt.Errorf("%w: %q has waiters", engine.ErrNotAcquired, l.key)
+			}
+			if done, err := queue(); done {
+				return err
+			}
+			// Every queue slot is taken: poll, one waiter per key and
+			// engine, until the queue drains or a slot comes free.
+			if turnDone == nil {
+				if err := takeTurn(); err != nil {
+					return err
+				}
+			} else {
+				if err := sleep(ctx, backoff); err != nil {
+					return err
+				}
+				backoff = min(2*backoff, maxBackoff)
+			}
+			st = nil
 			continue
 		}
 		// Held or delayed: look at the key.
@@ -109,17 +174,18 @@ func (e *Engine) acquire(ctx context.Context, l *lease, req engine.Request) erro
 			}
 			return fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, l.key)
 		}
-		if turnDone == nil {
-			// One waiter per key and engine holds a blocking query open;
-			// the others queue here (see engine.Turns). Without it, a
-			// process with hundreds of waiters runs into the agent's
-			// per-client connection limit.
-			_, done, err := e.turns.Take(ctx, l.key, nil)
-			if err != nil {
+		if waitSince.IsZero() {
+			waitSince = time.Now()
+		} else if e.cfg.starve > 0 && l.mode == engine.Exclusive && time.Since(waitSince) >= e.cfg.starve {
+			// Starving: from here on, arrival order (see WithStarvation).
+			if done, err := queue(); done {
 				return err
 			}
-			turnDone = done
-			defer done()
+		}
+		if turnDone == nil {
+			if err := takeTurn(); err != nil {
+				return err
+			}
 			st = nil
 			continue // try at once: the key may have come free meanwhile
 		}

@@ -69,8 +69,16 @@
 // never a hang. Every call uses the caller's context (and Close ends it).
 //
 // In the default mode waiters watch the key's folder and race after each
-// release; one wins. That is the cheapest when contention is low, but it
-// is not fair, and a steady stream of readers can hold a writer off.
+// release; one wins. That is the cheapest when contention is low. A writer
+// that has raced for longer than WithStarvation (20ms) joins the queue
+// described below instead, and while anyone queues the key goes in
+// arrival order: the queue marker P/E/queue exists, and a writer's first
+// attempt, which reads nothing, checks in the same transaction that it
+// does not, and queues if it does. The last waiter's grant deletes the
+// marker (checking its index, which every enqueue rewrites), an abandoned
+// wait that leaves the queue empty deletes it, and a writer that meets a
+// marker with no one queued clears it. Readers in the default mode do not
+// queue, so a steady stream of readers can still hold a writer off.
 //
 // In fair mode (WithFair) a waiter that does not get the key at once joins
 // a queue: a waiter key P/E/w-x-<lease> (writer) or P/E/w-s-<lease>
@@ -81,7 +89,8 @@
 // wakes one waiter, not the queue. The grant transaction deletes the waiter
 // key; an abandoned wait deletes it too, and a crashed waiter's key goes
 // with its session. Single attempts fail while a waiter they would overtake
-// is queued. Engines in the default mode on the same key ignore the queue.
+// is queued; in the default mode, a writer's single attempt fails while
+// anyone queues.
 //
 // # Configuration and errors
 //

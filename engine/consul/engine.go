@@ -34,6 +34,10 @@ type Engine struct {
 
 	sessLock chan struct{} // one session creation at a time; a lock that honours ctx
 	turns    engine.Turns  // one blocking-query waiter per key
+	// queueSlots bounds the default-mode writers that queue at once (each
+	// holds its own blocking query), so that they leave connections for
+	// releases; see WithStarvation.
+	queueSlots chan struct{}
 
 	ownTransport *http.Transport // the transport Dial built, nil with New
 
@@ -72,6 +76,7 @@ func New(client *api.Client, opts ...Option) (*Engine, error) {
 		closingCtx: ctx,
 		closeNow:   cancel,
 		sessLock:   make(chan struct{}, 1),
+		queueSlots: make(chan struct{}, max(1, cfg.maxConns/2)),
 		leases:     make(map[*lease]struct{}),
 	}, nil
 }

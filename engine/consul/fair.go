@@ -108,10 +108,14 @@ func (st *state) find(id string) (waiter, bool) {
 	return waiter{}, false
 }
 
-// enqueue adds l to the key's queue.
+// enqueue adds l to the key's queue and (re)writes the queue marker, so
+// that a writer's blind first attempt fails while l waits, and so that a
+// waiter that saw itself as the last one cannot delete the marker from
+// under l (its delete checks the marker's index).
 func (e *Engine) enqueue(ctx context.Context, l *lease) (outcome, error) {
 	ok, _, out, err := e.txn(ctx, api.KVTxnOps{
 		{Verb: api.KVLock, Key: waiterKey(l), Value: []byte(e.cfg.owner), Session: l.sess.id},
+		{Verb: api.KVSet, Key: markerKey(l)},
 	})
 	if err != nil {
 		return 0, err
@@ -151,7 +155,7 @@ func (e *Engine) acquireFair(ctx context.Context, l *lease) error {
 			direct = false
 			var out outcome
 			if l.mode == engine.Exclusive {
-				out, err = e.tryExclusive(ctx, l)
+				out, err = e.tryExclusive(ctx, l, st)
 			} else {
 				out, err = e.tryShared(ctx, l, st)
 			}
@@ -194,7 +198,7 @@ func (e *Engine) acquireFair(ctx context.Context, l *lease) error {
 					out = conflict // pruned: look again
 				}
 			case l.mode == engine.Exclusive:
-				out, err = e.tryExclusive(ctx, l)
+				out, err = e.tryExclusive(ctx, l, st)
 			default:
 				out, err = e.tryShared(ctx, l, st)
 			}
@@ -220,12 +224,13 @@ func (e *Engine) acquireFair(ctx context.Context, l *lease) error {
 		if err != nil {
 			return e.opErr("acquire", l.key, err)
 		}
+		seen := st
 		st = nil
 		if watched == l.doc && !exists && l.mode == engine.Exclusive {
 			// A writer that watched the document was first in the queue
 			// (later arrivals queue behind it), and the document is gone:
 			// its turn, without another read.
-			out, err := e.tryExclusive(ctx, l)
+			out, err := e.tryExclusive(ctx, l, seen)
 			if err != nil {
 				return e.opErr("acquire", l.key, err)
 			}
@@ -247,4 +252,41 @@ func dequeueOp(l *lease) *api.KVTxnOp {
 		return nil
 	}
 	return &api.KVTxnOp{Verb: api.KVDelete, Key: waiterKey(l)}
+}
+
+// dropQueueOps are the operations a queued l adds to its grant to delete
+// the queue marker when st, its last read, showed no other waiter: a check
+// of the marker's index, which any later enqueue changes, and the delete.
+func dropQueueOps(l *lease, st *state) api.KVTxnOps {
+	if st == nil || st.marker == nil {
+		return nil
+	}
+	for _, w := range st.waiters {
+		if w.lease != l.id {
+			return nil
+		}
+	}
+	return deleteMarkerOps(l, st.marker.ModifyIndex)
+}
+
+// markerKey is the queue marker of l's key.
+func markerKey(l *lease) string { return l.dir + queueName }
+
+// deleteMarkerOps delete the queue marker if its ModifyIndex is still
+// index, that is, if no one queued since it was read.
+func deleteMarkerOps(l *lease, index uint64) api.KVTxnOps {
+	return api.KVTxnOps{
+		{Verb: api.KVCheckIndex, Key: markerKey(l), Index: index},
+		{Verb: api.KVDelete, Key: markerKey(l)},
+	}
+}
+
+// clearQueue deletes a queue marker that st shows with no one queued (its
+// last waiter gave up or crashed), unless someone queued since.
+func (e *Engine) clearQueue(ctx context.Context, l *lease, st *state) error {
+	if st.marker == nil || len(st.waiters) > 0 {
+		return nil
+	}
+	_, _, _, err := e.txn(ctx, deleteMarkerOps(l, st.marker.ModifyIndex))
+	return err
 }

@@ -12,11 +12,16 @@ import (
 //	P/E/lock      the lock document: held with the session by an exclusive
 //	              holder, or unlocked and listing the shared holders
 //	P/E/c-<id>    a shared holder's contender key, held with its session
+//	P/E/w-...     a queued waiter's key, held with its session (see fair.go)
+//	P/E/queue     exists while anyone queues: a writer's first attempt,
+//	              which reads nothing, checks its absence in the same
+//	              transaction, so it never takes the key past the queue
 //
 // E never contains "/" or ".", so P/E/ is a prefix no other key shares, and
 // no path segment is "." or ".." (which HTTP path cleaning would rewrite).
 const (
 	docName       = "lock"
+	queueName     = "queue"
 	contenderHead = "c-"
 )
 

@@ -148,6 +148,14 @@ func (l *lease) takeBack(ctx context.Context) error {
 			return err
 		}
 		l.queued = false
+		// The last waiter to leave takes the queue marker with it.
+		st, err := l.e.read(ctx, l.dir, 0)
+		if err != nil {
+			return err
+		}
+		if err := l.e.clearQueue(ctx, l, st); err != nil {
+			return err
+		}
 	}
 	if l.mode == engine.Exclusive {
 		return l.e.takeBackExclusive(ctx, l)

@@ -26,6 +26,7 @@ type config struct {
 	sessionName   string
 	tls           *api.TLSConfig
 	fair          bool
+	starve        time.Duration
 	maxConns      int
 }
 
@@ -43,6 +44,8 @@ const (
 	DefaultMaxConns = 64
 	// DefaultWaitTime bounds each blocking query of a waiting Acquire.
 	DefaultWaitTime = 5 * time.Second
+	// DefaultStarvation is the default of WithStarvation.
+	DefaultStarvation = 20 * time.Millisecond
 )
 
 func defaults() config {
@@ -55,6 +58,7 @@ func defaults() config {
 		owner:       fmt.Sprintf("%s:%d", host, os.Getpid()),
 		sessionName: "cerberus",
 		maxConns:    DefaultMaxConns,
+		starve:      DefaultStarvation,
 	}
 }
 
@@ -65,7 +69,8 @@ func defaults() config {
 // host together: size n so that the engines of one host stay under it. A
 // waiting Acquire holds one connection for its blocking query, but only one
 // waiter per key and engine does, so n also bounds how many keys an engine
-// can wait on at once without delaying other requests. New
+// can wait on at once without delaying other requests. Queued waiters (fair
+// mode, or a starving writer in the default mode) each hold their own. New
 // uses the caller's client as it is: configure its transport likewise. The
 // default is DefaultMaxConns.
 func WithMaxConns(n int) Option { return func(c *config) { c.maxConns = n } }
@@ -141,6 +146,9 @@ func (c *config) check() error {
 	if c.lockDelay < 0 || c.lockDelay > 60*time.Second {
 		return fmt.Errorf("consul: lock-delay %v is outside [0, 60s]", c.lockDelay)
 	}
+	if c.starve < 0 || c.starve > time.Minute {
+		return fmt.Errorf("consul: starvation threshold %v is outside [0, 1m]", c.starve)
+	}
 	if c.waitTime < 10*time.Millisecond || c.waitTime > 10*time.Minute {
 		return fmt.Errorf("consul: wait time %v is outside [10ms, 10m]", c.waitTime)
 	}
@@ -159,7 +167,22 @@ func WithTLS(cfg api.TLSConfig) Option {
 // its place) and is granted in arrival order: a writer when everyone queued
 // before it has gone, a reader when no writer is queued before it. Single
 // attempts (Request.Wait false) fail while someone they would overtake is
-// queued. Only fair engines queue: a non-fair engine on the same key
-// ignores the queue. The default is off: waiters race after each release,
-// which costs fewer writes when there is little contention.
+// queued. The default is off: writers race after each release, which costs
+// fewer writes when there is little contention, until one starves (see
+// WithStarvation).
 func WithFair(on bool) Option { return func(c *config) { c.fair = on } }
+
+// WithStarvation bounds how long a writer in the default (unordered) mode
+// races for a key before it joins the key's queue, as in fair mode. While
+// anyone queues, a writer's first attempt fails (its transaction checks
+// that the queue marker P/E/queue is absent) and a waiting writer queues
+// too, so the key goes in arrival order until the queue drains; then
+// writers race again. As in Go's sync.Mutex, this bounds the wait of an
+// unlucky writer without the cost of queueing when contention is light.
+// Readers in the default mode do not queue. Each queued writer holds a
+// blocking query, so an engine queues at most half of WithMaxConns writers
+// at once; the others keep racing, or poll while the queue lasts. 0 turns
+// it off: writers race
+// however long they wait. The default is DefaultStarvation; at most a
+// minute.
+func WithStarvation(d time.Duration) Option { return func(c *config) { c.starve = d } }

@@ -47,6 +47,7 @@ func (e *Engine) tryShared(ctx context.Context, l *lease, st *state) (outcome, e
 	}
 	if op := dequeueOp(l); op != nil {
 		ops = append(ops, op)
+		ops = append(ops, dropQueueOps(l, st)...)
 	}
 	ok, resp, out, err := e.txn(ctx, ops)
 	if err != nil {

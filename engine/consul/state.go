@@ -32,6 +32,7 @@ func (d document) encode() []byte {
 type state struct {
 	index      uint64      // X-Consul-Index of the read, for blocking queries
 	doc        *api.KVPair // the lock document, nil if absent
+	marker     *api.KVPair // P/E/queue, nil if absent
 	parsed     document
 	parsedOK   bool
 	contenders map[string]bool // lease ids with a contender key
@@ -65,6 +66,8 @@ func (e *Engine) read(ctx context.Context, dir string, index uint64) (*state, er
 		case rest == docName:
 			st.doc = p
 			st.parsedOK = json.Unmarshal(p.Value, &st.parsed) == nil
+		case rest == queueName:
+			st.marker = p
 		case strings.HasPrefix(rest, contenderHead) && p.Session != "":
 			st.contenders[strings.TrimPrefix(rest, contenderHead)] = true
 		case strings.HasPrefix(rest, waiterHead) && p.Session != "":
