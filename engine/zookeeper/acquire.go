@@ -109,6 +109,8 @@ func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (
 		kind = readKind
 	}
 	guid := newGUID()
+	// Recalled before the create is sent: see remember.
+	mark, marked := e.recall(parent)
 	own, err := e.createNode(parent, guid, kind)
 	if err != nil {
 		if connErr(err) {
@@ -129,28 +131,49 @@ func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (
 	}
 	name := path.Base(own)
 	// The token is the node's czxid. go-zookeeper's Create returns only the
-	// path, so ask for the Stat alongside the first listing: the two reads
-	// travel together and cost one round trip.
+	// path. When this engine was the key's last user (see recall), the
+	// first listing may prove that the lock node's pzxid is that czxid;
+	// otherwise ask for the node's Stat alongside the first listing: the
+	// two reads travel together and cost one round trip.
 	type statResult struct {
 		stat *zk.Stat
 		err  error
 	}
 	statc := make(chan statResult, 1)
-	go func() {
+	stat := func() {
 		_, st, err := e.conn.Exists(own)
 		statc <- statResult{st, err}
-	}()
+	}
+	if !marked {
+		go stat()
+	}
 	var token uint64
+	var seen *zk.Stat // the lock node's Stat from the latest listing
 	// head is set when the engine knows, without listing, that no node
 	// ahead of its own can block it any more.
 	head := false
 	for {
 		block, ahead := "", 0
+		seen = nil
 		if !head {
-			children, _, err := e.conn.Children(parent)
+			children, st, err := e.conn.Children(parent)
 			if err != nil {
 				return giveUp(err)
 			}
+			if marked {
+				if st != nil && st.Czxid == mark.czxid && st.Cversion == mark.cversion+2 && st.Pzxid > 0 {
+					// Two changes to the queue since this engine's last
+					// release of the key: that release's delete, then our
+					// create. So ours was the last, and the lock node's
+					// pzxid is our node's czxid.
+					token = uint64(st.Pzxid)
+					e.markHits.Add(1)
+				} else {
+					go stat()
+				}
+				marked = false
+			}
+			seen = st
 			if err := ctx.Err(); err != nil {
 				return giveUp(err)
 			}
@@ -176,7 +199,11 @@ func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (
 					return giveUp(ctx.Err())
 				}
 			}
-			return e.grant(req, own, parent, token, ep)
+			l, err := e.grant(req, own, parent, token, ep)
+			if err == nil && seen != nil {
+				l.mark, l.marked = parentMark{czxid: seen.Czxid, cversion: seen.Cversion}, true
+			}
+			return l, err
 		}
 		if !req.Wait {
 			return giveUp(fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key))
@@ -333,4 +360,48 @@ func (e *Engine) dropNode(node, parent string, sid int64) {
 // acquisition (see the package documentation).
 func (e *Engine) removeNode(ctx context.Context, node string) error {
 	return call(ctx, func() error { return e.conn.Delete(node, -1) })
+}
+
+// parentMark is the identity (czxid) and child version (cversion) of a
+// key's lock node as a listing that included a lease's node saw it.
+type parentMark struct {
+	czxid    int64
+	cversion int32
+}
+
+// maxMarks bounds how many keys' marks an engine remembers.
+const maxMarks = 1024
+
+// remember records, after a lease's node was deleted by its release, the
+// lock node's mark from the lease's last listing. If this engine's next
+// acquisition of the key finds the lock node with the same czxid and a
+// cversion exactly two higher, the queue changed twice since that listing:
+// the release's delete and the new create (the mark is recalled only after
+// the delete returned, and before the create is sent), so the new node was
+// the last change, and the lock node's pzxid is its czxid. Any other
+// change, a re-created lock node, or a lost mark costs one Exists instead.
+func (e *Engine) remember(parent string, m parentMark) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.marks == nil {
+		e.marks = make(map[string]parentMark)
+	}
+	if _, ok := e.marks[parent]; !ok && len(e.marks) >= maxMarks {
+		for k := range e.marks {
+			delete(e.marks, k)
+			break
+		}
+	}
+	e.marks[parent] = m
+}
+
+// recall takes the mark remember left for parent: each is used once.
+func (e *Engine) recall(parent string) (parentMark, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m, ok := e.marks[parent]
+	if ok {
+		delete(e.marks, parent)
+	}
+	return m, ok
 }

@@ -46,7 +46,13 @@
 // queue order is creation order, so tokens strictly increase over the
 // grants of a key, across sessions, clients and restarts. go-zookeeper's
 // Create returns only the path, so the engine reads the czxid with an
-// exists call sent together with its first listing of the queue.
+// exists call sent together with its first listing of the queue. It skips
+// that read when it was itself the key's last user: if the listing shows
+// the lock node with the same czxid as at its last release and a child
+// version exactly two higher (that release's delete and this create), the
+// new node was the queue's last change, and the lock node's pzxid, which
+// the listing returns, is its czxid. Any other change falls back to the
+// exists call.
 //
 // # Leases and sessions
 //

@@ -50,12 +50,14 @@ type Engine struct {
 	mu     sync.Mutex
 	closed bool
 	leases map[*lease]struct{}
+	marks  map[string]parentMark // lock node marks by path; see remember
 	sess   session
 	active sync.WaitGroup // Acquire calls in progress
 	bg     sync.WaitGroup // background clean-ups
 
 	// Counters and hooks for tests (export_test.go).
 	nodeEvents atomic.Int64 // watch notifications received
+	markHits   atomic.Int64 // tokens read off the lock node's pzxid (see remember)
 	hooks      *hooks
 }
 

@@ -4,6 +4,10 @@ package zookeeper
 // has delivered.
 func (e *Engine) NodeEvents() int64 { return e.nodeEvents.Load() }
 
+// MarkHits returns how many tokens the engine read off a lock node's pzxid
+// instead of asking for the queue node's czxid.
+func (e *Engine) MarkHits() int64 { return e.markHits.Load() }
+
 // WithHooks installs callbacks: queued is called with each queue node
 // created, watching with each node a waiter watches, session with each
 // change of the session (true: up). Any may be nil; none may block.

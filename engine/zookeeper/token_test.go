@@ -9,9 +9,10 @@ import (
 )
 
 // TestTokenIsCzxid checks Token against the czxid the server reports for the
-// holder's node, for grants on a quiet queue and for a waiter behind a
-// holder and another waiter that left, whose parent's cversion and pzxid
-// have moved on since its create.
+// holder's node, for grants on a quiet queue (after the first, read off the
+// lock node's pzxid, as this engine was the key's last user) and for a
+// waiter behind a holder and another waiter that left, whose parent's
+// cversion and pzxid have moved on since its create (asked for directly).
 func TestTokenIsCzxid(t *testing.T) {
 	addr := testenv.ZooKeeperAddr(t)
 	admin := rawConn(t, addr)
@@ -41,6 +42,9 @@ func TestTokenIsCzxid(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if n := e.MarkHits(); n != 2 {
+		t.Errorf("%d of the 2 repeat grants on a quiet queue took the pzxid shortcut", n)
+	}
 	holder := mustAcquire(t, other, hold("tok"))
 	got := make(chan queuedResult, 1)
 	go func() {
@@ -67,6 +71,9 @@ func TestTokenIsCzxid(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	check(r.l.Token(), node)
+	if n := e.MarkHits(); n != 2 {
+		t.Errorf("the waiter took the pzxid shortcut although others changed the queue (hits %d, want 2)", n)
+	}
 	if r.l.Token() <= holder.Token() {
 		t.Errorf("waiter token %d not above holder's %d", r.l.Token(), holder.Token())
 	}
