@@ -123,6 +123,9 @@ func (e *Engine) build(ctx context.Context) (engine.Engine, error) {
 		if e.Fair {
 			opts = append(opts, consul.WithFair(true))
 		}
+		if e.Starvation != nil {
+			opts = append(opts, consul.WithStarvation(*e.Starvation))
+		}
 		if e.MaxConns != 0 {
 			opts = append(opts, consul.WithMaxConns(e.MaxConns))
 		}
@@ -210,6 +213,9 @@ func (e *Engine) redisOptions() []redis.Option {
 	}
 	if e.Fair {
 		opts = append(opts, redis.WithFair())
+	}
+	if e.Starvation != nil {
+		opts = append(opts, redis.WithStarvation(*e.Starvation))
 	}
 	return opts
 }

@@ -237,6 +237,11 @@ type Engine struct {
 	// Fair grants waiting writers in arrival order (redis, redis-cluster,
 	// consul).
 	Fair bool `mapstructure:"fair"`
+	// Starvation is how long a writer in the default (unordered) mode
+	// races before it queues, within [0, 1m] (redis, redis-cluster,
+	// consul). Nil means the engine's default; an explicit 0s turns
+	// starvation mode off.
+	Starvation *time.Duration `mapstructure:"starvation"`
 	// Strategy is the mysql strategy: "lease" (the default) or "row".
 	Strategy string `mapstructure:"strategy"`
 	// Table is the mysql lock table. Empty means the engine's default.
@@ -364,6 +369,9 @@ func (e Engine) String() string {
 	str("prefix", e.Prefix)
 	if e.Fair {
 		b.WriteString(" fair")
+	}
+	if e.Starvation != nil {
+		fmt.Fprintf(&b, " starvation=%v", *e.Starvation)
 	}
 	str("strategy", e.Strategy)
 	str("table", e.Table)

@@ -14,11 +14,11 @@ const consulTokenEnv = "CERBERUS_TEST_CONSUL_TOKEN"
 
 // wantFull is what testdata/full.{yaml,toml,json} load to.
 func wantFull() *Config {
-	zero := time.Duration(0)
+	zero, starve := time.Duration(0), 5*time.Millisecond
 	return &Config{
 		Engines: []Engine{
 			{Name: "primary", Kind: KindRedis, Addrs: []string{"127.0.0.1:6379"},
-				PasswordFile: "testdata/redis.pass", Prefix: "app:", Fair: true, MaxConns: 20,
+				PasswordFile: "testdata/redis.pass", Prefix: "app:", Fair: true, Starvation: &starve, MaxConns: 20,
 				password: "s3cr3t-from-file"},
 			{Name: "cluster", Kind: KindRedisCluster, Addrs: []string{"127.0.0.1:7001", "127.0.0.1:7002"}},
 			{Name: "red-lock", Kind: KindRedlock, Addrs: []string{"127.0.0.1:6391", "127.0.0.1:6392", "127.0.0.1:6393"},
@@ -129,6 +129,11 @@ func TestInvalid(t *testing.T) {
 			[]string{"engines[0].session_timeout: must be positive, got -1s",
 				"engines[1].session_ttl: must be within [10s, 24h0m0s], got 1s",
 				"engines[1].lock_delay: must be within [0s, 1m0s], got -1s"}},
+		{"starvation out of range", "engines: [{name: r, kind: redis, addrs: ['127.0.0.1:6379'], starvation: -1ms}, {name: c, kind: consul, addrs: ['127.0.0.1:8500'], starvation: 2m}]",
+			[]string{"engines[0].starvation: must be within [0s, 1m0s], got -1ms",
+				"engines[1].starvation: must be within [0s, 1m0s], got 2m0s"}},
+		{"starvation on zookeeper", "engines: [{name: z, kind: zookeeper, addrs: ['127.0.0.1:2181'], starvation: 5ms}]",
+			[]string{"engines[0].starvation: "}},
 		{"numeric duration", mem + "health: {interval: 5}", []string{"health.interval: want a Go duration string"}},
 		{"fractional max_conns", "engines: [{name: r, kind: redis, addrs: ['127.0.0.1:1'], max_conns: 12.7}]",
 			[]string{"engines[0].max_conns: want a whole number, got 12.7"}},

@@ -32,6 +32,7 @@ const (
 	consulMinSessionTTL = 10 * time.Second
 	consulMaxSessionTTL = 24 * time.Hour
 	consulMaxLockDelay  = 60 * time.Second
+	maxStarvation       = time.Minute
 	mysqlMinConns       = 3
 )
 
@@ -58,6 +59,7 @@ var fields = []field{
 	{"token_env", func(e *Engine) bool { return e.TokenEnv != "" }, []string{KindConsul}},
 	{"prefix", func(e *Engine) bool { return e.Prefix != "" }, []string{KindRedis, KindRedisCluster, KindRedlock, KindZooKeeper, KindConsul}},
 	{"fair", func(e *Engine) bool { return e.Fair }, []string{KindRedis, KindRedisCluster, KindConsul}},
+	{"starvation", func(e *Engine) bool { return e.Starvation != nil }, []string{KindRedis, KindRedisCluster, KindConsul}},
 	{"strategy", func(e *Engine) bool { return e.Strategy != "" }, []string{KindMySQL}},
 	{"table", func(e *Engine) bool { return e.Table != "" }, []string{KindMySQL}},
 	{"session_timeout", func(e *Engine) bool { return e.SessionTimeout != 0 }, []string{KindZooKeeper}},
@@ -224,6 +226,9 @@ func (e *Engine) validateKind(p string) []error {
 	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
 	if e.MaxConns < 0 {
 		add("%s.max_conns: must not be negative, got %d", p, e.MaxConns)
+	}
+	if e.Starvation != nil && (*e.Starvation < 0 || *e.Starvation > maxStarvation) {
+		add("%s.starvation: must be within [0s, %v], got %v", p, maxStarvation, *e.Starvation)
 	}
 	switch e.Kind {
 	case KindRedis, KindRedisCluster, KindRedlock:
