@@ -25,10 +25,28 @@ type HotKeyResult struct {
 	WaitMax      time.Duration
 	PerClientMin int
 	PerClientMax int
+	// Held is the time all clients together spent in their critical
+	// sections, as measured around each section by the client.
+	Held time.Duration
 }
 
 // Rate is acquisitions per second.
 func (r HotKeyResult) Rate() float64 { return float64(r.Acquisitions) / r.Elapsed.Seconds() }
+
+// Busy is the fraction of the run the key spent inside critical sections.
+// The sections cannot overlap, so it is at most 1, and the rest is handoff:
+// the time between one holder's section and the next one's.
+func (r HotKeyResult) Busy() float64 { return r.Held.Seconds() / r.Elapsed.Seconds() }
+
+// Ceiling is the acquisition rate no lock can beat on this machine: one
+// critical section after another with no handoff time at all, each as long
+// as the sections measured in this run (a sleep overshoots what it asks).
+func (r HotKeyResult) Ceiling() float64 {
+	if r.Held == 0 {
+		return 0
+	}
+	return float64(r.Acquisitions) / r.Held.Seconds()
+}
 
 // Fairness is the per-client min/max acquisition ratio: 1 is perfectly even.
 func (r HotKeyResult) Fairness() float64 {
@@ -50,6 +68,8 @@ func (r HotKeyResult) Report(w io.Writer) {
 	fmt.Fprintf(w, "BENCH hotkey %s per_client_max=%d\n", r.Name, r.PerClientMax)
 	fmt.Fprintf(w, "BENCH hotkey %s fairness=%.3f\n", r.Name, r.Fairness())
 	fmt.Fprintf(w, "BENCH hotkey %s errors=%d\n", r.Name, r.Errors)
+	fmt.Fprintf(w, "BENCH hotkey %s busy=%.3f\n", r.Name, r.Busy())
+	fmt.Fprintf(w, "BENCH hotkey %s ceiling_acq_per_s=%.1f\n", r.Name, r.Ceiling())
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -63,6 +83,7 @@ func HotKey(name string, clients []LockFunc, hold, dur, maxWait time.Duration) H
 	var (
 		mu     sync.Mutex
 		waits  []time.Duration
+		held   time.Duration
 		counts = make([]int, len(clients))
 		errs   int
 		wg     sync.WaitGroup
@@ -74,6 +95,7 @@ func HotKey(name string, clients []LockFunc, hold, dur, maxWait time.Duration) H
 		go func() {
 			defer wg.Done()
 			var local []time.Duration
+			var localHeld time.Duration
 			for time.Now().Before(stop) {
 				ctx, cancel := context.WithTimeout(context.Background(), maxWait)
 				t0 := time.Now()
@@ -88,7 +110,9 @@ func HotKey(name string, clients []LockFunc, hold, dur, maxWait time.Duration) H
 				}
 				local = append(local, wait)
 				counts[i]++
+				t1 := time.Now()
 				time.Sleep(hold)
+				localHeld += time.Since(t1)
 				if err := unlock(); err != nil {
 					mu.Lock()
 					errs++
@@ -97,11 +121,12 @@ func HotKey(name string, clients []LockFunc, hold, dur, maxWait time.Duration) H
 			}
 			mu.Lock()
 			waits = append(waits, local...)
+			held += localHeld
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	r := HotKeyResult{Name: name, Elapsed: time.Since(start), Errors: errs}
+	r := HotKeyResult{Name: name, Elapsed: time.Since(start), Errors: errs, Held: held}
 	slices.Sort(waits)
 	r.Acquisitions = len(waits)
 	if n := len(waits); n > 0 {
