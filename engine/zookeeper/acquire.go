@@ -109,9 +109,7 @@ func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (
 		kind = readKind
 	}
 	guid := newGUID()
-	// Recalled before the create is sent: see remember.
-	mark, marked := e.recall(parent)
-	own, err := e.createNode(parent, guid, kind)
+	own, pst, err := e.createNode(parent, guid, kind)
 	if err != nil {
 		if connErr(err) {
 			// The node may exist after all: find it by its GUID later.
@@ -130,50 +128,33 @@ func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (
 		h.queued(own)
 	}
 	name := path.Base(own)
-	// The token is the node's czxid. go-zookeeper's Create returns only the
-	// path. When this engine was the key's last user (see recall), the
-	// first listing may prove that the lock node's pzxid is that czxid;
-	// otherwise ask for the node's Stat alongside the first listing: the
-	// two reads travel together and cost one round trip.
-	type statResult struct {
-		stat *zk.Stat
-		err  error
-	}
-	statc := make(chan statResult, 1)
-	stat := func() {
-		_, st, err := e.conn.Exists(own)
-		statc <- statResult{st, err}
-	}
-	if !marked {
-		go stat()
-	}
+	// The token is the node's czxid, which createNode read off the lock
+	// node's Stat. Only a create recovered by its GUID after a lost reply
+	// has no Stat: then the czxid is asked for alongside the first
+	// listing, and the two reads cost one round trip.
 	var token uint64
-	var seen *zk.Stat // the lock node's Stat from the latest listing
+	statc := make(chan statResult, 1)
+	if pst != nil && pst.Mzxid > 0 {
+		token = uint64(pst.Mzxid)
+	} else {
+		go func() {
+			_, st, err := e.conn.Exists(own)
+			e.existsCalls.Add(1)
+			statc <- statResult{st, err}
+		}()
+	}
 	// head is set when the engine knows, without listing, that no node
-	// ahead of its own can block it any more.
-	head := false
+	// ahead of its own can block it: its node was the lock node's only
+	// child when it was created, or the one node it waited for is gone.
+	head := pst != nil && pst.NumChildren == 1
 	for {
 		block, ahead := "", 0
-		seen = nil
 		if !head {
-			children, st, err := e.conn.Children(parent)
+			children, _, err := e.conn.Children(parent)
+			e.listings.Add(1)
 			if err != nil {
 				return giveUp(err)
 			}
-			if marked {
-				if st != nil && st.Czxid == mark.czxid && st.Cversion == mark.cversion+2 && st.Pzxid > 0 {
-					// Two changes to the queue since this engine's last
-					// release of the key: that release's delete, then our
-					// create. So ours was the last, and the lock node's
-					// pzxid is our node's czxid.
-					token = uint64(st.Pzxid)
-					e.markHits.Add(1)
-				} else {
-					go stat()
-				}
-				marked = false
-			}
-			seen = st
 			if err := ctx.Err(); err != nil {
 				return giveUp(err)
 			}
@@ -199,11 +180,7 @@ func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (
 					return giveUp(ctx.Err())
 				}
 			}
-			l, err := e.grant(req, own, parent, token, ep)
-			if err == nil && seen != nil {
-				l.mark, l.marked = parentMark{czxid: seen.Czxid, cversion: seen.Cversion}, true
-			}
-			return l, err
+			return e.grant(req, own, parent, token, ep)
 		}
 		if !req.Wait {
 			return giveUp(fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key))
@@ -269,35 +246,56 @@ func (e *Engine) grant(req engine.Request, own, parent string, token uint64, ep 
 	return l, nil
 }
 
+// statResult is the answer to an Exists call.
+type statResult struct {
+	stat *zk.Stat
+	err  error
+}
+
 // createNode makes the queue node in protected mode, creating the key's
-// lock node (a container) and the base path when they are missing.
-func (e *Engine) createNode(parent, guid, kind string) (string, error) {
+// lock node (a container) and the base path when they are missing. It
+// returns the node's path and, unless the node was recovered by its GUID
+// after a lost reply, the lock node's Stat just after the create.
+//
+// The create travels in one multi with an unconditional, empty setData on
+// the lock node: a multi is one transaction with one zxid, so the lock
+// node's mzxid in the setData's reply is the new node's czxid (the token),
+// and its child count says whether the new node is alone in the queue.
+// go-zookeeper's Create returns only the path, and reading either fact
+// would cost another round trip. The setData rides in the same write, so
+// the server logs and syncs it once either way.
+func (e *Engine) createNode(parent, guid, kind string) (string, *zk.Stat, error) {
 	prefix := parent + "/" + protectedPrefix + guid + "-" + kind
 	var err error
 	for range 8 {
-		var p string
-		p, err = e.conn.Create(prefix, nil, zk.FlagEphemeralSequential, e.acl)
+		var res []zk.MultiResponse
+		res, err = e.conn.Multi(
+			&zk.CreateRequest{Path: prefix, Acl: e.acl, Flags: zk.FlagEphemeralSequential},
+			&zk.SetDataRequest{Path: parent, Version: -1})
 		switch {
 		case err == nil:
-			return p, nil
+			if len(res) != 2 || res[0].String == "" {
+				return "", nil, fmt.Errorf("zookeeper: malformed reply to the create of a queue node under %s", parent)
+			}
+			return res[0].String, res[1].Stat, nil
 		case errors.Is(err, zk.ErrNoNode):
 			if err := e.ensureParent(parent); err != nil {
-				return "", err
+				return "", nil, err
 			}
 		case errors.Is(err, zk.ErrConnectionClosed):
 			// The reply was lost; the node may exist. Look for our GUID.
 			p, found, ferr := e.findGUID(context.Background(), parent, guid)
 			if ferr != nil {
-				return "", err
+				return "", nil, err
 			}
 			if found {
-				return p, nil
+				return p, nil, nil
 			}
 		default:
-			return "", err
+			return "", nil, err
 		}
 	}
-	return "", fmt.Errorf("zookeeper: could not create a queue node under %s: %w", parent, err)
+	return "", nil, fmt.Errorf("zookeeper: could not create a queue node under %s: %w", parent, err)
 }
 
 // ensureParent creates the key's lock node as a container, so the server
@@ -360,48 +358,4 @@ func (e *Engine) dropNode(node, parent string, sid int64) {
 // acquisition (see the package documentation).
 func (e *Engine) removeNode(ctx context.Context, node string) error {
 	return call(ctx, func() error { return e.conn.Delete(node, -1) })
-}
-
-// parentMark is the identity (czxid) and child version (cversion) of a
-// key's lock node as a listing that included a lease's node saw it.
-type parentMark struct {
-	czxid    int64
-	cversion int32
-}
-
-// maxMarks bounds how many keys' marks an engine remembers.
-const maxMarks = 1024
-
-// remember records, after a lease's node was deleted by its release, the
-// lock node's mark from the lease's last listing. If this engine's next
-// acquisition of the key finds the lock node with the same czxid and a
-// cversion exactly two higher, the queue changed twice since that listing:
-// the release's delete and the new create (the mark is recalled only after
-// the delete returned, and before the create is sent), so the new node was
-// the last change, and the lock node's pzxid is its czxid. Any other
-// change, a re-created lock node, or a lost mark costs one Exists instead.
-func (e *Engine) remember(parent string, m parentMark) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.marks == nil {
-		e.marks = make(map[string]parentMark)
-	}
-	if _, ok := e.marks[parent]; !ok && len(e.marks) >= maxMarks {
-		for k := range e.marks {
-			delete(e.marks, k)
-			break
-		}
-	}
-	e.marks[parent] = m
-}
-
-// recall takes the mark remember left for parent: each is used once.
-func (e *Engine) recall(parent string) (parentMark, bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	m, ok := e.marks[parent]
-	if ok {
-		delete(e.marks, parent)
-	}
-	return m, ok
 }

@@ -19,10 +19,10 @@
 // An acquisition creates an ephemeral sequential queue node under the key's
 // lock node, in protected mode: its name carries a GUID, so a create whose
 // reply is lost to a connection drop is found again rather than made twice
-// (see queue.go for the names). It then lists the queue. The lowest node
-// holds the lock; a waiter sets a watch on the one node it waits for, so a
-// release wakes exactly one waiter (no herd), and waiters are served in
-// queue order. Shared mode uses "read-" and "write-" nodes: a reader waits
+// (see queue.go for the names). Unless the node is alone in the queue (see
+// Tokens), it then lists the queue. The lowest node holds the lock; a
+// waiter sets a watch on the one node it waits for, so a release wakes
+// exactly one waiter (no herd), and waiters are served in queue order. Shared mode uses "read-" and "write-" nodes: a reader waits
 // for the next lower writer only, a writer for the next lower node of either
 // kind; a reader queued behind a writer never waits for writers that came
 // after it. When the watched node was the only one ahead that could block
@@ -45,14 +45,14 @@
 // transaction with a larger zxid than any before it on the ensemble, and
 // queue order is creation order, so tokens strictly increase over the
 // grants of a key, across sessions, clients and restarts. go-zookeeper's
-// Create returns only the path, so the engine reads the czxid with an
-// exists call sent together with its first listing of the queue. It skips
-// that read when it was itself the key's last user: if the listing shows
-// the lock node with the same czxid as at its last release and a child
-// version exactly two higher (that release's delete and this create), the
-// new node was the queue's last change, and the lock node's pzxid, which
-// the listing returns, is its czxid. Any other change falls back to the
-// exists call.
+// Create returns only the path, so the create is sent as a multi together
+// with an empty, unconditional setData on the lock node. A multi is one
+// transaction with one zxid, so the lock node's mzxid in the setData's
+// reply is the new node's czxid, and its child count tells whether the new
+// node is alone: if it is, the lease is granted with no listing at all, and
+// an uncontended acquisition costs that one write. Only a create recovered
+// by its GUID after a lost reply asks for the czxid with an exists call,
+// sent together with its first listing.
 //
 // # Leases and sessions
 //

@@ -22,6 +22,7 @@ type Conn interface {
 	Exists(path string) (bool, *zk.Stat, error)
 	GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error)
 	Delete(path string, version int32) error
+	Multi(ops ...any) ([]zk.MultiResponse, error)
 	SessionID() int64
 	State() zk.State
 }
@@ -50,15 +51,15 @@ type Engine struct {
 	mu     sync.Mutex
 	closed bool
 	leases map[*lease]struct{}
-	marks  map[string]parentMark // lock node marks by path; see remember
 	sess   session
 	active sync.WaitGroup // Acquire calls in progress
 	bg     sync.WaitGroup // background clean-ups
 
 	// Counters and hooks for tests (export_test.go).
-	nodeEvents atomic.Int64 // watch notifications received
-	markHits   atomic.Int64 // tokens read off the lock node's pzxid (see remember)
-	hooks      *hooks
+	nodeEvents  atomic.Int64 // watch notifications received
+	listings    atomic.Int64 // listings of a queue
+	existsCalls atomic.Int64 // czxids asked for with Exists
+	hooks       *hooks
 }
 
 var _ engine.Engine = (*Engine)(nil)

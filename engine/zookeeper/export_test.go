@@ -4,9 +4,11 @@ package zookeeper
 // has delivered.
 func (e *Engine) NodeEvents() int64 { return e.nodeEvents.Load() }
 
-// MarkHits returns how many tokens the engine read off a lock node's pzxid
-// instead of asking for the queue node's czxid.
-func (e *Engine) MarkHits() int64 { return e.markHits.Load() }
+// Listings returns how many times the engine listed a queue.
+func (e *Engine) Listings() int64 { return e.listings.Load() }
+
+// ExistsCalls returns how many czxids the engine asked for with Exists.
+func (e *Engine) ExistsCalls() int64 { return e.existsCalls.Load() }
 
 // WithHooks installs callbacks: queued is called with each queue node
 // created, watching with each node a waiter watches, session with each

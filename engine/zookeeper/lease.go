@@ -28,8 +28,6 @@ type lease struct {
 	parent string // the key's lock node
 	sid    int64  // the session that owns the node
 	sig    *engine.Signal
-	mark   parentMark // the lock node as the last listing saw it
-	marked bool       // mark is set
 
 	mu      sync.Mutex
 	state   int
@@ -75,9 +73,6 @@ func (l *lease) Release(ctx context.Context) error {
 	err := e.removeNode(ctx, l.path)
 	switch {
 	case err == nil:
-		if l.marked {
-			e.remember(l.parent, l.mark)
-		}
 		l.finish(engine.ErrReleased)
 		return nil
 	case errors.Is(err, zk.ErrNoNode):

@@ -1,18 +1,20 @@
 package zookeeper_test
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine/zookeeper"
 	"github.com/cerberus-go/cerberus/internal/testenv"
+	"github.com/go-zookeeper/zk"
 )
 
 // TestTokenIsCzxid checks Token against the czxid the server reports for the
-// holder's node, for grants on a quiet queue (after the first, read off the
-// lock node's pzxid, as this engine was the key's last user) and for a
-// waiter behind a holder and another waiter that left, whose parent's
-// cversion and pzxid have moved on since its create (asked for directly).
+// holder's node: for grants on an empty queue, which take the token from
+// the create's own reply and need no listing, and for a waiter behind a
+// holder and another client's TryLock, which has to list the queue but
+// still asks nothing more for its token.
 func TestTokenIsCzxid(t *testing.T) {
 	addr := testenv.ZooKeeperAddr(t)
 	admin := rawConn(t, addr)
@@ -34,16 +36,16 @@ func TestTokenIsCzxid(t *testing.T) {
 			t.Errorf("Token() = %d, czxid of %s = %d", token, node, st.Czxid)
 		}
 	}
-	for range 3 {
+	for _, key := range []string{"tok", "tok", "tok", "tok2"} {
 		gate <- struct{}{}
-		l := mustAcquire(t, e, hold("tok"))
+		l := mustAcquire(t, e, hold(key))
 		check(l.Token(), <-nodes)
 		if err := l.Release(bounded(t, 30*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := e.MarkHits(); n != 2 {
-		t.Errorf("%d of the 2 repeat grants on a quiet queue took the pzxid shortcut", n)
+	if n := e.Listings(); n != 0 {
+		t.Errorf("4 grants on empty queues listed a queue %d times, want 0", n)
 	}
 	holder := mustAcquire(t, other, hold("tok"))
 	got := make(chan queuedResult, 1)
@@ -53,7 +55,7 @@ func TestTokenIsCzxid(t *testing.T) {
 	}()
 	node := <-nodes
 	// A TryLock after our create, before our first listing, creates and
-	// deletes a node: the parent's cversion and pzxid move on.
+	// deletes a node: the lock node's mzxid, pzxid and cversion move on.
 	if _, err := other.Acquire(bounded(t, 30*time.Second), try("tok")); err == nil {
 		t.Fatal("TryLock on a held key succeeded")
 	}
@@ -71,10 +73,73 @@ func TestTokenIsCzxid(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	check(r.l.Token(), node)
-	if n := e.MarkHits(); n != 2 {
-		t.Errorf("the waiter took the pzxid shortcut although others changed the queue (hits %d, want 2)", n)
+	if e.Listings() == 0 {
+		t.Error("a waiter behind a holder was granted without listing the queue")
+	}
+	if n := e.ExistsCalls(); n != 0 {
+		t.Errorf("the engine asked for %d czxids with Exists; every create's reply carried it", n)
 	}
 	if r.l.Token() <= holder.Token() {
 		t.Errorf("waiter token %d not above holder's %d", r.l.Token(), holder.Token())
+	}
+}
+
+// lostReply is a real connection whose multi (the create of a queue node)
+// goes through to the server but, the first time, reports its reply lost,
+// as when the connection drops just after the request was sent.
+type lostReply struct {
+	*zk.Conn
+	lost atomic.Bool
+}
+
+func (c *lostReply) Multi(ops ...any) ([]zk.MultiResponse, error) {
+	res, err := c.Conn.Multi(ops...)
+	if err == nil && c.lost.CompareAndSwap(false, true) {
+		return nil, zk.ErrConnectionClosed
+	}
+	return res, err
+}
+
+// TestTokenAfterLostCreateReply: an engine whose create reply was lost finds
+// its node by its GUID instead of making a second one, and reads the czxid
+// for the token with Exists, as the reply that carried it is gone.
+func TestTokenAfterLostCreateReply(t *testing.T) {
+	addr := testenv.ZooKeeperAddr(t)
+	admin := rawConn(t, addr)
+	base := testBase(t, admin)
+	conn, events, err := zk.Connect([]string{addr}, testTimeout, zk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	nodes := make(chan string, 2)
+	lr := &lostReply{Conn: conn}
+	e, err := zookeeper.New(lr, events, zookeeper.WithBasePath(base),
+		zookeeper.WithHooks(func(p string) { nodes <- p }, nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	l := mustAcquire(t, e, hold("lost"))
+	if !lr.lost.Load() {
+		t.Fatal("the create's reply was never dropped")
+	}
+	node := <-nodes
+	parent := base + "/" + zookeeper.EscapeKey("lost")
+	if kids := children(t, admin, parent); len(kids) != 1 {
+		t.Fatalf("queue after a lost create reply = %v, want the one node", kids)
+	}
+	_, st, err := admin.Exists(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Token() != uint64(st.Czxid) {
+		t.Errorf("Token() = %d, czxid of %s = %d", l.Token(), node, st.Czxid)
+	}
+	if n := e.ExistsCalls(); n != 1 {
+		t.Errorf("Exists calls for the token = %d, want 1", n)
+	}
+	if err := l.Release(bounded(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
 	}
 }
