@@ -201,10 +201,17 @@ func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (
 			// If the node we watched was the only one ahead that could
 			// block us, its deletion puts us at the head: the server
 			// numbers new nodes above every existing one, so nothing can
-			// join the queue ahead of ours. This saves a listing on every
-			// hand-off. Anything else (a lost watch, a data change), list
+			// join the queue ahead of ours. So does the release of a
+			// writer that held the key (see releaseNode), whatever was
+			// ahead when we listed. Both save a listing on a hand-off.
+			// Anything else (a lost watch, a reader's release), list
 			// again.
-			head = ev.Type == zk.EventNodeDeleted && ahead == 1
+			switch ev.Type {
+			case zk.EventNodeDeleted:
+				head = ahead == 1
+			case zk.EventNodeDataChanged:
+				head = isWriter(block)
+			}
 		case <-recheck.C:
 		case <-ep.lost:
 			recheck.Stop()
@@ -358,4 +365,26 @@ func (e *Engine) dropNode(node, parent string, sid int64) {
 // acquisition (see the package documentation).
 func (e *Engine) removeNode(ctx context.Context, node string) error {
 	return call(ctx, func() error { return e.conn.Delete(node, -1) })
+}
+
+// releasedData is what a holder of an exclusive lease writes on its queue
+// node in the transaction that deletes it; see releaseNode.
+var releasedData = []byte("released")
+
+// releaseNode deletes the queue node of an exclusive lease its holder
+// releases, in one multi with a setData on the node just before. The data
+// change fires the successor's data watch (consuming it; the delete fires
+// nothing more) and tells the successor that the node it waited for was a
+// writer that held the key: every node below it was gone when it was
+// granted, and no node can join below a later one, so the successor is at
+// the head of the queue without listing it again. A waiter that gives up,
+// an expired lease, a lost session or a shared lease's release deletes its
+// node plainly, and its successor lists the queue.
+func (e *Engine) releaseNode(ctx context.Context, node string) error {
+	return call(ctx, func() error {
+		_, err := e.conn.Multi(
+			&zk.SetDataRequest{Path: node, Data: releasedData, Version: -1},
+			&zk.DeleteRequest{Path: node, Version: -1})
+		return err
+	})
 }

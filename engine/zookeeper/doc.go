@@ -28,8 +28,13 @@
 // after it. When the watched node was the only one ahead that could block
 // the waiter, its deletion is the waiter's turn and it is granted without
 // listing again (the server numbers new nodes above every existing one, so
-// no node can join ahead of it): a hand-off costs the release's delete and
-// one notification. Otherwise the waiter lists again.
+// no node can join ahead of it). So is the release of a writer that held
+// the key, whatever was ahead of the waiter when it listed: the holder
+// writes its node's data in the transaction that deletes it, the waiter's
+// data watch fires on that change, and a writer was only granted once every
+// node below it was gone. Either way a hand-off costs the release's one
+// write and one notification. Otherwise (a waiter ahead gave up, a reader
+// released, a session ended) the waiter lists again.
 //
 // The watch is a data watch (getData) on that node: it fires on
 // deletion like an exists watch, but unlike one it is not left registered

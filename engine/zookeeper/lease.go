@@ -70,7 +70,12 @@ func (l *lease) Release(ctx context.Context) error {
 	e := l.eng
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	err := e.removeNode(ctx, l.path)
+	var err error
+	if l.mode == engine.Exclusive {
+		err = e.releaseNode(ctx, l.path)
+	} else {
+		err = e.removeNode(ctx, l.path)
+	}
 	switch {
 	case err == nil:
 		l.finish(engine.ErrReleased)

@@ -83,6 +83,12 @@ func blocker(children []string, own string, mode engine.Mode) (block string, ahe
 	return block, ahead, found
 }
 
+// isWriter reports whether name is an exclusive queue node.
+func isWriter(name string) bool {
+	n, ok := parseNode(name)
+	return ok && n.write
+}
+
 // newGUID returns 32 random hex digits.
 func newGUID() string {
 	var b [16]byte

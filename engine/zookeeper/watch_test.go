@@ -12,7 +12,8 @@ import (
 
 // TestOneWatchPerRelease queues 50 waiters, each on its own connection,
 // behind a holder. Every release must wake exactly one of them (one watch
-// notification across all connections: no herd), in queue order.
+// notification across all connections: no herd), in queue order, and none
+// needs a second listing of the queue to know its turn has come.
 func TestOneWatchPerRelease(t *testing.T) {
 	addr := testenv.ZooKeeperAddr(t)
 	admin := rawConn(t, addr)
@@ -111,6 +112,14 @@ func TestOneWatchPerRelease(t *testing.T) {
 	}
 	if err := release.Release(bounded(t, 30*time.Second)); err != nil {
 		t.Fatal(err)
+	}
+	// Every release was a writer's: its successor knew it was at the head
+	// without listing again (see releaseNode), so each waiter listed the
+	// queue only once, when it joined.
+	for i, w := range waiters {
+		if got := w.e.Listings(); got != 1 {
+			t.Errorf("waiter %d listed the queue %d times, want 1", i, got)
+		}
 	}
 	if left, err := leftovers(admin, base, key); err != nil || len(left) > 0 {
 		t.Errorf("leftovers after every waiter released: %v %v", left, err)
