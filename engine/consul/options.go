@@ -182,7 +182,6 @@ func WithFair(on bool) Option { return func(c *config) { c.fair = on } }
 // Readers in the default mode do not queue. Each queued writer holds a
 // blocking query, so an engine queues at most half of WithMaxConns writers
 // at once; the others keep racing, or poll while the queue lasts. 0 turns
-// it off: writers race
-// however long they wait. The default is DefaultStarvation; at most a
-// minute.
+// it off: writers race however long they wait. The default is
+// DefaultStarvation; at most a minute.
 func WithStarvation(d time.Duration) Option { return func(c *config) { c.starve = d } }

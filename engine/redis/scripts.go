@@ -111,8 +111,8 @@ redis.call('PEXPIREAT', KEYS[2], top[2])
 return {1, token}
 `)
 
-// releaseExclusive: KEYS w ww q; ARGV id channel wake_prefix. Compare-and-delete,
-// then wake the next waiter.
+// releaseExclusive: KEYS w ww q; ARGV id channel wake_prefix.
+// Compare-and-delete, then wake the next waiter.
 var releaseExclusive = goredis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
@@ -121,8 +121,9 @@ local WW, Q, CHAN, WAKE = KEYS[2], KEYS[3], ARGV[2], ARGV[3]
 return 1
 `)
 
-// releaseShared: KEYS r ww q; ARGV id channel wake_prefix. Wakes waiters when the
-// last reader leaves, the only release a waiter can be waiting for.
+// releaseShared: KEYS r ww q; ARGV id channel wake_prefix. Wakes waiters
+// when the last reader leaves, the only release a waiter can be waiting
+// for.
 var releaseShared = goredis.NewScript(luaNow + `
 local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not s then return 0 end
@@ -157,9 +158,9 @@ redis.call('PEXPIREAT', KEYS[1], top[2])
 return 1
 `)
 
-// leaveQueue: KEYS ww q w r; ARGV id channel wake_prefix. A waiter that gives up
-// leaves the writer set and the fair queue; if the key is free, the next
-// waiter (or every reader it held back) is woken.
+// leaveQueue: KEYS ww q w r; ARGV id channel wake_prefix. A waiter that
+// gives up leaves the writer set and the queue; if the key is free, the
+// next waiter (or every reader it held back) is woken.
 var leaveQueue = goredis.NewScript(`
 local gone = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('LREM', KEYS[2], 0, ARGV[1])

@@ -42,7 +42,7 @@ type channelState struct {
 
 // waiter is one Acquire waiting for a release.
 type waiter struct {
-	channel string        // the key's channel (readers) or the wake channel (writers)
+	channel string        // the key's channel (reader) or the wake channel (writer)
 	id      string        // the lease id a release names to wake this waiter
 	wake    chan struct{} // buffered: a wake-up is never lost, only merged
 }

@@ -133,10 +133,11 @@ func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (
 	// has no Stat: then the czxid is asked for alongside the first
 	// listing, and the two reads cost one round trip.
 	var token uint64
-	statc := make(chan statResult, 1)
+	var statc chan statResult // nil unless the czxid is asked for
 	if pst != nil && pst.Mzxid > 0 {
 		token = uint64(pst.Mzxid)
 	} else {
+		statc = make(chan statResult, 1)
 		go func() {
 			_, st, err := e.conn.Exists(own)
 			e.existsCalls.Add(1)

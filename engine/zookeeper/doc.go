@@ -22,10 +22,11 @@
 // (see queue.go for the names). Unless the node is alone in the queue (see
 // Tokens), it then lists the queue. The lowest node holds the lock; a
 // waiter sets a watch on the one node it waits for, so a release wakes
-// exactly one waiter (no herd), and waiters are served in queue order. Shared mode uses "read-" and "write-" nodes: a reader waits
-// for the next lower writer only, a writer for the next lower node of either
-// kind; a reader queued behind a writer never waits for writers that came
-// after it. When the watched node was the only one ahead that could block
+// exactly one waiter (no herd), and waiters are served in queue order.
+// Shared mode uses "read-" and "write-" nodes: a reader waits for the next
+// lower writer only, a writer for the next lower node of either kind; a
+// reader queued behind a writer never waits for writers that came after
+// it. When the watched node was the only one ahead that could block
 // the waiter, its deletion is the waiter's turn and it is granted without
 // listing again (the server numbers new nodes above every existing one, so
 // no node can join ahead of it). So is the release of a writer that held
