@@ -11,7 +11,10 @@
 // lease it backs closes Done with engine.ErrLeaseLost, and the next Acquire
 // creates a new session. The session's behaviour is "delete": Consul deletes
 // the keys of an invalidated session, so a dead holder leaves nothing.
-// Sessions can be tied to health checks with WithHealthChecks.
+// Sessions can be tied to health checks with WithHealthChecks. An agent
+// that has just started refuses sessions until its node is in the catalog
+// (its first anti-entropy sync); the engine retries a refused creation for
+// up to 5s, within the Acquire's context.
 //
 // Lock-delay (WithLockDelay, default 15s as in Consul) is the safety margin
 // after an invalidation: the keys the session held cannot be locked again

@@ -263,3 +263,41 @@ func TestAgentStopped(t *testing.T) {
 	}
 	_ = bound("Close", 10*time.Second, func(context.Context) error { return e.Close() })
 }
+
+// TestSessionWaitsForNodeRegistration: an agent whose node is not in the
+// catalog yet (as just after it starts) refuses session creation with
+// "Missing node registration". The engine's first Acquire retries until
+// the node is registered instead of failing. The test takes the agent's
+// node out of the catalog, checks that a session is refused, and puts the
+// node back a moment after the Acquire has started.
+func TestSessionWaitsForNodeRegistration(t *testing.T) {
+	ag := testenv.StartConsul(t)
+	admin := newClient(t, ag.Addr)
+	node, err := admin.Agent().NodeName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Catalog().Deregister(&api.CatalogDeregistration{Node: node}, nil); err != nil {
+		t.Fatalf("deregister node %s: %v", node, err)
+	}
+	if _, _, err := admin.Session().Create(&api.SessionEntry{Name: "probe"}, nil); err == nil {
+		t.Fatal("a session was created for a node missing from the catalog: the test cannot tell a retry from a first success")
+	}
+	reg := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, err := admin.Catalog().Register(&api.CatalogRegistration{
+			Node: node, Address: "127.0.0.1",
+			Check: &api.AgentCheck{Node: node, CheckID: "serfHealth", Name: "Serf Health Status", Status: api.HealthPassing},
+		}, nil)
+		reg <- err
+	}()
+	e := newEngine(t, ag.Addr)
+	l := mustAcquire(t, e, hold(testKey(t), engine.Exclusive))
+	if err := <-reg; err != nil {
+		t.Fatalf("register node %s again: %v", node, err)
+	}
+	if err := l.Release(ctxFor(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}

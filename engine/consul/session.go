@@ -3,6 +3,7 @@ package consul
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -87,13 +88,40 @@ func (e *Engine) createSession(ctx context.Context) (string, error) {
 		body["ServiceChecks"] = e.cfg.serviceChecks
 	}
 	var out struct{ ID string }
-	if _, err := e.client.Raw().Write("/v1/session/create", body, &out, e.write(ctx)); err != nil {
-		return "", err
+	backoff, deadline := minBackoff, time.Now().Add(registrationWait)
+	for {
+		_, err := e.client.Raw().Write("/v1/session/create", body, &out, e.write(ctx))
+		if err == nil {
+			break
+		}
+		if !unregistered(err) || time.Now().Add(backoff).After(deadline) {
+			return "", err
+		}
+		if serr := sleep(ctx, backoff); serr != nil {
+			return "", err
+		}
+		backoff = min(2*backoff, maxBackoff)
 	}
 	if out.ID == "" {
 		return "", fmt.Errorf("session create returned no id")
 	}
 	return out.ID, nil
+}
+
+// registrationWait bounds how long a session create is retried while the
+// agent's node is missing from the catalog (see unregistered).
+const registrationWait = 5 * time.Second
+
+// unregistered reports whether a session create failed because the
+// catalog does not list the agent's node (or its serfHealth check) yet: an
+// agent that has just started, or restarted, registers itself within its
+// first anti-entropy sync, usually well under a second. A session created
+// a moment later succeeds, so createSession retries, within
+// registrationWait and the caller's context.
+func unregistered(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Missing node registration") ||
+		strings.Contains(msg, "Missing check 'serfHealth' registration")
 }
 
 // SessionID returns the ID of the engine's current Consul session, or ""
