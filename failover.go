@@ -40,11 +40,20 @@ type FailoverOptions struct {
 	// never overlap even if the old engine is unreachable and its holders
 	// have not noticed. The default is off.
 	Fence bool
+	// MinFence, with Fence, is the shortest fence after a switch, however
+	// short the leases this process granted: the lease period of the other
+	// processes of a fleet, whose leases this one cannot see. The default,
+	// 0, fences by this process's own leases only.
+	MinFence time.Duration
 	// Epoch is the first epoch; see Failover. Give every process of a fleet
 	// the same value (config does).
 	Epoch uint64
 	// OnSwitch, if set, is called after every switch. It must not block.
 	OnSwitch func(SwitchEvent)
+	// OnHealth, if set, is called after every health round in which an
+	// engine became healthy or unhealthy, with the new status (as Status
+	// returns it). It must not block.
+	OnHealth func([]EngineStatus)
 }
 
 // SwitchEvent describes one switch of the active engine.
@@ -118,6 +127,7 @@ type Failover struct {
 	maxTTL     time.Duration // longest TTL granted in this epoch
 	fenceUntil time.Time
 	override   string
+	fleet      FleetStatus
 	closed     bool
 	closing    chan struct{}
 	loopDone   chan struct{}
@@ -241,6 +251,11 @@ func (f *Failover) Status() []EngineStatus {
 // keeps it as the override (see FailoverOptions.Active). An empty name
 // clears the override without switching. An unknown name returns
 // ErrUnknownEngine and changes nothing.
+//
+// SetActive moves this process only. Processes of a fleet that switch one
+// by one grant the same keys on two engines in between; a fleet switches
+// together through a shared key (package config's engine_key), whose
+// followers call Follow.
 func (f *Failover) SetActive(name string) error {
 	if name == "" {
 		f.mu.Lock()
@@ -253,9 +268,37 @@ func (f *Failover) SetActive(name string) error {
 			f.mu.Lock()
 			f.override = name
 			f.mu.Unlock()
-			f.switchTo(i, "operator")
+			f.switchTo(i, "operator", 0)
 			return nil
 		}
+	}
+	return fmt.Errorf("%w: %q", ErrUnknownEngine, name)
+}
+
+// Follow makes name the active engine at epoch at least epoch, as a
+// fleet's shared decision says (package config's engine_key calls it for
+// every process of the fleet), and keeps name as the override. If name is
+// active already, a higher epoch is taken without a switch, so that every
+// later token is larger. A switch takes max(epoch, the current epoch + 1):
+// epochs never go back, so a process that had switched more often than
+// the fleet keeps its higher epoch. reason is reported in the SwitchEvent.
+// An unknown name returns ErrUnknownEngine and changes nothing.
+func (f *Failover) Follow(name string, epoch uint64, reason string) error {
+	for i, ne := range f.engines {
+		if ne.Name != name {
+			continue
+		}
+		if epoch >= 1<<(64-tokenBits) {
+			return fmt.Errorf("%w: failover: epoch %d does not fit in %d bits", engine.ErrInvalidRequest, epoch, 64-tokenBits)
+		}
+		f.mu.Lock()
+		f.override = name
+		if f.active == i && epoch > f.epoch {
+			f.epoch = epoch
+		}
+		f.mu.Unlock()
+		f.switchTo(i, reason, epoch)
+		return nil
 	}
 	return fmt.Errorf("%w: %q", ErrUnknownEngine, name)
 }
@@ -361,9 +404,10 @@ func (f *Failover) releaseLater(l engine.Lease) {
 	}()
 }
 
-// switchTo makes engines[to] active: new epoch, old leases ended with
-// ErrEngineSwitched and released in the background, waiters moved.
-func (f *Failover) switchTo(to int, reason string) {
+// switchTo makes engines[to] active: new epoch (at least minEpoch), old
+// leases ended with ErrEngineSwitched and released in the background,
+// waiters moved.
+func (f *Failover) switchTo(to int, reason string, minEpoch uint64) {
 	f.mu.Lock()
 	if f.closed || to == f.active || f.epoch+1 >= 1<<(64-tokenBits) {
 		// (After 65535 switches the epoch would overflow its bits and
@@ -373,9 +417,9 @@ func (f *Failover) switchTo(to int, reason string) {
 	}
 	from := f.active
 	f.active = to
-	f.epoch++
-	if f.opts.Fence && f.maxTTL > 0 {
-		f.fenceUntil = time.Now().Add(f.maxTTL)
+	f.epoch = max(f.epoch+1, minEpoch)
+	if fence := max(f.maxTTL, f.opts.MinFence); f.opts.Fence && fence > 0 {
+		f.fenceUntil = time.Now().Add(fence)
 	}
 	f.maxTTL = 0
 	lost := make([]*failoverLease, 0, len(f.leases))
@@ -439,34 +483,41 @@ func (f *Failover) checkHealth() time.Duration {
 	}
 	wg.Wait()
 	f.mu.Lock()
+	changed := false
 	for i, r := range res {
 		h := &f.health[i]
+		was := h.Healthy
 		if r.err == nil {
 			h.Failures, h.Healthy, h.Latency, h.LastErr = 0, true, r.d, ""
-			continue
+		} else {
+			h.Failures++
+			h.LastErr = r.err.Error()
+			if h.Failures >= f.opts.Threshold {
+				h.Healthy = false
+			}
 		}
-		h.Failures++
-		h.LastErr = r.err.Error()
-		if h.Failures >= f.opts.Threshold {
-			h.Healthy = false
-		}
+		changed = changed || h.Healthy != was
 	}
 	to, reason := f.choose()
 	f.mu.Unlock()
+	if changed && f.opts.OnHealth != nil {
+		f.opts.OnHealth(f.Status())
+	}
 	if to >= 0 {
-		f.switchTo(to, reason)
+		f.switchTo(to, reason, 0)
 	}
 	return interval
 }
 
 // Configure applies new tunables without a restart, as a configuration
 // reload does: Interval, Threshold, Auto, Failback and Fence take effect
-// from the next health round; a changed Active is applied as SetActive
-// would (an empty one clears the override); an Epoch above the current one
-// raises it, so that every later token is larger (an operator can bring a
-// fleet's epochs back in step this way); a lower Epoch is ignored, since
-// tokens must not go back. OnSwitch stays as NewFailover set it. An
-// unknown Active clears the override, as an unknown one at start does, and
+// from the next health round, MinFence from the next switch; a changed
+// Active is applied as SetActive would (an empty one clears the
+// override); an Epoch above the current one raises it, so that every
+// later token is larger (an operator can bring a fleet's epochs back in
+// step this way); a lower Epoch is ignored, since tokens must not go
+// back. OnSwitch and OnHealth stay as NewFailover set them. An unknown
+// Active clears the override, as an unknown one at start does, and
 // Configure returns ErrUnknownEngine after applying the rest.
 func (f *Failover) Configure(opts FailoverOptions) error {
 	if opts.Interval == 0 {
@@ -481,6 +532,7 @@ func (f *Failover) Configure(opts FailoverOptions) error {
 	f.mu.Lock()
 	f.opts.Interval, f.opts.Threshold = opts.Interval, opts.Threshold
 	f.opts.Auto, f.opts.Failback, f.opts.Fence = opts.Auto, opts.Failback, opts.Fence
+	f.opts.MinFence = opts.MinFence
 	if opts.Epoch > f.epoch {
 		f.epoch = opts.Epoch
 	}

@@ -315,3 +315,78 @@ func TestConfigureAppliesWithoutRestart(t *testing.T) {
 		t.Fatalf("negative interval: %v", err)
 	}
 }
+
+// TestFollowTakesTheFleetsEpoch: Follow switches to the fleet's engine at
+// the fleet's epoch, never lowers an epoch, raises it without a switch
+// when the engine is already active, and reports the reason it was given.
+func TestFollowTakesTheFleetsEpoch(t *testing.T) {
+	fl := newFleet(t)
+	var reasons []string
+	var mu sync.Mutex
+	c, f := fl.client(t, cerberus.FailoverOptions{OnSwitch: func(e cerberus.SwitchEvent) {
+		mu.Lock()
+		reasons = append(reasons, e.Reason)
+		mu.Unlock()
+	}})
+	ctx := ctxT(t)
+	held := must(t)(c.Lock(ctx, "k"))
+	if err := f.Follow("b", 7, "failover"); err != nil {
+		t.Fatal(err)
+	}
+	if f.Active() != "b" || f.Epoch() != 7 {
+		t.Fatalf("after Follow(b, 7): active %s epoch %d", f.Active(), f.Epoch())
+	}
+	if !errors.Is(held.Err(), cerberus.ErrEngineSwitched) {
+		t.Fatalf("the lease held across Follow: Err %v", held.Err())
+	}
+	l := must(t)(c.Lock(ctx, "k"))
+	if l.Token()>>48 != 7 {
+		t.Fatalf("token %x does not carry epoch 7", l.Token())
+	}
+	// Same engine, higher epoch: no switch, the lease stays, later tokens
+	// carry the new epoch.
+	if err := f.Follow("b", 9, "operator"); err != nil {
+		t.Fatal(err)
+	}
+	if l.Err() != nil || f.Epoch() != 9 {
+		t.Fatalf("Follow(b, 9) on b: lease err %v, epoch %d", l.Err(), f.Epoch())
+	}
+	_ = l.Unlock(ctx)
+	// A lower epoch never takes tokens back.
+	if err := f.Follow("a", 3, "failback"); err != nil {
+		t.Fatal(err)
+	}
+	if f.Active() != "a" || f.Epoch() != 10 {
+		t.Fatalf("after Follow(a, 3): active %s epoch %d, want a 10", f.Active(), f.Epoch())
+	}
+	if err := f.Follow("nope", 11, "operator"); !errors.Is(err, cerberus.ErrUnknownEngine) || f.Epoch() != 10 {
+		t.Fatalf("Follow(nope): %v, epoch %d", err, f.Epoch())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reasons) != 2 || reasons[0] != "failover" || reasons[1] != "failback" {
+		t.Fatalf("switch reasons %v, want [failover failback]", reasons)
+	}
+}
+
+// TestMinFenceWithoutLocalLeases: a process that granted nothing on the
+// old engine still fences for MinFence after a switch, since other
+// processes' leases there are not its to see.
+func TestMinFenceWithoutLocalLeases(t *testing.T) {
+	fl := newFleet(t)
+	const fence = 300 * time.Millisecond
+	c, f := fl.client(t, cerberus.FailoverOptions{Fence: true, MinFence: fence})
+	ctx := ctxT(t)
+	switched := time.Now()
+	if err := f.Follow("b", 1, "failover"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryLock(ctx, "k"); !errors.Is(err, cerberus.ErrNotAcquired) {
+		t.Fatalf("TryLock inside the fence: want ErrNotAcquired, got %v", err)
+	}
+	l := must(t)(c.Lock(ctx, "k"))
+	if at := time.Now(); at.Before(switched.Add(fence)) {
+		t.Fatalf("granted %v after the switch, inside the %v fence", at.Sub(switched), fence)
+	}
+	_ = l.Unlock(ctx)
+}

@@ -10,7 +10,7 @@ import (
 // allowSwitch is true, for a service to mount (behind its own
 // authentication: a switch loses every lock held on the old engine).
 //
-//	GET                 200, JSON: {"active","epoch","engines":[...]}
+//	GET                 200, JSON: {"active","epoch","scope","engines":[...],"fleet"}
 //	POST ?engine=NAME   SetActive(NAME), then 200 with the new status;
 //	                    400 without a name, 404 for an unknown engine,
 //	                    403 when switching is not allowed
@@ -48,11 +48,14 @@ func (f *Failover) Handler(allowSwitch bool) http.Handler {
 	})
 }
 
-// statusDoc is the JSON form of Status.
+// statusDoc is the JSON form of Status and Fleet. Scope is "process" when
+// a switch here moves this process only.
 type statusDoc struct {
 	Active  string          `json:"active"`
 	Epoch   uint64          `json:"epoch"`
+	Scope   string          `json:"scope"`
 	Engines []engineDocItem `json:"engines"`
+	Fleet   *FleetStatus    `json:"fleet,omitempty"`
 }
 
 type engineDocItem struct {
@@ -66,6 +69,11 @@ type engineDocItem struct {
 
 func (f *Failover) statusDoc() statusDoc {
 	doc := statusDoc{Active: f.Active(), Epoch: f.Epoch()}
+	fl := f.Fleet()
+	doc.Scope = fl.Scope
+	if fl.Scope == ScopeFleet {
+		doc.Fleet = &fl
+	}
 	for _, s := range f.Status() {
 		doc.Engines = append(doc.Engines, engineDocItem{Name: s.Name, Active: s.Active, Healthy: s.Healthy,
 			Failures: s.Failures, LatencyMS: float64(s.Latency.Microseconds()) / 1000, LastError: s.LastErr})
