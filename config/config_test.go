@@ -32,12 +32,13 @@ func wantFull() *Config {
 				Strategy: "row", Table: "app_locks", MaxConns: 10},
 			{Name: "mem", Kind: KindMemory},
 		},
-		Engine:   "zk",
-		Health:   Health{Interval: 2 * time.Second, Threshold: 5},
-		Auto:     true,
-		Failback: FailbackAuto,
-		Fence:    false,
-		Lease:    Lease{TTL: 10 * time.Second, Watchdog: 45 * time.Second},
+		Engine:        "zk",
+		Health:        Health{Interval: 2 * time.Second, Threshold: 5},
+		Auto:          true,
+		Failback:      FailbackAuto,
+		SingleProcess: true,
+		Fence:         false,
+		Lease:         Lease{TTL: 10 * time.Second, Watchdog: 45 * time.Second},
 	}
 }
 
@@ -169,7 +170,12 @@ func TestInvalid(t *testing.T) {
 				`engines[2].username: "a:b" must not contain ':'`,
 				"engines[3].username: not used by kind consul"}},
 		{"failback", mem + "failback: sometimes", []string{`failback: unknown mode "sometimes"`}},
-		{"no engines", "auto: true", []string{"engines: at least one engine is required"}},
+		{"no engines", "auto: true\nsingle_process: true", []string{"engines: at least one engine is required"}},
+		{"auto alone", mem + "auto: true", []string{"auto: true without engine_key lets each process switch engines alone"}},
+		{"fleet settings", mem + "single_process: true\nengine_key: {consul: '127.0.0.1:8500', key: k, quorum: -1, member_ttl: 1s}",
+			[]string{"engine_key.quorum: must be 0", "engine_key.member_ttl: must be within [10s, 1h]", "single_process: true contradicts engine_key"}},
+		{"fleet settings without a key", mem + "engine_key: {quorum: 2, member_ttl: 20s}",
+			[]string{"engine_key.quorum: set engine_key.consul", "engine_key.member_ttl: set engine_key.consul"}},
 		{"wrong type", mem + "auto: [1]", []string{"auto: "}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -229,6 +235,7 @@ func TestEnvOverride(t *testing.T) {
 	for k, v := range map[string]string{
 		"CERBERUS_ENGINE":           "other",
 		"CERBERUS_AUTO":             "true",
+		"CERBERUS_SINGLE_PROCESS":   "true",
 		"CERBERUS_FAILBACK":         "auto",
 		"CERBERUS_FENCE":            "false",
 		"CERBERUS_HEALTH_INTERVAL":  "250ms",
@@ -244,7 +251,7 @@ func TestEnvOverride(t *testing.T) {
 	}
 	want := &Config{
 		Engines: []Engine{{Name: "m", Kind: KindMemory}},
-		Engine:  "other", Auto: true, Failback: FailbackAuto, Fence: false,
+		Engine:  "other", Auto: true, SingleProcess: true, Failback: FailbackAuto, Fence: false,
 		Health: Health{Interval: 250 * time.Millisecond, Threshold: 9},
 		Lease:  Lease{TTL: 3 * time.Second, Watchdog: time.Minute},
 	}

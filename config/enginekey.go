@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
-
-	"github.com/cerberus-go/cerberus"
 )
 
 // kvClient makes a Consul client for an engine key, with its ACL token and
@@ -48,9 +46,12 @@ func (k *EngineKey) scrub(err error) error {
 	return errors.New(strings.ReplaceAll(err.Error(), k.token, redacted))
 }
 
-// SetEngineKey writes name (an engine of cfg, or "" to unpin) to cfg's
-// Consul engine key, which every process that Opened the configuration
-// follows.
+// SetEngineKey writes name (an engine of cfg, or "" for the default: the
+// file's engine setting, or the first engine in order) to cfg's Consul
+// engine key, which every process that Opened the configuration follows.
+// The value carries the next fleet epoch (above the key's and every live
+// process's), and is written with a check-and-set, retried when another
+// writer got in between.
 func SetEngineKey(ctx context.Context, cfg *Config, name string) error {
 	if !cfg.EngineKey.Set() {
 		return fmt.Errorf("%w: engine_key: not configured", ErrInvalid)
@@ -64,57 +65,28 @@ func SetEngineKey(ctx context.Context, cfg *Config, name string) error {
 		return err
 	}
 	defer done()
-	_, err = c.KV().Put(&api.KVPair{Key: k.Key, Value: []byte(name)}, (&api.WriteOptions{}).WithContext(ctx))
-	if err != nil {
-		return fmt.Errorf("engine_key: writing %s on %s: %w", k.Key, k.Consul, k.scrub(err))
-	}
-	return nil
-}
-
-// followEngineKey keeps f's pinned engine equal to the key's value until
-// ctx ends, with blocking queries. cur receives every value applied.
-func followEngineKey(ctx context.Context, k EngineKey, f *cerberus.Failover, log *slog.Logger, cur func(string)) {
-	c, done, err := kvClient(&k)
-	if err != nil {
-		log.Warn("cerberus engine key: no client", slog.String("err", err.Error()))
-		return
-	}
-	defer done()
-	var index uint64
-	last := "\x00unset"
-	for ctx.Err() == nil {
-		pair, meta, err := c.KV().Get(k.Key, (&api.QueryOptions{WaitIndex: index, WaitTime: 30 * time.Second}).WithContext(ctx))
+	fl := &fleet{k: *k, kv: c}
+	for range 10 {
+		pair, _, err := c.KV().Get(k.Key, (&api.QueryOptions{}).WithContext(ctx))
 		if err != nil {
-			if ctx.Err() == nil {
-				log.Warn("cerberus engine key: read failed; retrying", slog.String("key", k.Key), slog.String("err", k.scrub(err).Error()))
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Second):
-				}
-			}
-			continue
+			return fmt.Errorf("engine_key: writing %s on %s: reading it first: %w", k.Key, k.Consul, k.scrub(err))
 		}
-		if meta.LastIndex < index {
-			index = 0 // the index went back (a new agent state): start over
-		} else {
-			index = meta.LastIndex
-		}
-		value := ""
+		var cur keyValue
+		var idx uint64
 		if pair != nil {
-			value = string(pair.Value)
+			cur, idx = parseKeyValue(pair.Value), pair.ModifyIndex
 		}
-		if value == last {
-			continue
+		members, err := fl.list(ctx)
+		if err != nil {
+			return fmt.Errorf("engine_key: writing %s on %s: reading the fleet first: %w", k.Key, k.Consul, err)
 		}
-		last = value
-		cur(value)
-		if err := f.SetActive(value); err != nil {
-			if errors.Is(err, cerberus.ErrUnknownEngine) {
-				_ = f.SetActive("")
-			}
-			log.Warn("cerberus engine key names no configured engine; unpinned", slog.String("key", k.Key), slog.String("value", value))
-			continue
+		host, _ := os.Hostname()
+		next := keyValue{Engine: name, Epoch: nextEpoch(cur, members), Reason: "operator",
+			By: fmt.Sprintf("%s/%d", host, os.Getpid()), At: time.Now().UTC()}
+		ok, err := casKey(ctx, c, k, next, idx)
+		if err != nil || ok {
+			return err
 		}
-		log.Info("cerberus engine key applied", slog.String("key", k.Key), slog.String("active", f.Active()))
 	}
+	return fmt.Errorf("engine_key: %s kept changing under 10 writes; try again", k.Key)
 }

@@ -22,7 +22,7 @@ const EnvPrefix = "CERBERUS"
 // envKeys are the keys Load overrides from CERBERUS_<KEY> (dots become
 // underscores).
 var envKeys = []string{
-	"engine", "auto", "failback", "fence",
+	"engine", "auto", "single_process", "failback", "fence",
 	"health.interval", "health.threshold",
 	"lease.ttl", "lease.watchdog",
 }

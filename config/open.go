@@ -7,14 +7,22 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/consul/api"
 
 	"github.com/cerberus-go/cerberus"
 )
 
 // FailoverOptions maps the configuration's policy onto the manager's
 // options: the pinned engine, health checks, auto, failback and fence.
+// With an engine key, switching is the fleet's decision, not the
+// manager's: Auto and Failback are off here (Open's fleet coordinator
+// applies them through the key), and the fence lasts at least the lease
+// period, since other processes' leases on the old engine are not seen
+// here.
 func (c *Config) FailoverOptions() cerberus.FailoverOptions {
-	return cerberus.FailoverOptions{
+	o := cerberus.FailoverOptions{
 		Active:    c.Engine,
 		Interval:  c.Health.Interval,
 		Threshold: c.Health.Threshold,
@@ -22,6 +30,22 @@ func (c *Config) FailoverOptions() cerberus.FailoverOptions {
 		Failback:  c.Failback == FailbackAuto,
 		Fence:     c.Fence,
 	}
+	if c.EngineKey.Set() {
+		o.Auto, o.Failback = false, false
+		if c.Fence {
+			o.MinFence = c.leasePeriod()
+		}
+	}
+	return o
+}
+
+// leasePeriod is how long a lease granted under these defaults lasts
+// without renewal.
+func (c *Config) leasePeriod() time.Duration {
+	if c.Lease.TTL > 0 {
+		return c.Lease.TTL
+	}
+	return c.Lease.Watchdog
 }
 
 // LeaseOptions maps the lease defaults onto Client options: a fixed TTL
@@ -49,9 +73,11 @@ type Service struct {
 // Open loads the file at path, builds its engines, starts a Failover with
 // its policy and a Client with its lease defaults, and watches the file:
 // an edited pinned engine, health check, auto, failback or fence setting
-// applies without a restart (Failover.Configure); with engine_key set, the
-// Consul key's value pins the engine instead of the file's engine setting,
-// so a whole fleet flips together. Changes to the engine
+// applies without a restart (Failover.Configure). With engine_key set, the
+// Consul key's value decides the engine instead of the file's engine
+// setting, so a whole fleet flips together, and the process registers in
+// the fleet and takes part in its automatic decisions (see EngineKey).
+// Changes to the engine
 // list or to lease defaults need a restart; they are logged to log (nil:
 // slog.Default()) and not applied, as is a file that no longer validates.
 // extra options are passed to the Client after the configured ones.
@@ -74,32 +100,56 @@ func Open(ctx context.Context, path string, log *slog.Logger, extra ...cerberus.
 	for i, n := range named {
 		engines[i] = cerberus.NamedEngine{Name: n.Name, Engine: n.Engine}
 	}
-	f, err := cerberus.NewFailover(engines, cfg.FailoverOptions())
-	if err != nil {
-		for _, n := range named {
-			_ = n.Engine.Close()
+	fo := cfg.FailoverOptions()
+	var kv *api.Client
+	var kvDone func()
+	var fl atomic.Pointer[fleet]
+	if cfg.EngineKey.Set() {
+		if kv, kvDone, err = kvClient(&cfg.EngineKey); err != nil {
+			closeNamed(named)
+			return nil, err
 		}
-		return nil, err
+		startOnKey(ctx, cfg, kv, &fo, log)
+		fo.OnHealth = func([]cerberus.EngineStatus) {
+			if p := fl.Load(); p != nil {
+				p.poke()
+			}
+		}
 	}
-	c, err := cerberus.New(f, append(cfg.LeaseOptions(), extra...)...)
+	f, err := cerberus.NewFailover(engines, fo)
 	if err != nil {
-		_ = f.Close()
+		closeNamed(named)
+	}
+	var c *cerberus.Client
+	if err == nil {
+		if c, err = cerberus.New(f, append(cfg.LeaseOptions(), extra...)...); err != nil {
+			_ = f.Close()
+		}
+	}
+	if err != nil {
+		if kvDone != nil {
+			kvDone()
+		}
 		return nil, err
 	}
 	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Service{Client: c, Failover: f, stop: stop, done: make(chan struct{})}
 	started := cfg
-	var kvValue atomic.Pointer[string] // the engine key's value, once read
 	var wg sync.WaitGroup
 	if cfg.EngineKey.Set() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			followEngineKey(wctx, cfg.EngineKey, f, log, func(v string) { kvValue.Store(&v) })
-		}()
+		p := newFleet(cfg, f, kv, log)
+		fl.Store(p)
+		wg.Add(2)
+		go func() { defer wg.Done(); p.follow(wctx) }()
+		go func() { defer wg.Done(); p.run(wctx) }()
 	}
 	go func() {
 		defer close(s.done)
+		defer func() {
+			if kvDone != nil {
+				kvDone()
+			}
+		}()
 		defer wg.Wait()
 		err := Watch(wctx, path, func(next *Config, err error) {
 			if err != nil {
@@ -110,12 +160,10 @@ func Open(ctx context.Context, path string, log *slog.Logger, extra ...cerberus.
 				log.Warn("cerberus config: engines or lease defaults changed; they apply after a restart", slog.String("path", path))
 			}
 			opts := next.FailoverOptions()
-			if started.EngineKey.Set() {
-				// The fleet's engine key pins the engine, not the file.
-				opts.Active = ""
-				if v := kvValue.Load(); v != nil {
-					opts.Active = *v
-				}
+			if p := fl.Load(); p != nil {
+				// The fleet's engine key decides the engine, not the file.
+				opts.Active = p.f.Active()
+				p.setPolicy(next.fleetPolicy())
 			}
 			if err := f.Configure(opts); err != nil {
 				log.Warn("cerberus config reload", slog.String("path", path), slog.String("err", err.Error()))
@@ -128,6 +176,30 @@ func Open(ctx context.Context, path string, log *slog.Logger, extra ...cerberus.
 		}
 	}()
 	return s, nil
+}
+
+// startOnKey reads the engine key once, so that a process joining a fleet
+// starts on the fleet's engine and epoch rather than switching (and
+// fencing) right after it starts. If the key cannot be read in time, the
+// process starts as the file says and the follower catches up.
+func startOnKey(ctx context.Context, cfg *Config, kv *api.Client, fo *cerberus.FailoverOptions, log *slog.Logger) {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	fl := &fleet{k: cfg.EngineKey, kv: kv, def: cfg.defaultEngine()}
+	v, _, _, err := fl.readKey(rctx, &api.QueryOptions{})
+	if err != nil {
+		log.Warn("cerberus engine key unreadable at start; starting as the file says", slog.String("key", cfg.EngineKey.Key), slog.String("err", err.Error()))
+		return
+	}
+	if cfg.Find(v.Engine) != nil && v.Epoch < 1<<16 {
+		fo.Active, fo.Epoch = v.Engine, v.Epoch
+	}
+}
+
+func closeNamed(named []Named) {
+	for _, n := range named {
+		_ = n.Engine.Close()
+	}
 }
 
 // sameEngines reports whether two configurations list the same engines.

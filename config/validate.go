@@ -96,11 +96,25 @@ func (c *Config) validate() []error {
 			add("engine_key.key: %q must be a non-empty KV key without a leading '/'", k.Key)
 		}
 		errs = append(errs, k.TLS.validate("engine_key.tls")...)
+		if k.Quorum < 0 {
+			add("engine_key.quorum: must be 0 (a majority) or a number of processes, got %d", k.Quorum)
+		}
+		if k.MemberTTL != 0 && (k.MemberTTL < 10*time.Second || k.MemberTTL > time.Hour) {
+			add("engine_key.member_ttl: must be within [10s, 1h] (Consul's session TTL range), got %v", k.MemberTTL)
+		}
+		if c.SingleProcess {
+			add("single_process: true contradicts engine_key, which serves a fleet; remove one")
+		}
 	} else {
+		if c.Auto && !c.SingleProcess {
+			add("auto: true without engine_key lets each process switch engines alone, and two processes on two engines grant the same key; " +
+				"set engine_key so the fleet decides together, or single_process: true if one process only uses this configuration")
+		}
 		for _, s := range []struct {
 			key string
 			set bool
-		}{{"token", k.Token != ""}, {"token_file", k.TokenFile != ""}, {"token_env", k.TokenEnv != ""}, {"tls", k.TLS != nil}} {
+		}{{"token", k.Token != ""}, {"token_file", k.TokenFile != ""}, {"token_env", k.TokenEnv != ""}, {"tls", k.TLS != nil},
+			{"quorum", k.Quorum != 0}, {"member_ttl", k.MemberTTL != 0}} {
 			if s.set {
 				add("engine_key.%s: set engine_key.consul and engine_key.key too, or remove it", s.key)
 			}
