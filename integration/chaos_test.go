@@ -238,20 +238,7 @@ func runChaos(t *testing.T, tg chaosTarget, p chaosParams) checker.Result {
 			Hold: 20 * time.Millisecond, Call: 2 * time.Second, Fence: f.addr,
 			Out: filepath.Join(dir, fmt.Sprintf("worker-%d.jsonl", i)), MaxOps: 100000,
 		}
-		raw, _ := json.Marshal(spec)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), workerEnv+"="+string(raw))
-		log, err := os.Create(filepath.Join(dir, fmt.Sprintf("worker-%d.log", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stdout, cmd.Stderr = log, log
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = log.Close() })
-		cmds, outs = append(cmds, cmd), append(outs, spec.Out)
+		cmds, outs = append(cmds, spawnWorker(t, dir, spec)), append(outs, spec.Out)
 	}
 	var pauses []checker.Pause
 	var crashes []int64
@@ -283,27 +270,8 @@ func runChaos(t *testing.T, tg chaosTarget, p chaosParams) checker.Result {
 		pauses = append(pauses, checker.Pause{Proc: 0, Start: start.UnixNano(), End: time.Now().UnixNano()})
 		faults++
 	}
-	// Wait for the workers, bounded: each ends on its own after the run.
-	for i, cmd := range cmds {
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("worker %d: %v; see %s", i, err, filepath.Join(dir, fmt.Sprintf("worker-%d.log", i)))
-			}
-		case <-time.After(d + 60*time.Second):
-			t.Fatalf("worker %d did not finish", i)
-		}
-	}
-	var secs []checker.Section
-	var calls []checker.Call
-	var end int64
-	for _, out := range outs {
-		s, c, e := readRecords(t, out)
-		secs, calls = append(secs, s...), append(calls, c...)
-		end = max(end, e)
-	}
+	awaitWorkers(t, dir, cmds, d+60*time.Second)
+	secs, calls, end := collect(t, outs)
 	r := checker.Check(secs, calls, pauses, crashes, end)
 	r.Faults = faults
 	t.Log(r.Line(tg.name))
@@ -320,6 +288,58 @@ func runChaos(t *testing.T, tg chaosTarget, p chaosParams) checker.Result {
 		t.Errorf("%s: %d violations, %d hung calls", tg.name, r.Violations, r.Hung)
 	}
 	return r
+}
+
+// spawnWorker starts this test binary as a checker worker running spec,
+// its output logged to dir/worker-<proc>.log; it is killed at cleanup.
+func spawnWorker(t *testing.T, dir string, spec workerSpec) *exec.Cmd {
+	t.Helper()
+	raw, _ := json.Marshal(spec)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), workerEnv+"="+string(raw))
+	log, err := os.Create(filepath.Join(dir, fmt.Sprintf("worker-%d.log", spec.Proc)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = log.Close() })
+	return cmd
+}
+
+// awaitWorkers waits for every worker, each bounded by bound: a worker
+// ends on its own after its run.
+func awaitWorkers(t *testing.T, dir string, cmds []*exec.Cmd, bound time.Duration) {
+	t.Helper()
+	for i, cmd := range cmds {
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("worker %d: %v; see %s", i, err, filepath.Join(dir, fmt.Sprintf("worker-%d.log", i)))
+			}
+		case <-time.After(bound):
+			t.Fatalf("worker %d did not finish", i)
+		}
+	}
+}
+
+// collect reads every worker's records.
+func collect(t *testing.T, outs []string) ([]checker.Section, []checker.Call, int64) {
+	t.Helper()
+	var secs []checker.Section
+	var calls []checker.Call
+	var end int64
+	for _, out := range outs {
+		s, c, e := readRecords(t, out)
+		secs, calls = append(secs, s...), append(calls, c...)
+		end = max(end, e)
+	}
+	return secs, calls, end
 }
 
 // logErrors logs the most frequent errors of the run's calls.

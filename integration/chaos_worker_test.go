@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/config"
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/consul"
 	"github.com/cerberus-go/cerberus/engine/mysql"
@@ -46,6 +48,10 @@ type workerSpec struct {
 	Fence      string        // address of the parent's fenced resource
 	Out        string        // file the records are written to
 	MaxOps     int           // bound on lock attempts per goroutine
+	// Config, when set, is a cerberus configuration file: the worker runs
+	// config.Open on it (engines, failover, engine key) instead of dialling
+	// Engine, and reports where its Failover ended (workerRecord.Final).
+	Config string
 }
 
 // workerRecord is one line of a worker's output: a section or a call.
@@ -53,6 +59,39 @@ type workerRecord struct {
 	Sec  *checker.Section `json:"sec,omitempty"`
 	Call *checker.Call    `json:"call,omitempty"`
 	End  int64            `json:"end,omitempty"` // the worker's last line: when it stopped
+	// Final, with Config, comes just before End: the Failover's state.
+	Final *workerFinal `json:"final,omitempty"`
+}
+
+// workerFinal is what a config-run worker's Failover did.
+type workerFinal struct {
+	Active   string   // the active engine at the end
+	Epoch    uint64   // and its epoch
+	Switched int64    // unix ns of the first change of the active engine, 0 if none
+	Notes    []string // every distinct fleet note seen, in order
+}
+
+// watchFailover samples f every few milliseconds until stop closes, and
+// returns what it saw.
+func watchFailover(f *cerberus.Failover, stop <-chan struct{}) *workerFinal {
+	out := &workerFinal{}
+	first := f.Active()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if out.Switched == 0 && f.Active() != first {
+			out.Switched = time.Now().UnixNano()
+		}
+		if n := f.Fleet().Note; n != "" && (len(out.Notes) == 0 || out.Notes[len(out.Notes)-1] != n) {
+			out.Notes = append(out.Notes, n)
+		}
+		select {
+		case <-stop:
+			out.Active, out.Epoch = f.Active(), f.Epoch()
+			return out
+		case <-tick.C:
+		}
+	}
 }
 
 // dialEngine builds the engine a worker locks through.
@@ -80,6 +119,31 @@ func dialEngine(s workerSpec) (engine.Engine, error) {
 	return nil, fmt.Errorf("unknown engine %q", s.Engine)
 }
 
+// workerClient builds the worker's Client: over the spec's engine, or from
+// its configuration file. final, if not nil, says where the Failover
+// ended once called.
+func workerClient(s workerSpec) (c *cerberus.Client, closer func(), final func() *workerFinal, err error) {
+	if s.Config != "" {
+		svc, err := config.Open(context.Background(), s.Config, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		stop := make(chan struct{})
+		seen := make(chan *workerFinal, 1)
+		go func() { seen <- watchFailover(svc.Failover, stop) }()
+		final = func() *workerFinal { close(stop); return <-seen }
+		return svc.Client, func() { _ = svc.Close() }, final, nil
+	}
+	e, err := dialEngine(s)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if c, err = cerberus.New(e); err != nil {
+		return nil, nil, nil, err
+	}
+	return c, func() { _ = c.Close(); _ = e.Close() }, nil, nil
+}
+
 // runWorker is a worker process's whole life: lock, work, write, unlock,
 // record, until the spec's duration ends; then write the records.
 func runWorker(raw string) error {
@@ -87,15 +151,11 @@ func runWorker(raw string) error {
 	if err := json.Unmarshal([]byte(raw), &s); err != nil {
 		return fmt.Errorf("worker spec: %w", err)
 	}
-	e, err := dialEngine(s)
+	c, closer, final, err := workerClient(s)
 	if err != nil {
 		return err
 	}
-	c, err := cerberus.New(e)
-	if err != nil {
-		return err
-	}
-	w := &worker{spec: s, http: &http.Client{Timeout: 2 * time.Second}}
+	w := &worker{spec: s, http: &http.Client{Timeout: 2 * time.Second}, final: final}
 	stop := time.Now().Add(s.Duration)
 	var wg sync.WaitGroup
 	for g := range s.Goroutines {
@@ -114,7 +174,7 @@ func runWorker(raw string) error {
 		// checker counts them as hung.
 	}
 	err = w.write()
-	go func() { _ = c.Close(); _ = e.Close() }()
+	go closer()
 	time.Sleep(100 * time.Millisecond) // give Close a moment; a hung one is not waited for
 	return err
 }
@@ -122,6 +182,8 @@ func runWorker(raw string) error {
 type worker struct {
 	spec workerSpec
 	http *http.Client
+
+	final func() *workerFinal // nil unless the spec has a Config
 
 	mu    sync.Mutex
 	secs  []checker.Section
@@ -263,6 +325,9 @@ func (w *worker) write() error {
 		_ = enc.Encode(workerRecord{Call: &cp})
 	}
 	w.mu.Unlock()
+	if w.final != nil {
+		_ = enc.Encode(workerRecord{Final: w.final()})
+	}
 	_ = enc.Encode(workerRecord{End: time.Now().UnixNano()})
 	if err := bw.Flush(); err != nil {
 		_ = f.Close()
