@@ -52,10 +52,10 @@ type FleetMember struct {
 	Self bool `json:"self,omitempty"`
 }
 
-// Disagree reports how the members split over engines: one entry an
+// ByEngine reports how the members split over engines: one entry an
 // engine, with how many members are on it, in no particular order. A fleet
 // that agrees has one entry.
-func (s FleetStatus) Disagree() map[string]int {
+func (s FleetStatus) ByEngine() map[string]int {
 	on := map[string]int{}
 	for _, m := range s.Members {
 		on[m.Active]++

@@ -115,9 +115,14 @@ func TestFailoverHandler(t *testing.T) {
 		}
 		return doc
 	}
-	if doc := get(srv.URL); doc["active"] != "a" || len(doc["engines"].([]any)) != 2 {
+	if doc := get(srv.URL); doc["active"] != "a" || len(doc["engines"].([]any)) != 2 || doc["scope"] != "process" || doc["fleet"] != nil {
 		t.Fatalf("status %v", doc)
 	}
+	f.SetFleet(cerberus.FleetStatus{Scope: cerberus.ScopeFleet, Key: "k", Members: []cerberus.FleetMember{{ID: "p1", Active: "a"}}})
+	if doc := get(srv.URL); doc["scope"] != "fleet" || doc["fleet"].(map[string]any)["key"] != "k" {
+		t.Fatalf("status under a fleet coordinator: %v", doc)
+	}
+	f.SetFleet(cerberus.FleetStatus{})
 	for _, tc := range []struct {
 		url  string
 		code int

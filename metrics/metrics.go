@@ -16,6 +16,9 @@
 //	active_engine{engine}            1 for the active engine, 0 for the others
 //	engine_healthy{engine}           1 while the manager sees the engine healthy
 //	switches_total{from,to,reason}   engine switches
+//	fleet_processes{engine}          live processes of the fleet on each engine (with engine_key)
+//	fleet_degraded                   1 while the fleet view has a note: this process outvoted, or
+//	                                 the engine key's Consul unreachable (no automatic switch)
 package metrics
 
 import (
@@ -37,6 +40,8 @@ type Metrics struct {
 	active   *prometheus.GaugeVec
 	healthy  *prometheus.GaugeVec
 	switches *prometheus.CounterVec
+	members  *prometheus.GaugeVec
+	degraded prometheus.Gauge
 }
 
 var _ cerberus.Observer = (*Metrics)(nil)
@@ -60,6 +65,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "1 while the manager sees the engine healthy."}, []string{"engine"}),
 		switches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cerberus_switches_total",
 			Help: "Switches of the active engine."}, []string{"from", "to", "reason"}),
+		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cerberus_fleet_processes",
+			Help: "Live processes of the fleet (engine_key) on each engine, as this process last read them."}, []string{"engine"}),
+		degraded: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cerberus_fleet_degraded",
+			Help: "1 while this process is outvoted by its fleet or cannot reach the engine key's Consul."}),
 	}
 	if reg != nil {
 		for _, c := range m.collectors() {
@@ -70,7 +79,7 @@ func New(reg prometheus.Registerer) *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.acquire, m.granted, m.failures, m.lost, m.active, m.healthy, m.switches}
+	return []prometheus.Collector{m.acquire, m.granted, m.failures, m.lost, m.active, m.healthy, m.switches, m.members, m.degraded}
 }
 
 // Acquired records one acquisition; see cerberus.Observer.
@@ -115,13 +124,19 @@ func (m *Metrics) Switched(ev cerberus.SwitchEvent) {
 	m.active.WithLabelValues(ev.To).Set(1)
 }
 
-// Update sets the active-engine and health gauges from f's status; call it
-// when scraping, or use Watch.
+// Update sets the active-engine, health and fleet gauges from f's status;
+// call it when scraping, or use Watch.
 func (m *Metrics) Update(f *cerberus.Failover) {
 	for _, s := range f.Status() {
 		m.active.WithLabelValues(s.Name).Set(b2f(s.Active))
 		m.healthy.WithLabelValues(s.Name).Set(b2f(s.Healthy))
 	}
+	fl := f.Fleet()
+	m.members.Reset()
+	for engine, n := range fl.ByEngine() {
+		m.members.WithLabelValues(engine).Set(float64(n))
+	}
+	m.degraded.Set(b2f(fl.Note != ""))
 }
 
 // Watch registers a collector with reg that calls Update on every scrape,

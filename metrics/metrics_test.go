@@ -87,3 +87,39 @@ cerberus_active_engine{engine="b"} 1
 		t.Error(err)
 	}
 }
+
+// TestFleetGauges: the fleet gauges follow what the fleet coordinator set.
+func TestFleetGauges(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	f, err := cerberus.NewFailover([]cerberus.NamedEngine{{Name: "a", Engine: memory.New()}}, cerberus.FailoverOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := m.Watch(reg, f); err != nil {
+		t.Fatal(err)
+	}
+	f.SetFleet(cerberus.FleetStatus{Scope: cerberus.ScopeFleet, Note: "outvoted: ...",
+		Members: []cerberus.FleetMember{{Active: "a"}, {Active: "b"}, {Active: "b"}}})
+	want := `
+# HELP cerberus_fleet_degraded 1 while this process is outvoted by its fleet or cannot reach the engine key's Consul.
+# TYPE cerberus_fleet_degraded gauge
+cerberus_fleet_degraded 1
+# HELP cerberus_fleet_processes Live processes of the fleet (engine_key) on each engine, as this process last read them.
+# TYPE cerberus_fleet_processes gauge
+cerberus_fleet_processes{engine="a"} 1
+cerberus_fleet_processes{engine="b"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "cerberus_fleet_degraded", "cerberus_fleet_processes"); err != nil {
+		t.Fatal(err)
+	}
+	f.SetFleet(cerberus.FleetStatus{Scope: cerberus.ScopeFleet, Members: []cerberus.FleetMember{{Active: "a"}}})
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP cerberus_fleet_degraded 1 while this process is outvoted by its fleet or cannot reach the engine key's Consul.
+# TYPE cerberus_fleet_degraded gauge
+cerberus_fleet_degraded 0
+`), "cerberus_fleet_degraded"); err != nil {
+		t.Fatal(err)
+	}
+}
