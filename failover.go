@@ -50,6 +50,11 @@ type FailoverOptions struct {
 	Epoch uint64
 	// OnSwitch, if set, is called after every switch. It must not block.
 	OnSwitch func(SwitchEvent)
+	// Switch, if set, is how a switch asked of the Handler moves the fleet
+	// (package config sets it when an engine key is configured): it moves
+	// every process to name and waits up to wait for them to follow. Nil
+	// means SetActive: this process only.
+	Switch func(ctx context.Context, name string, wait time.Duration) (SwitchReport, error)
 	// OnHealth, if set, is called after every health round in which an
 	// engine became healthy or unhealthy, with the new status (as Status
 	// returns it). It must not block.

@@ -1,6 +1,10 @@
 package cerberus
 
-import "time"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
 
 // Scopes of a switch: what moves when the active engine changes.
 const (
@@ -82,4 +86,42 @@ func (f *Failover) Fleet() FleetStatus {
 	}
 	s.Members = append([]FleetMember(nil), s.Members...)
 	return s
+}
+
+// SwitchReport is the outcome of a switch asked of the Handler or of a
+// fleet coordinator: where the switch went and, for a fleet, which live
+// processes have followed so far.
+type SwitchReport struct {
+	// Scope is ScopeFleet when the switch went through the fleet's shared
+	// key, ScopeProcess when only this process switched.
+	Scope  string `json:"scope"`
+	Engine string `json:"engine"`
+	Epoch  uint64 `json:"epoch"`
+	// Followed are the live processes on Engine at Epoch or later,
+	// Stragglers those that are not (yet). Both are empty for ScopeProcess.
+	Followed   []FleetMember `json:"followed,omitempty"`
+	Stragglers []FleetMember `json:"stragglers,omitempty"`
+}
+
+// Done reports whether every live process followed.
+func (r SwitchReport) Done() bool { return len(r.Stragglers) == 0 }
+
+// String says it in one line, such as "3 of 4 processes on backup (epoch
+// 5); not yet: host-a/123 on primary", or "only this process switched to
+// backup (epoch 2)".
+func (r SwitchReport) String() string {
+	if r.Scope != ScopeFleet {
+		return fmt.Sprintf("only this process switched to %s (epoch %d)", r.Engine, r.Epoch)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d of %d processes on %s (epoch %d)", len(r.Followed), len(r.Followed)+len(r.Stragglers), r.Engine, r.Epoch)
+	for i, m := range r.Stragglers {
+		if i == 0 {
+			b.WriteString("; not yet: ")
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s/%d on %s", m.Host, m.PID, m.Active)
+	}
+	return b.String()
 }

@@ -1,23 +1,37 @@
 package cerberus
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"time"
 )
 
 // Handler serves the manager's status, and operators' switches when
-// allowSwitch is true, for a service to mount (behind its own
-// authentication: a switch loses every lock held on the old engine).
+// allowSwitch is true, for a service to mount behind its own
+// authentication (a switch loses every lock held on the old engine; see
+// the example with a bearer token).
 //
-//	GET                 200, JSON: {"active","epoch","scope","engines":[...],"fleet"}
-//	POST ?engine=NAME   SetActive(NAME), then 200 with the new status;
-//	                    400 without a name, 404 for an unknown engine,
-//	                    403 when switching is not allowed
+//	GET                        200, JSON: {"active","epoch","scope","engines":[...],"fleet"}
+//	POST ?engine=NAME[&wait=D] switch, then 200 with {"switch": report, ...status}
+//	                           (202 if processes of the fleet have not
+//	                           followed within D); 400 without a name or
+//	                           with a bad wait, 404 for an unknown engine,
+//	                           403 when switching is not allowed
+//
+// Under a fleet coordinator (FailoverOptions.Switch, set by package config
+// when an engine key is configured), a POST moves the whole fleet through
+// the shared key and waits up to D (default 10s) for every live process
+// to follow; the report lists who followed and who did not. Without one,
+// a POST moves this process only (SetActive), and the report's scope is
+// "process" to say so.
 //
 // Any other method gets 405.
 func (f *Failover) Handler(allowSwitch bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var rep *SwitchReport
+		code := http.StatusOK
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
 		case http.MethodPost:
@@ -25,27 +39,85 @@ func (f *Failover) Handler(allowSwitch bool) http.Handler {
 				http.Error(w, "cerberus: switching is not allowed here", http.StatusForbidden)
 				return
 			}
-			name := r.FormValue("engine")
-			if name == "" {
-				http.Error(w, "cerberus: name the engine: ?engine=NAME", http.StatusBadRequest)
+			sw, err := f.handleSwitch(r)
+			if err != nil {
+				http.Error(w, err.Error(), switchErrCode(err))
 				return
 			}
-			if err := f.SetActive(name); err != nil {
-				code := http.StatusInternalServerError
-				if errors.Is(err, ErrUnknownEngine) {
-					code = http.StatusNotFound
-				}
-				http.Error(w, err.Error(), code)
-				return
+			rep = &sw
+			if !sw.Done() {
+				code = http.StatusAccepted
 			}
 		default:
 			w.Header().Set("Allow", "GET, HEAD, POST")
 			http.Error(w, "cerberus: method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
+		doc := f.statusDoc()
+		doc.Switch = rep
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(f.statusDoc())
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(doc)
 	})
+}
+
+// errBadSwitch is a POST the handler cannot act on.
+var errBadSwitch = errors.New("cerberus: bad switch request")
+
+func switchErrCode(err error) int {
+	switch {
+	case errors.Is(err, errBadSwitch):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrUnknownEngine):
+		return http.StatusNotFound
+	}
+	return http.StatusInternalServerError
+}
+
+// handleSwitch carries out a POST: through the fleet's Switch if there is
+// one, else SetActive.
+func (f *Failover) handleSwitch(r *http.Request) (SwitchReport, error) {
+	name := r.FormValue("engine")
+	if name == "" {
+		return SwitchReport{}, errors.Join(errBadSwitch, errors.New("cerberus: name the engine: ?engine=NAME"))
+	}
+	if !f.has(name) {
+		return SwitchReport{}, errors.Join(ErrUnknownEngine, errors.New("cerberus: unknown engine "+name))
+	}
+	wait := time.Duration(0)
+	if s := r.FormValue("wait"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 || d > time.Minute {
+			return SwitchReport{}, errors.Join(errBadSwitch, errors.New("cerberus: wait must be a duration within [0, 1m], such as 5s"))
+		}
+		wait = d
+	}
+	f.mu.Lock()
+	sw := f.opts.Switch
+	f.mu.Unlock()
+	if sw == nil {
+		if err := f.SetActive(name); err != nil {
+			return SwitchReport{}, err
+		}
+		return SwitchReport{Scope: ScopeProcess, Engine: f.Active(), Epoch: f.Epoch()}, nil
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), max(wait, DefaultFleetWait)+5*time.Second)
+	defer cancel()
+	return sw(ctx, name, wait)
+}
+
+// DefaultFleetWait is how long a fleet switch through the Handler waits for
+// the fleet to follow when the request gives no wait.
+const DefaultFleetWait = 10 * time.Second
+
+// has reports whether name is one of f's engines.
+func (f *Failover) has(name string) bool {
+	for _, ne := range f.engines {
+		if ne.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // statusDoc is the JSON form of Status and Fleet. Scope is "process" when
@@ -56,6 +128,7 @@ type statusDoc struct {
 	Scope   string          `json:"scope"`
 	Engines []engineDocItem `json:"engines"`
 	Fleet   *FleetStatus    `json:"fleet,omitempty"`
+	Switch  *SwitchReport   `json:"switch,omitempty"`
 }
 
 type engineDocItem struct {

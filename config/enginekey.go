@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -51,42 +49,9 @@ func (k *EngineKey) scrub(err error) error {
 // engine key, which every process that Opened the configuration follows.
 // The value carries the next fleet epoch (above the key's and every live
 // process's), and is written with a check-and-set, retried when another
-// writer got in between.
+// writer got in between. It does not wait for the fleet to follow; Switch
+// does.
 func SetEngineKey(ctx context.Context, cfg *Config, name string) error {
-	if !cfg.EngineKey.Set() {
-		return fmt.Errorf("%w: engine_key: not configured", ErrInvalid)
-	}
-	if name != "" && cfg.Find(name) == nil {
-		return fmt.Errorf("%w: engine: %q is not a configured engine", ErrInvalid, name)
-	}
-	k := &cfg.EngineKey
-	c, done, err := kvClient(k)
-	if err != nil {
-		return err
-	}
-	defer done()
-	fl := &fleet{k: *k, kv: c}
-	for range 10 {
-		pair, _, err := c.KV().Get(k.Key, (&api.QueryOptions{}).WithContext(ctx))
-		if err != nil {
-			return fmt.Errorf("engine_key: writing %s on %s: reading it first: %w", k.Key, k.Consul, k.scrub(err))
-		}
-		var cur keyValue
-		var idx uint64
-		if pair != nil {
-			cur, idx = parseKeyValue(pair.Value), pair.ModifyIndex
-		}
-		members, err := fl.list(ctx)
-		if err != nil {
-			return fmt.Errorf("engine_key: writing %s on %s: reading the fleet first: %w", k.Key, k.Consul, err)
-		}
-		host, _ := os.Hostname()
-		next := keyValue{Engine: name, Epoch: nextEpoch(cur, members), Reason: "operator",
-			By: fmt.Sprintf("%s/%d", host, os.Getpid()), At: time.Now().UTC()}
-		ok, err := casKey(ctx, c, k, next, idx)
-		if err != nil || ok {
-			return err
-		}
-	}
-	return fmt.Errorf("engine_key: %s kept changing under 10 writes; try again", k.Key)
+	_, err := Switch(ctx, cfg, name, -1, nil)
+	return err
 }

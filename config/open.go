@@ -65,6 +65,7 @@ type Service struct {
 	// Failover is the manager behind Client: Status, SetActive, Handler.
 	Failover *cerberus.Failover
 
+	cfg  *Config
 	stop context.CancelFunc
 	done chan struct{}
 	once sync.Once
@@ -110,6 +111,9 @@ func Open(ctx context.Context, path string, log *slog.Logger, extra ...cerberus.
 			return nil, err
 		}
 		startOnKey(ctx, cfg, kv, &fo, log)
+		fo.Switch = func(ctx context.Context, name string, wait time.Duration) (cerberus.SwitchReport, error) {
+			return Switch(ctx, cfg, name, wait, nil)
+		}
 		fo.OnHealth = func([]cerberus.EngineStatus) {
 			if p := fl.Load(); p != nil {
 				p.poke()
@@ -133,7 +137,7 @@ func Open(ctx context.Context, path string, log *slog.Logger, extra ...cerberus.
 		return nil, err
 	}
 	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	s := &Service{Client: c, Failover: f, stop: stop, done: make(chan struct{})}
+	s := &Service{Client: c, Failover: f, cfg: cfg, stop: stop, done: make(chan struct{})}
 	started := cfg
 	var wg sync.WaitGroup
 	if cfg.EngineKey.Set() {
@@ -200,6 +204,21 @@ func closeNamed(named []Named) {
 	for _, n := range named {
 		_ = n.Engine.Close()
 	}
+}
+
+// Use switches engines as an operator would: with engine_key, the whole
+// fleet through the key (Switch: every process moves, and Use waits up to
+// wait for them and reports who followed); without it, this process only
+// (Failover.SetActive), and the report's scope says so. name "" means the
+// default engine with engine_key, and clears this process's pin without.
+func (s *Service) Use(ctx context.Context, name string, wait time.Duration) (cerberus.SwitchReport, error) {
+	if s.cfg.EngineKey.Set() {
+		return Switch(ctx, s.cfg, name, wait, nil)
+	}
+	if err := s.Failover.SetActive(name); err != nil {
+		return cerberus.SwitchReport{}, err
+	}
+	return cerberus.SwitchReport{Scope: cerberus.ScopeProcess, Engine: s.Failover.Active(), Epoch: s.Failover.Epoch()}, nil
 }
 
 // sameEngines reports whether two configurations list the same engines.

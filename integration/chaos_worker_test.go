@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -52,6 +53,9 @@ type workerSpec struct {
 	// config.Open on it (engines, failover, engine key) instead of dialling
 	// Engine, and reports where its Failover ended (workerRecord.Final).
 	Config string
+	// HTTP, with Config, is a loopback address where the worker serves
+	// its Failover's Handler(true).
+	HTTP string
 }
 
 // workerRecord is one line of a worker's output: a section or a call.
@@ -127,6 +131,15 @@ func workerClient(s workerSpec) (c *cerberus.Client, closer func(), final func()
 		svc, err := config.Open(context.Background(), s.Config, slog.New(slog.NewTextHandler(os.Stderr, nil)))
 		if err != nil {
 			return nil, nil, nil, err
+		}
+		if s.HTTP != "" {
+			ln, err := net.Listen("tcp", s.HTTP)
+			if err != nil {
+				_ = svc.Close()
+				return nil, nil, nil, err
+			}
+			srv := &http.Server{Handler: svc.Failover.Handler(true), ReadHeaderTimeout: 5 * time.Second}
+			go func() { _ = srv.Serve(ln) }()
 		}
 		stop := make(chan struct{})
 		seen := make(chan *workerFinal, 1)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cerberus-go/cerberus"
 	"github.com/cerberus-go/cerberus/internal/checker"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
@@ -25,6 +27,7 @@ type fleetEnv struct {
 	redis    *testenv.RedisServer
 	px       *faultProxy // the proxied processes' path to the primary
 	consulPx *faultProxy // every process's path to the engine key's Consul
+	handlers []string    // with fleetRun.handlers: each worker's handler URL
 }
 
 // fleetRun describes one fleet run: which processes reach the primary
@@ -35,6 +38,9 @@ type fleetRun struct {
 	viaProxy []bool // one entry a process
 	keyed    bool
 	fault    func(*fleetEnv)
+	// handlers: each worker serves Failover.Handler(true) on a loopback
+	// port of its own (fleetEnv.handlers).
+	handlers bool
 }
 
 // fleetResult is what a fleet run produced.
@@ -93,11 +99,18 @@ func runFleet(t *testing.T, run fleetRun) fleetResult {
 		}
 		cfg := filepath.Join(dir, fmt.Sprintf("cerberus-%d.yaml", i))
 		fleetConfig(t, cfg, addr, env.consulPx.Addr(), key, run.keyed)
+		if run.handlers {
+			addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+			env.handlers = append(env.handlers, "http://"+addr+"/")
+		}
 		spec := workerSpec{
 			Proc: i, Config: cfg, Prefix: prefix, Keys: 2, Goroutines: 4,
 			Duration: fleetQuiet + fleetAfter, TTL: time.Second, Hold: 2 * time.Millisecond,
 			Call: 2 * time.Second, Fence: f.addr, MaxOps: 100000,
 			Out: filepath.Join(dir, fmt.Sprintf("worker-%d.jsonl", i)),
+		}
+		if run.handlers {
+			spec.HTTP = strings.TrimSuffix(strings.TrimPrefix(env.handlers[i], "http://"), "/")
 		}
 		cmds, outs = append(cmds, spawnWorker(t, dir, spec)), append(outs, spec.Out)
 	}
@@ -260,4 +273,80 @@ func TestSingleProcessSettingSplitsAFleet(t *testing.T) {
 		t.Fatalf("no overlap between two processes on two engines: the checker cannot see the split")
 	}
 	fmt.Printf("FLEET single_process split: %d overlapping sections in %v\n", res.Overlaps, fleetAfter)
+}
+
+// handlerDoc is the part of a Handler's JSON the tests read.
+type handlerDoc struct {
+	Active string                 `json:"active"`
+	Scope  string                 `json:"scope"`
+	Switch *cerberus.SwitchReport `json:"switch"`
+}
+
+// callHandler sends a GET or a POST to a worker's handler and decodes the
+// answer.
+func callHandler(t *testing.T, method, url string) (int, handlerDoc) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Errorf("%s %s: %v", method, url, err)
+		return 0, handlerDoc{}
+	}
+	defer resp.Body.Close()
+	var doc handlerDoc
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		t.Errorf("%s %s: %d, undecodable answer: %v", method, url, resp.StatusCode, err)
+	}
+	return resp.StatusCode, doc
+}
+
+// TestHandlerPostMovesTheFleet: three processes share an engine key, each
+// serving its handler. One POST to one of them moves all three (the
+// response lists three followers, and each one's GET says backup), and the
+// checker finds no overlap that was not told across the switch.
+func TestHandlerPostMovesTheFleet(t *testing.T) {
+	var post handlerDoc
+	var code int
+	var gets []handlerDoc
+	res := runFleet(t, fleetRun{name: "handler", viaProxy: []bool{false, false, false}, keyed: true, handlers: true,
+		fault: func(env *fleetEnv) {
+			code, post = callHandler(t, http.MethodPost, env.handlers[1]+"?engine=backup&wait=5s")
+			for _, u := range env.handlers {
+				_, d := callHandler(t, http.MethodGet, u)
+				gets = append(gets, d)
+			}
+		}})
+	if !res.OK() {
+		t.Errorf("%d violations, %d hung calls", res.Violations, res.Hung)
+	}
+	if code != http.StatusOK || post.Switch == nil || post.Switch.Scope != cerberus.ScopeFleet || len(post.Switch.Followed) != 3 || !post.Switch.Done() {
+		t.Fatalf("POST: %d %+v; want 200 and a fleet switch all three followed", code, post.Switch)
+	}
+	for i, d := range gets {
+		if d.Active != "backup" || d.Scope != cerberus.ScopeFleet {
+			t.Errorf("GET of process %d after the POST: active %q scope %q", i, d.Active, d.Scope)
+		}
+	}
+	requireOneEngine(t, res, "backup")
+}
+
+// TestHandlerPostWithoutKeyIsLocal: without an engine key the handler's
+// switch moves one process, and its answers say so.
+func TestHandlerPostWithoutKeyIsLocal(t *testing.T) {
+	var post, other handlerDoc
+	var code int
+	res := runFleet(t, fleetRun{name: "handler-local", viaProxy: []bool{false, false}, keyed: false, handlers: true,
+		fault: func(env *fleetEnv) {
+			code, post = callHandler(t, http.MethodPost, env.handlers[0]+"?engine=backup")
+			_, other = callHandler(t, http.MethodGet, env.handlers[1])
+		}})
+	if code != http.StatusOK || post.Scope != cerberus.ScopeProcess || post.Switch == nil || post.Switch.Scope != cerberus.ScopeProcess {
+		t.Fatalf("POST: %d %+v; want 200 and a process-scoped switch", code, post)
+	}
+	if post.Active != "backup" || other.Active != "primary" || res.finals[1].Active != "primary" {
+		t.Fatalf("want only the process posted to on backup: %s and %s", post.Active, other.Active)
+	}
 }

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
+	"github.com/cerberus-go/cerberus"
 	"github.com/cerberus-go/cerberus/config"
 )
 
@@ -81,6 +83,7 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Kind, health, ping, mark, msg)
 	}
 	_ = w.Flush()
+	printFleet(stdout, cfg, *timeout)
 	if active == "" {
 		fmt.Fprintln(stdout, "no engine is healthy")
 		return 1
@@ -88,16 +91,74 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// useMain pins an engine in the configuration file.
+// printFleet lists the fleet's live processes under the engine table:
+// what each running service is on, not what this process would pick.
+func printFleet(stdout io.Writer, cfg *config.Config, timeout time.Duration) {
+	fmt.Fprintln(stdout)
+	if !cfg.EngineKey.Set() {
+		fmt.Fprintln(stdout, "fleet: not shown; the fleet view needs engine_key in the configuration")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	fl, err := config.ReadFleet(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stdout, "fleet: %v\n", err)
+		return
+	}
+	fmt.Fprintf(stdout, "fleet: key %s says %s (epoch %d); %s\n", fl.Key, fl.Engine, fl.Epoch, fleetSummary(fl))
+	if len(fl.Members) == 0 {
+		return
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "HOST\tPID\tACTIVE\tEPOCH\tSINCE\tDOWN")
+	for _, m := range fl.Members {
+		down := strings.Join(m.Down, ",")
+		if down == "" {
+			down = "-"
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\n", m.Host, m.PID, m.Active, m.Epoch, m.Since.Format(time.RFC3339), down)
+	}
+	_ = w.Flush()
+}
+
+// fleetSummary says how the processes split: "3 processes, all on
+// backup", or "3 of 5 processes on backup, 2 on primary".
+func fleetSummary(fl cerberus.FleetStatus) string {
+	by := fl.ByEngine()
+	n := len(fl.Members)
+	switch len(by) {
+	case 0:
+		return "no live process registered"
+	case 1:
+		for e := range by {
+			return fmt.Sprintf("%d processes, all on %s", n, e)
+		}
+	}
+	names := make([]string, 0, len(by))
+	for e := range by {
+		names = append(names, e)
+	}
+	sort.Slice(names, func(i, j int) bool { return by[names[i]] > by[names[j]] || by[names[i]] == by[names[j]] && names[i] < names[j] })
+	parts := []string{fmt.Sprintf("%d of %d processes on %s", by[names[0]], n, names[0])}
+	for _, e := range names[1:] {
+		parts = append(parts, fmt.Sprintf("%d on %s", by[e], e))
+	}
+	return "processes disagree: " + strings.Join(parts, ", ")
+}
+
+// useMain pins an engine: through the engine key when the configuration
+// has one (the whole fleet, waiting for it to follow), else in the file.
 func useMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("use", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "cerberus.yaml", "configuration file")
+	wait := fs.Duration("wait", cerberus.DefaultFleetWait, "with engine_key: how long to wait for every live process to follow (0: do not wait)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, `usage: cerberusctl use [-config FILE] ENGINE   ("" to unpin)`)
+		fmt.Fprintln(stderr, `usage: cerberusctl use [-config FILE] [-wait D] ENGINE   ("" for the default engine)`)
 		return 2
 	}
 	name := fs.Arg(0)
@@ -106,24 +167,40 @@ func useMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "cerberusctl use: %v\n", err)
 		return 1
 	}
-	where := *path
 	if cfg.EngineKey.Set() {
-		// The fleet follows the Consul key, not the file.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = config.SetEngineKey(ctx, cfg, name)
-		cancel()
-		where = "Consul key " + cfg.EngineKey.Key
-	} else {
-		err = config.SetEngine(*path, name)
+		return useFleet(cfg, name, *wait, stdout, stderr)
 	}
-	if err != nil {
+	if err := config.SetEngine(*path, name); err != nil {
 		fmt.Fprintf(stderr, "cerberusctl use: %v\n", err)
 		return 1
 	}
 	if name == "" {
-		fmt.Fprintf(stdout, "unpinned the engine in %s: every process following it takes the first healthy engine\n", where)
+		fmt.Fprintf(stdout, "unpinned the engine in %s: every process following it takes the first healthy engine\n", *path)
 	} else {
-		fmt.Fprintf(stdout, "pinned %s in %s: every process following it switches now; locks held on the old engine are lost\n", name, where)
+		fmt.Fprintf(stdout, "pinned %s in %s: every process following it switches now; locks held on the old engine are lost\n", name, *path)
+	}
+	return 0
+}
+
+// useFleet writes the engine key and waits for the fleet, printing each
+// change of the count; it exits 1 naming the stragglers if some did not
+// follow in time.
+func useFleet(cfg *config.Config, name string, wait time.Duration, stdout, stderr io.Writer) int {
+	if wait <= 0 {
+		wait = -1 // config.Switch: do not wait
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(wait, 0)+10*time.Second)
+	defer cancel()
+	rep, err := config.Switch(ctx, cfg, name, wait, func(r cerberus.SwitchReport) { fmt.Fprintln(stdout, r) })
+	if err != nil {
+		fmt.Fprintf(stderr, "cerberusctl use: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "wrote %s to Consul key %s: locks held on the old engine are lost\n", rep.Engine, cfg.EngineKey.Key)
+	if wait > 0 && !rep.Done() {
+		fmt.Fprintf(stderr, "cerberusctl use: after %v, %d of %d processes have not followed: %s\n",
+			wait, len(rep.Stragglers), len(rep.Followed)+len(rep.Stragglers), rep)
+		return 1
 	}
 	return 0
 }
