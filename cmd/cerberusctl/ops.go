@@ -139,7 +139,9 @@ func fleetSummary(fl cerberus.FleetStatus) string {
 	for e := range by {
 		names = append(names, e)
 	}
-	sort.Slice(names, func(i, j int) bool { return by[names[i]] > by[names[j]] || by[names[i]] == by[names[j]] && names[i] < names[j] })
+	sort.Slice(names, func(i, j int) bool {
+		return by[names[i]] > by[names[j]] || by[names[i]] == by[names[j]] && names[i] < names[j]
+	})
 	parts := []string{fmt.Sprintf("%d of %d processes on %s", by[names[0]], n, names[0])}
 	for _, e := range names[1:] {
 		parts = append(parts, fmt.Sprintf("%d on %s", by[e], e))
