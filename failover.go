@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
@@ -100,6 +101,21 @@ var ErrUnknownEngine = errors.New("cerberus: unknown engine")
 // engine. With Fence, the first grant on the new engine waits until the
 // old leases must have expired.
 //
+// # Detection
+//
+// Health rounds run on a fixed schedule, one every Interval from start to
+// start, and each waits for its pings at most 9/10 of Interval, whatever
+// a client library's own retries do (a ping still running then counts as
+// failed). So an engine that stops answering is marked down within
+// Interval x Threshold of its failure. Calls on real traffic count too:
+// an Acquire, Release or renewal on the active engine that fails with
+// ErrUnavailable (while its caller's context is live) starts a quick probe
+// at once: the active engine is pinged, and again every
+// QuickProbeSpacing, until it answers or has failed Threshold times in a
+// row. A busy service thus notices an outage in about one round trip plus
+// (Threshold-1) x QuickProbeSpacing; one failed call on a healthy engine
+// costs one ping and changes nothing.
+//
 // # Tokens across a switch
 //
 // Every switch increments the epoch, and a lease's Token is epoch<<48 |
@@ -133,6 +149,8 @@ type Failover struct {
 	fenceUntil time.Time
 	override   string
 	fleet      FleetStatus
+	suspect    chan struct{} // real traffic saw the active engine unavailable
+	pinging    []atomic.Bool // a ping of engines[i] is under way
 	closed     bool
 	closing    chan struct{}
 	loopDone   chan struct{}
@@ -180,6 +198,8 @@ func NewFailover(engines []NamedEngine, opts FailoverOptions) (*Failover, error)
 		leases:   make(map[*failoverLease]struct{}),
 		waiters:  make(map[*context.CancelCauseFunc]struct{}),
 		override: opts.Active,
+		suspect:  make(chan struct{}, 1),
+		pinging:  make([]atomic.Bool, len(engines)),
 		closing:  make(chan struct{}),
 		loopDone: make(chan struct{}),
 	}
@@ -376,6 +396,7 @@ func (f *Failover) attempt(ctx context.Context, req engine.Request) (engine.Leas
 		if errors.Is(context.Cause(actx), errSwitched) && ctx.Err() == nil {
 			return nil, errSwitched
 		}
+		f.noteFailure(actx, err)
 		return nil, err
 	}
 	fl.inner = l
@@ -447,10 +468,12 @@ func (f *Failover) switchTo(to int, reason string, minEpoch uint64) {
 	}
 }
 
-// healthLoop pings every engine each interval and switches when the policy
-// says so.
+// healthLoop runs a health round at a fixed schedule (one every interval,
+// start to start), and a quick probe of the active engine whenever real
+// traffic reports it unavailable.
 func (f *Failover) healthLoop() {
 	defer close(f.loopDone)
+	next := time.Now()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -458,10 +481,76 @@ func (f *Failover) healthLoop() {
 		case <-f.closing:
 			return
 		case <-t.C:
+			interval := f.checkHealth()
+			// The next round starts one interval after this one started;
+			// rounds missed while the machine stalled are skipped.
+			for next = next.Add(interval); !next.After(time.Now()); next = next.Add(interval) {
+			}
+		case <-f.suspect:
+			f.probeActive()
 		}
-		interval := f.checkHealth()
-		t.Reset(interval)
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(time.Until(next))
 	}
+}
+
+// pingBudget is how long a health round waits for its pings: a round never
+// outlasts its interval, whatever a client library's own retries do.
+func pingBudget(interval time.Duration) time.Duration { return interval * 9 / 10 }
+
+// pingAll pings the engines named by idx at once, each bounded by budget,
+// and returns their results. A ping still running at the budget counts as
+// failed (it is left to finish in the background, and that engine is not
+// pinged again until it has).
+func (f *Failover) pingAll(idx []int, budget time.Duration) []pingResult {
+	res := make([]pingResult, len(idx))
+	ch := make(chan struct{}, len(idx))
+	deadline := time.NewTimer(budget)
+	defer deadline.Stop()
+	waiting := 0
+	for j, i := range idx {
+		if !f.pinging[i].CompareAndSwap(false, true) {
+			res[j] = pingResult{err: fmt.Errorf("%w: the previous ping has not answered", engine.ErrUnavailable)}
+			continue
+		}
+		waiting++
+		res[j].err = fmt.Errorf("%w: no answer to ping within %v", engine.ErrUnavailable, budget)
+		out := &res[j]
+		var mu sync.Mutex // guards out against the late writer
+		done := false
+		go func() {
+			defer f.pinging[i].Store(false)
+			ctx, cancel := context.WithTimeout(context.Background(), budget)
+			defer cancel()
+			start := time.Now()
+			err := f.engines[i].Engine.Ping(ctx)
+			mu.Lock()
+			if !done {
+				*out = pingResult{err: err, d: time.Since(start)}
+			}
+			mu.Unlock()
+			ch <- struct{}{}
+		}()
+		defer func() { mu.Lock(); done = true; mu.Unlock() }()
+	}
+	for ; waiting > 0; waiting-- {
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return res
+		}
+	}
+	return res
+}
+
+type pingResult struct {
+	err error
+	d   time.Duration
 }
 
 // checkHealth pings every engine once, applies the policy, and returns the
@@ -470,27 +559,21 @@ func (f *Failover) checkHealth() time.Duration {
 	f.mu.Lock()
 	interval := f.opts.Interval
 	f.mu.Unlock()
-	type result struct {
-		err error
-		d   time.Duration
+	idx := make([]int, len(f.engines))
+	for i := range idx {
+		idx[i] = i
 	}
-	res := make([]result, len(f.engines))
-	var wg sync.WaitGroup
-	for i, ne := range f.engines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), interval)
-			defer cancel()
-			start := time.Now()
-			res[i] = result{ne.Engine.Ping(ctx), time.Since(start)}
-		}()
-	}
-	wg.Wait()
+	f.record(idx, f.pingAll(idx, pingBudget(interval)))
+	return interval
+}
+
+// record applies ping results to the engines named by idx, then the
+// policy: it may switch, and tells OnHealth of a change.
+func (f *Failover) record(idx []int, res []pingResult) (healthy bool) {
 	f.mu.Lock()
 	changed := false
-	for i, r := range res {
-		h := &f.health[i]
+	for j, i := range idx {
+		h, r := &f.health[i], res[j]
 		was := h.Healthy
 		if r.err == nil {
 			h.Failures, h.Healthy, h.Latency, h.LastErr = 0, true, r.d, ""
@@ -503,6 +586,7 @@ func (f *Failover) checkHealth() time.Duration {
 		}
 		changed = changed || h.Healthy != was
 	}
+	healthy = f.health[f.active].Healthy
 	to, reason := f.choose()
 	f.mu.Unlock()
 	if changed && f.opts.OnHealth != nil {
@@ -511,7 +595,57 @@ func (f *Failover) checkHealth() time.Duration {
 	if to >= 0 {
 		f.switchTo(to, reason, 0)
 	}
-	return interval
+	return healthy
+}
+
+// QuickProbeSpacing is the delay between the quick re-probes that a
+// failure on real traffic starts (see Failover): the active engine is
+// pinged at once, then again after each spacing until it answers or has
+// failed Threshold times in a row.
+const QuickProbeSpacing = 50 * time.Millisecond
+
+// noteFailure is called with the error of a call on the active engine:
+// ErrUnavailable, with the caller's context still live, asks the health
+// loop for a quick probe.
+func (f *Failover) noteFailure(ctx context.Context, err error) {
+	if err == nil || !errors.Is(err, engine.ErrUnavailable) || (ctx != nil && ctx.Err() != nil) {
+		return
+	}
+	select {
+	case f.suspect <- struct{}{}:
+	default:
+	}
+}
+
+// probeActive pings the active engine until it answers or has failed
+// Threshold times in a row, QuickProbeSpacing apart. One failed call on a
+// healthy engine thus costs one ping and changes nothing.
+func (f *Failover) probeActive() {
+	f.mu.Lock()
+	active, interval, threshold := f.active, f.opts.Interval, f.opts.Threshold
+	healthy := f.health[active].Healthy
+	f.mu.Unlock()
+	if !healthy {
+		return // already down: the policy has had its say
+	}
+	spacing := min(QuickProbeSpacing, interval)
+	for n := 0; n < threshold; n++ {
+		if n > 0 {
+			select {
+			case <-f.closing:
+				return
+			case <-time.After(spacing):
+			}
+		}
+		res := f.pingAll([]int{active}, pingBudget(interval))
+		if res[0].err == nil {
+			f.record([]int{active}, res)
+			return
+		}
+		if !f.record([]int{active}, res) {
+			return // down now
+		}
+	}
 }
 
 // Configure applies new tunables without a restart, as a configuration
@@ -622,9 +756,12 @@ func (l *failoverLease) Done() <-chan struct{} { return l.sig.Done() }
 func (l *failoverLease) EngineName() string { return l.engine }
 func (l *failoverLease) Err() error         { return l.sig.Err() }
 
-// innerLost passes the engine's loss on.
+// innerLost passes the engine's loss on; a loss for want of the server
+// (a failed renewal) asks for a quick probe.
 func (l *failoverLease) innerLost(err error) {
-	l.f.forget(l)
+	if l.f.forget(l) {
+		l.f.noteFailure(nil, err)
+	}
 	l.sig.Close(err)
 }
 
@@ -639,6 +776,7 @@ func (l *failoverLease) Release(ctx context.Context) error {
 	}
 	err := l.inner.Release(ctx)
 	if err != nil {
+		l.f.noteFailure(ctx, err)
 		cause := l.inner.Err()
 		if cause == nil {
 			cause = err

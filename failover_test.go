@@ -17,14 +17,24 @@ import (
 // server that stopped answering would. Everything else goes through.
 type flaky struct {
 	engine.Engine
-	down atomic.Bool
+	down     atomic.Bool
+	failNext atomic.Int32 // Acquires that fail unavailable although the engine is up
+	pings    atomic.Int32
 }
 
 func (f *flaky) Ping(ctx context.Context) error {
+	f.pings.Add(1)
 	if f.down.Load() {
 		return &engine.OpError{Engine: "flaky", Op: "ping", Err: engine.ErrUnavailable}
 	}
 	return f.Engine.Ping(ctx)
+}
+
+func (f *flaky) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	if f.down.Load() || f.failNext.Add(-1) >= 0 {
+		return nil, &engine.OpError{Engine: "flaky", Op: "acquire", Key: req.Key, Err: engine.ErrUnavailable}
+	}
+	return f.Engine.Acquire(ctx, req)
 }
 
 // fleet is two engines, each on a store of its own (two servers), plus an
@@ -389,4 +399,38 @@ func TestMinFenceWithoutLocalLeases(t *testing.T) {
 		t.Fatalf("granted %v after the switch, inside the %v fence", at.Sub(switched), fence)
 	}
 	_ = l.Unlock(ctx)
+}
+
+// TestPassiveDetection: with a 5s health interval, an outage that real
+// traffic runs into is confirmed by quick probes and switched well inside
+// one interval; one failed call on a healthy engine costs one ping and
+// moves nothing.
+func TestPassiveDetection(t *testing.T) {
+	fl := newFleet(t)
+	const interval = 5 * time.Second
+	c, f := fl.client(t, cerberus.FailoverOptions{Auto: true, Interval: interval, Threshold: 3})
+	ctx := ctxT(t)
+	eventually(t, "the first health round", func() bool { return fl.a.pings.Load() >= 1 })
+
+	fl.a.failNext.Store(1)
+	before := fl.a.pings.Load()
+	if _, err := c.TryLock(ctx, "k"); !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("TryLock on a failing call: %v", err)
+	}
+	eventually(t, "the quick probe", func() bool { return fl.a.pings.Load() > before })
+	time.Sleep(3 * cerberus.QuickProbeSpacing) // the probe has answered; no more pings may follow
+	if n := fl.a.pings.Load() - before; n != 1 || f.Active() != "a" || f.Status()[0].Failures != 0 {
+		t.Fatalf("one failed call on a healthy engine: %d pings, active %s, failures %d; want 1, a, 0", n, f.Active(), f.Status()[0].Failures)
+	}
+
+	fl.a.down.Store(true)
+	start := time.Now()
+	_, _ = c.TryLock(ctx, "k")
+	eventually(t, "the switch", func() bool { return f.Active() == "b" })
+	if took := time.Since(start); took >= interval/2 {
+		t.Fatalf("the switch took %v after the first failed call, with a %v interval", took, interval)
+	}
+	if n := fl.a.pings.Load() - before; n != 1+3 {
+		t.Errorf("%d pings, want 1 for the single failure and 3 (the threshold) to confirm the outage", n)
+	}
 }

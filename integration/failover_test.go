@@ -18,12 +18,50 @@ import (
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
-// TestFailoverRedisToZooKeeper kills the primary redis-server under 64
-// concurrent lockers with automatic failover on. The manager moves to
-// ZooKeeper, every lease held at the kill ends, and no Lock call outlives
-// its context. It reports the time from the kill to the first grant on
-// ZooKeeper.
+// timingSlack is what the failover timing targets allow beyond the
+// configured detection and fence: scheduling and one round trip.
+const timingSlack = 100 * time.Millisecond
+
+// TestFailoverRedisToZooKeeper kills the primary redis-server with
+// automatic failover on, with two health settings, idle (detection on
+// the health schedule alone) and under 64 busy lockers (failures on real
+// traffic start quick probes). Every lease held at the kill ends, no Lock
+// call outlives its context, the switch comes within interval x threshold
+// + 100ms of the kill, and the first grant on ZooKeeper within the switch +
+// the fence (the 1s lease period) + 100ms.
 func TestFailoverRedisToZooKeeper(t *testing.T) {
+	const lease = time.Second
+	for _, tc := range []struct {
+		interval  time.Duration
+		threshold int
+		lockers   int
+	}{
+		{200 * time.Millisecond, 3, 0}, {time.Second, 2, 0},
+		{200 * time.Millisecond, 3, 64}, {time.Second, 2, 64},
+	} {
+		t.Run(fmt.Sprintf("%v x %d, %d lockers", tc.interval, tc.threshold, tc.lockers), func(t *testing.T) {
+			toSwitch, toGrant := killPrimary(t, tc.interval, tc.threshold, tc.lockers, lease)
+			detect := tc.interval * time.Duration(tc.threshold)
+			fmt.Printf("FAILOVER %v x %d, %d lockers: kill -> switch %v (target %v), switch -> first grant %v (fence %v)\n",
+				tc.interval, tc.threshold, tc.lockers, toSwitch.Round(time.Millisecond), detect+timingSlack,
+				(toGrant - toSwitch).Round(time.Millisecond), lease)
+			if toSwitch > detect+timingSlack {
+				t.Errorf("kill -> switch %v, over interval x threshold + %v = %v", toSwitch, timingSlack, detect+timingSlack)
+			}
+			if g := toGrant - toSwitch; g > lease+timingSlack || g < lease {
+				t.Errorf("switch -> first grant %v, want within [fence, fence + %v] = [%v, %v]", g, timingSlack, lease, lease+timingSlack)
+			}
+		})
+	}
+}
+
+// killPrimary runs lockers on a Failover (Redis, then ZooKeeper; fence on,
+// leases of the given period), kills the redis-server, and returns the
+// times from the kill to the switch and to the first grant on ZooKeeper.
+// With no lockers, one lease is taken and released before the kill (so the
+// fence has a lease period to wait out) and one Lock after it measures the
+// first grant.
+func killPrimary(t *testing.T, interval time.Duration, threshold, lockers int, lease time.Duration) (toSwitch, toGrant time.Duration) {
 	zkAddr := testenv.ZooKeeperAddr(t)
 	srv := testenv.StartRedis(t)
 	redisAddr, kill := srv.Addr, srv.Kill
@@ -39,18 +77,17 @@ func TestFailoverRedisToZooKeeper(t *testing.T) {
 	}
 	var switchedAt atomic.Int64
 	f, err := cerberus.NewFailover([]cerberus.NamedEngine{{Name: "redis", Engine: re}, {Name: "zookeeper", Engine: ze}},
-		cerberus.FailoverOptions{Auto: true, Interval: 200 * time.Millisecond, Threshold: 3,
+		cerberus.FailoverOptions{Auto: true, Fence: true, Interval: interval, Threshold: threshold,
 			OnSwitch: func(cerberus.SwitchEvent) { switchedAt.Store(time.Now().UnixNano()) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := cerberus.New(f, cerberus.WithWatchdog(3*time.Second))
+	c, err := cerberus.New(f, cerberus.WithWatchdog(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-
-	const lockers, callTimeout = 64, 2 * time.Second
+	const callTimeout = 2 * time.Second
 	run := fmt.Sprintf("failover/%d", time.Now().UnixNano())
 	var (
 		killedAt, firstOnZK atomic.Int64
@@ -96,6 +133,14 @@ func TestFailoverRedisToZooKeeper(t *testing.T) {
 			}
 		}()
 	}
+	if lockers == 0 {
+		l, err := c.Lock(testContext(t), run+"/idle")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = l.Unlock(context.Background())
+		grants.Add(200)
+	}
 	// Let the lockers run on Redis, then kill it with leases held.
 	for deadline := time.Now().Add(10 * time.Second); grants.Load() < 200; {
 		if time.Now().After(deadline) {
@@ -110,6 +155,19 @@ func TestFailoverRedisToZooKeeper(t *testing.T) {
 	killedAt.Store(time.Now().UnixNano())
 	kill()
 	heldMu.Unlock()
+	if lockers == 0 {
+		for deadline := time.Now().Add(20 * time.Second); switchedAt.Load() == 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no switch within 20s of the kill")
+			}
+		}
+		l, err := c.Lock(testContext(t), run+"/idle")
+		if err != nil {
+			t.Fatal(err)
+		}
+		firstOnZK.Store(time.Now().UnixNano())
+		_ = l.Unlock(context.Background())
+	}
 	for deadline := time.Now().Add(20 * time.Second); firstOnZK.Load() == 0; {
 		if time.Now().After(deadline) {
 			t.Fatalf("no grant on ZooKeeper within 20s of the kill (active: %s)", f.Active())
@@ -136,6 +194,7 @@ func TestFailoverRedisToZooKeeper(t *testing.T) {
 		t.Errorf("%d Lock calls ran past their %v context", n, callTimeout)
 	}
 	k, s, z := killedAt.Load(), switchedAt.Load(), firstOnZK.Load()
-	t.Logf("%d grants; %d leases held at the kill, all ended; kill -> switch %v, kill -> first grant on ZooKeeper %v (interval 200ms, threshold 3)",
+	t.Logf("%d grants; %d leases held at the kill, all ended; kill -> switch %v, kill -> first grant on ZooKeeper %v",
 		grants.Load(), len(heldAtKill), time.Duration(s-k), time.Duration(z-k))
+	return time.Duration(s - k), time.Duration(z - k)
 }
