@@ -193,12 +193,18 @@ func useFleet(cfg *config.Config, name string, wait time.Duration, stdout, stder
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(wait, 0)+10*time.Second)
 	defer cancel()
-	rep, err := config.Switch(ctx, cfg, name, wait, func(r cerberus.SwitchReport) { fmt.Fprintln(stdout, r) })
+	wrote := false
+	rep, err := config.Switch(ctx, cfg, name, wait, func(r cerberus.SwitchReport) {
+		if !wrote {
+			wrote = true
+			fmt.Fprintf(stdout, "wrote %s (epoch %d) to Consul key %s: locks held on the old engine are lost\n", r.Engine, r.Epoch, cfg.EngineKey.Key)
+		}
+		fmt.Fprintln(stdout, r)
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "cerberusctl use: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "wrote %s to Consul key %s: locks held on the old engine are lost\n", rep.Engine, cfg.EngineKey.Key)
 	if wait > 0 && !rep.Done() {
 		fmt.Fprintf(stderr, "cerberusctl use: after %v, %d of %d processes have not followed: %s\n",
 			wait, len(rep.Stragglers), len(rep.Followed)+len(rep.Stragglers), rep)
