@@ -56,6 +56,9 @@ type workerSpec struct {
 	// HTTP, with Config, is a loopback address where the worker serves
 	// its Failover's Handler(true).
 	HTTP string
+	// HoldOne makes the worker a single holder (see runHolder) instead
+	// of a locker.
+	HoldOne bool
 }
 
 // workerRecord is one line of a worker's output: a section or a call.
@@ -123,6 +126,39 @@ func dialEngine(s workerSpec) (engine.Engine, error) {
 	return nil, fmt.Errorf("unknown engine %q", s.Engine)
 }
 
+// runHolder takes the key Prefix with a renewed lease of the spec's TTL
+// and prints "held TOKEN"; it then waits for the lease to end (its
+// process may be stopped meanwhile), prints "lost UNIXNANO ERR", tries
+// its fenced write as a holder that was not told would, and prints
+// "write ok|stale|none".
+func runHolder(s workerSpec) error {
+	e, err := dialEngine(s)
+	if err != nil {
+		return err
+	}
+	c, err := cerberus.New(e)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close(); _ = e.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), s.Call)
+	l, err := c.Lock(ctx, s.Prefix, cerberus.WithWatchdog(s.TTL))
+	cancel()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("held %d\n", l.Token())
+	select {
+	case <-l.Done():
+	case <-time.After(s.Duration):
+		return fmt.Errorf("the lease did not end within %v", s.Duration)
+	}
+	fmt.Printf("lost %d %v\n", time.Now().UnixNano(), l.Err())
+	w := &worker{spec: s, http: &http.Client{Timeout: 2 * time.Second}}
+	fmt.Printf("write %s\n", map[checker.Write]string{checker.Accepted: "ok", checker.Rejected: "stale", checker.NoWrite: "none"}[w.fenced("write", s.Prefix, l.Token(), "holder")])
+	return nil
+}
+
 // workerClient builds the worker's Client: over the spec's engine, or from
 // its configuration file. final, if not nil, says where the Failover
 // ended once called.
@@ -163,6 +199,9 @@ func runWorker(raw string) error {
 	var s workerSpec
 	if err := json.Unmarshal([]byte(raw), &s); err != nil {
 		return fmt.Errorf("worker spec: %w", err)
+	}
+	if s.HoldOne {
+		return runHolder(s)
 	}
 	c, closer, final, err := workerClient(s)
 	if err != nil {

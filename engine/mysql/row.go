@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,18 +31,39 @@ const maxRowTries = 1000
 // rowConn is a connection pinned out of the pool for the row strategy.
 type rowConn struct {
 	conn     *sql.Conn
-	id       uint64 // CONNECTION_ID(), for KILL QUERY
-	lockWait int    // the session's innodb_lock_wait_timeout, 0 if unknown
+	id       uint64    // CONNECTION_ID(), for KILL QUERY
+	lockWait int       // the session's innodb_lock_wait_timeout, 0 if unknown
+	idleMax  int       // the session's wait_timeout, 0 if the server's default
+	used     time.Time // when it was last given back
+}
+
+// idleTimeout is the session wait_timeout, in whole seconds (at least one,
+// the server's minimum), that makes the server end a row lease's session
+// when its holder stops talking for one lease period: rounded up, so the
+// server never cuts a live holder short.
+func idleTimeout(period time.Duration) int {
+	return max(1, int(math.Ceil(period.Seconds())))
+}
+
+// stale reports whether the server may already have ended rc's session for
+// idling past its wait_timeout while rc sat unused.
+func (rc *rowConn) stale() bool {
+	return rc.idleMax > 0 && time.Since(rc.used) > time.Duration(rc.idleMax)*time.Second-200*time.Millisecond
 }
 
 // getConn takes an idle pinned connection or pins a new one.
 func (e *Engine) getConn(ctx context.Context) (*rowConn, error) {
 	e.mu.Lock()
-	if n := len(e.idle); n > 0 {
+	for n := len(e.idle); n > 0; n = len(e.idle) {
 		rc := e.idle[n-1]
 		e.idle = e.idle[:n-1]
+		if !rc.stale() {
+			e.mu.Unlock()
+			return rc, nil
+		}
 		e.mu.Unlock()
-		return rc, nil
+		e.discard(rc)
+		e.mu.Lock()
 	}
 	e.mu.Unlock()
 	select {
@@ -68,6 +90,7 @@ func (e *Engine) getConn(ctx context.Context) (*rowConn, error) {
 // putConn keeps rc for reuse, or discards it if enough are kept or the
 // engine is closed. rc must be outside any transaction.
 func (e *Engine) putConn(rc *rowConn) {
+	rc.used = time.Now()
 	e.mu.Lock()
 	if !e.closed && len(e.idle) < maxIdleRowConns {
 		e.idle = append(e.idle, rc)
@@ -149,6 +172,28 @@ func (e *Engine) killable(ctx context.Context, rc *rowConn, fn func(context.Cont
 	return nil, true
 }
 
+// sessionFor sets rc's innodb_lock_wait_timeout for this wait and its
+// wait_timeout for the lease period, each only when it differs from what
+// the session has (one statement sets both).
+func (e *Engine) sessionFor(ctx context.Context, rc *rowConn, req engine.Request) error {
+	lw, idle := lockWaitFor(ctx, req.Wait), idleTimeout(req.TTL)
+	var set []string
+	if lw != rc.lockWait {
+		set = append(set, fmt.Sprintf("innodb_lock_wait_timeout = %d", lw))
+	}
+	if idle != rc.idleMax {
+		set = append(set, fmt.Sprintf("wait_timeout = %d", idle))
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	if err := e.exec(rc, "SET SESSION "+strings.Join(set, ", ")); err != nil {
+		return err
+	}
+	rc.lockWait, rc.idleMax = lw, idle
+	return nil
+}
+
 // stopErr is the error of an Acquire stopped by its ctx or by Close.
 func (e *Engine) stopErr(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -181,12 +226,9 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 			e.putConn(rc)
 			return nil, errors.Join(engine.ErrNotAcquired, err)
 		}
-		if w := lockWaitFor(ctx, req.Wait); w != rc.lockWait {
-			if err := e.exec(rc, fmt.Sprintf("SET SESSION innodb_lock_wait_timeout = %d", w)); err != nil {
-				e.discard(rc)
-				return nil, e.opErr("acquire", req.Key, err)
-			}
-			rc.lockWait = w
+		if err := e.sessionFor(ctx, rc, req); err != nil {
+			e.discard(rc)
+			return nil, e.opErr("acquire", req.Key, err)
 		}
 		if err := e.exec(rc, "START TRANSACTION"); err != nil {
 			e.discard(rc)
@@ -256,7 +298,7 @@ func (e *Engine) grantedRow(req engine.Request, rc *rowConn) (engine.Lease, erro
 	if err != nil {
 		return fail(err)
 	}
-	l := &rowLease{e: e, key: req.Key, mode: req.Mode, token: token, rc: rc,
+	l := &rowLease{e: e, key: req.Key, mode: req.Mode, token: token, rc: rc, period: req.TTL,
 		sig: engine.NewSignal(req.OnLost), stop: make(chan struct{})}
 	e.mu.Lock()
 	if e.closed {
@@ -310,12 +352,13 @@ func (e *Engine) drawToken(key string) (uint64, error) {
 // rowLease is a row-strategy lease: an open transaction holding the key
 // row's lock on a pinned connection.
 type rowLease struct {
-	e     *Engine
-	key   string
-	mode  engine.Mode
-	token uint64
-	sig   *engine.Signal
-	stop  chan struct{}
+	e      *Engine
+	key    string
+	mode   engine.Mode
+	token  uint64
+	period time.Duration // the lease period: its session's wait_timeout
+	sig    *engine.Signal
+	stop   chan struct{}
 
 	mu    sync.Mutex
 	rc    *rowConn // nil once the lease has ended
@@ -328,13 +371,16 @@ func (l *rowLease) Token() uint64         { return l.token }
 func (l *rowLease) Done() <-chan struct{} { return l.sig.Done() }
 func (l *rowLease) Err() error            { return l.sig.Err() }
 
-// watch pings the pinned connection every conn-check interval; a failed
-// ping means the server has rolled the transaction back (connection
-// killed, server restarted, network gone), and the lease ends with
-// engine.ErrLeaseLost.
+// watch pings the pinned connection every conn-check interval, and at
+// least three times a lease period, which keeps the session inside its
+// wait_timeout while the holder runs; a failed ping means the server has
+// rolled the transaction back (connection killed or timed out, server
+// restarted, network gone), and the lease ends with engine.ErrLeaseLost.
+// A holder that was paused past its period finds that out with its first
+// tick after it resumes.
 func (l *rowLease) watch() {
 	defer l.e.busy.Done()
-	t := time.NewTicker(l.e.cfg.connCheck)
+	t := time.NewTicker(min(l.e.cfg.connCheck, max(l.period/3, 50*time.Millisecond)))
 	defer t.Stop()
 	for {
 		select {

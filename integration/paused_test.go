@@ -1,0 +1,149 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/engine/mysql"
+	"github.com/cerberus-go/cerberus/internal/testenv"
+)
+
+// pausedCase is one engine under the paused-holder fault, with the bound
+// its package documents for a paused holder's key to be free again.
+type pausedCase struct {
+	engine string
+	addrs  []string
+	table  string
+	period time.Duration // the holder's lease period (watchdog TTL, or session timeout)
+	bound  time.Duration // documented: another process is granted within it
+}
+
+// TestPausedHolder: a holder process takes a key with a renewed lease and
+// is SIGSTOPped (a long GC pause, a frozen VM) for three lease periods. The
+// test process, waiting for the key, must be granted within the engine's
+// documented bound; once resumed, the holder must be told (Done closes)
+// and its fenced write refused. The row strategy blocked here for hours
+// before its sessions got a wait_timeout from the lease period.
+func TestPausedHolder(t *testing.T) {
+	dsn := testenv.MySQLDSN(t)
+	table := migratedTable(t, dsn)
+	for _, tc := range []pausedCase{
+		{engine: "redis", addrs: []string{testenv.RedisAddr(t)}, period: time.Second, bound: time.Second + 500*time.Millisecond},
+		// The shared server's tickTime is 2s: it negotiates a session of at
+		// least 4s, and expires it within one tick after its timeout.
+		{engine: "zookeeper", addrs: []string{testenv.ZooKeeperAddr(t)}, period: 4 * time.Second, bound: 4*time.Second + 2*time.Second},
+		{engine: "consul", addrs: []string{testenv.ConsulAddr(t)}, period: consulSession, bound: 2*consulSession + time.Second},
+		{engine: "mysql", addrs: []string{dsn}, table: table, period: time.Second, bound: time.Second + 500*time.Millisecond},
+		{engine: "mysql-row", addrs: []string{dsn}, table: table, period: time.Second, bound: time.Second + 2*time.Second},
+	} {
+		t.Run(tc.engine, func(t *testing.T) {
+			t.Parallel()
+			pausedHolder(t, tc)
+		})
+	}
+}
+
+// migratedTable migrates a lock table of its own on the shared MySQL.
+func migratedTable(t *testing.T, dsn string) string {
+	t.Helper()
+	table := strings.ReplaceAll(unique(t, "paused"), "-", "_")
+	e, err := mysql.Open(dsn, mysql.WithTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := e.Migrate(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, strategy := range []string{mysql.StrategyRow} {
+		r, err := mysql.Open(dsn, mysql.WithTable(table), mysql.WithStrategy(strategy))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = r.Migrate(testContext(t))
+		_ = r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return table
+}
+
+func pausedHolder(t *testing.T, tc pausedCase) {
+	f := startFence(t)
+	dir := t.TempDir()
+	key := unique(t, "paused/"+tc.engine)
+	spec := workerSpec{Engine: tc.engine, Addrs: tc.addrs, Table: tc.table, Prefix: key, TTL: tc.period,
+		Call: 10 * time.Second, Duration: time.Minute + 3*tc.period, Fence: f.addr, HoldOne: true}
+	holder := spawnWorker(t, dir, spec)
+	out := filepath.Join(dir, "worker-0.log")
+	line := func(prefix string, within time.Duration) string {
+		t.Helper()
+		for deadline := time.Now().Add(within); ; time.Sleep(10 * time.Millisecond) {
+			b, _ := os.ReadFile(out)
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(l, prefix) {
+					return l
+				}
+			}
+			if time.Now().After(deadline) {
+				entries, _ := os.ReadDir(dir)
+				t.Fatalf("no %q line from the holder within %v in %s (%v):\n%s", prefix, within, out, entries, b)
+			}
+		}
+	}
+	line("held ", 20*time.Second)
+
+	e, err := dialEngine(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cerberus.New(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(); _ = e.Close() })
+	stopped := time.Now()
+	if err := holder.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Process.Signal(syscall.SIGCONT) })
+	ctx, cancel := context.WithTimeout(context.Background(), tc.bound+10*time.Second)
+	l, err := c.Lock(ctx, key, cerberus.WithWatchdog(tc.period))
+	cancel()
+	granted := time.Since(stopped)
+	if err != nil {
+		t.Fatalf("the waiter was not granted within %v of the pause: %v", tc.bound+10*time.Second, err)
+	}
+	if !f.take(key, l.Token(), "waiter") {
+		t.Fatalf("the waiter's fenced write (token %d) was refused", l.Token())
+	}
+	time.Sleep(time.Until(stopped.Add(3 * tc.period)))
+	resumed := time.Now()
+	if err := holder.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	var at int64
+	lost := line("lost ", 30*time.Second)
+	if _, err := fmt.Sscan(strings.Fields(lost)[1], &at); err != nil {
+		t.Fatalf("bad line %q", lost)
+	}
+	told := time.Unix(0, at).Sub(resumed)
+	write := line("write ", 10*time.Second)
+	fmt.Printf("PAUSED %s: period %v, granted to another process %v after the pause (bound %v); holder told %v after it resumed; its write: %s\n",
+		tc.engine, tc.period, granted.Round(time.Millisecond), tc.bound, told.Round(time.Millisecond), strings.TrimPrefix(write, "write "))
+	if granted > tc.bound {
+		t.Errorf("granted %v after the pause, over the documented bound %v", granted, tc.bound)
+	}
+	if write != "write stale" {
+		t.Errorf("the resumed holder's fenced write: %q, want it refused (stale)", write)
+	}
+	_ = l.Unlock(context.Background())
+}
