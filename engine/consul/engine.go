@@ -153,10 +153,10 @@ func (e *Engine) Ping(ctx context.Context) error {
 	}
 	leader, err := e.client.Status().LeaderWithQueryOptions(e.query(ctx))
 	if err != nil {
-		return e.opErr("ping", "", err)
+		return e.opErr(ctx, "ping", "", err)
 	}
 	if leader == "" {
-		return e.opErr("ping", "", errors.New("no cluster leader"))
+		return e.opErr(ctx, "ping", "", errNoLeader)
 	}
 	return nil
 }
