@@ -331,8 +331,8 @@ func checkWaitCancel(h *harness) {
 }
 
 // checkCancelledBefore: a context that has already ended gets no lease,
-// even on a free key, and neither it nor a Ping with it reads as an
-// unavailable engine.
+// even on a free key, and neither it nor a Ping with a cancelled or expired
+// context reads as an unavailable engine.
 func checkCancelledBefore(h *harness) {
 	e := h.engine()
 	key := h.key()
@@ -348,8 +348,12 @@ func checkCancelledBefore(h *harness) {
 			h.t.Errorf("Acquire with a cancelled context (wait=%v): want context.Canceled and not ErrUnavailable, got %v", req.Wait, err)
 		}
 	}
-	if err := e.Ping(ctx); errors.Is(err, engine.ErrUnavailable) {
-		h.t.Errorf("Ping with a cancelled context: the caller's cancel is not ErrUnavailable, got %v", err)
+	expired, cancelExpired := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancelExpired()
+	for _, ctx := range []context.Context{ctx, expired} {
+		if err := e.Ping(ctx); errors.Is(err, engine.ErrUnavailable) {
+			h.t.Errorf("Ping with an ended context: the caller's %v is not ErrUnavailable, got %v", ctx.Err(), err)
+		}
 	}
 	h.mustBeFree(e, key)
 }
