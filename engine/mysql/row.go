@@ -165,7 +165,7 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 		if ctx.Err() != nil {
 			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
 		}
-		return nil, e.opErr("acquire", req.Key, err)
+		return nil, e.opErr(ctx, "acquire", req.Key, err)
 	}
 	q := e.q.rowLock
 	switch {
@@ -184,13 +184,13 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 		if w := lockWaitFor(ctx, req.Wait); w != rc.lockWait {
 			if err := e.exec(rc, fmt.Sprintf("SET SESSION innodb_lock_wait_timeout = %d", w)); err != nil {
 				e.discard(rc)
-				return nil, e.opErr("acquire", req.Key, err)
+				return nil, e.opErr(ctx, "acquire", req.Key, err)
 			}
 			rc.lockWait = w
 		}
 		if err := e.exec(rc, "START TRANSACTION"); err != nil {
 			e.discard(rc)
-			return nil, e.opErr("acquire", req.Key, err)
+			return nil, e.opErr(ctx, "acquire", req.Key, err)
 		}
 		var version uint64
 		err, killed := e.killable(ctx, rc, func(qctx context.Context) error {
@@ -207,7 +207,7 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 		}
 		if rerr := e.exec(rc, "ROLLBACK"); rerr != nil {
 			e.discard(rc)
-			return nil, e.opErr("acquire", req.Key, rerr)
+			return nil, e.opErr(ctx, "acquire", req.Key, rerr)
 		}
 		switch n := errNumber(err); {
 		case errors.Is(err, sql.ErrNoRows):
@@ -222,7 +222,7 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 			}
 			if err != nil {
 				e.discard(rc)
-				return nil, e.opErr("acquire", req.Key, err)
+				return nil, e.opErr(ctx, "acquire", req.Key, err)
 			}
 		case n == errLockWaitTimeout || n == errLockNowait:
 			if !req.Wait {
@@ -232,11 +232,11 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 		case n == errDeadlock:
 		default:
 			e.discard(rc)
-			return nil, e.opErr("acquire", req.Key, err)
+			return nil, e.opErr(ctx, "acquire", req.Key, err)
 		}
 	}
 	e.discard(rc)
-	return nil, e.opErr("acquire", req.Key, fmt.Errorf("gave up after %d attempts", maxRowTries))
+	return nil, e.opErr(ctx, "acquire", req.Key, fmt.Errorf("%w after %d attempts", errGaveUp, maxRowTries))
 }
 
 // grantedRow finishes a row grant: it draws the fencing token and starts
@@ -250,7 +250,7 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 func (e *Engine) grantedRow(req engine.Request, rc *rowConn) (engine.Lease, error) {
 	fail := func(err error) (engine.Lease, error) {
 		e.discard(rc)
-		return nil, e.opErr("acquire", req.Key, err)
+		return nil, e.opErr(context.Background(), "acquire", req.Key, err)
 	}
 	token, err := e.drawToken(req.Key)
 	if err != nil {
