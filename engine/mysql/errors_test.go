@@ -6,16 +6,18 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
 // TestClassify: the driver's and the server's failures sorted by the rule
 // of engine.ErrUnavailable. The conformance tests see 1045, 1142 and a
-// refused connection from a real server; the outage numbers below are
-// hard to provoke on demand.
+// refused connection from a real server, TestTooManyConnections 1040; the
+// other numbers are hard to provoke on demand.
 func TestClassify(t *testing.T) {
 	e := &Engine{}
 	live := context.Background()
@@ -48,5 +50,43 @@ func TestClassify(t *testing.T) {
 				t.Errorf("%s: %v: wraps %v is %v, want %v", c.name, got, mark, errors.Is(got, mark), mark == c.want)
 			}
 		}
+	}
+}
+
+// TestTooManyConnections: a private server whose connections are all in
+// use answers 1040, and the engine reports it as ErrUnavailable, not as a
+// refusal: the server is healthy but cannot serve this client now.
+func TestTooManyConnections(t *testing.T) {
+	m := testenv.StartMariaDB(t, "--max-connections=10") // the least MariaDB takes
+	const pw = "locker-pw-1040"
+	root := rawDB(t, m.DSN)
+	for _, q := range []string{
+		"CREATE USER 'locker'@'%' IDENTIFIED BY '" + pw + "'",
+		"GRANT ALL ON test.* TO 'locker'@'%'",
+	} {
+		if _, err := root.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	_ = root.Close()
+	dsn := withUser(t, m.DSN, "locker", pw)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	full := rawDB(t, dsn)
+	for range 10 {
+		c, err := full.Conn(ctx)
+		if err != nil {
+			t.Fatalf("filling the server's connections: %v", err)
+		}
+		defer c.Close()
+	}
+	e, err := Open(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	err = e.Ping(ctx)
+	if errNumber(err) != 1040 || !errors.Is(err, engine.ErrUnavailable) || errors.Is(err, engine.ErrAccessDenied) {
+		t.Fatalf("Ping with every connection in use: want 1040 as ErrUnavailable, got %v", err)
 	}
 }
