@@ -28,6 +28,15 @@ var (
 	ErrInvalidKey = engine.ErrInvalidKey
 	// ErrInvalidTTL: a TTL outside the engine's limits.
 	ErrInvalidTTL = engine.ErrInvalidTTL
+	// ErrUnavailable: the engine is not serving now (unreachable, broken
+	// connection, shutting down, overloaded); another engine might. It is
+	// never the result of the caller's context ending, nor of a refusal by
+	// access control. See engine.ErrUnavailable for the full rule.
+	ErrUnavailable = engine.ErrUnavailable
+	// ErrAccessDenied: the server refused by its access control (wrong
+	// password or token, missing permission). It never also wraps
+	// ErrUnavailable.
+	ErrAccessDenied = engine.ErrAccessDenied
 	// ErrUpgrade: an owner holding a key shared asked for it exclusively.
 	ErrUpgrade = errors.New("cerberus: cannot upgrade a shared hold to exclusive")
 )

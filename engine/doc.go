@@ -6,11 +6,13 @@
 //
 // The package imports only the standard library, so an engine depends on
 // nothing but this contract, the way database/sql/driver serves SQL drivers.
-// Besides the interfaces and sentinel errors it holds two small helpers every
-// engine would otherwise write again: request validation (CheckRequest) and a
-// close-once loss signal (Signal). Sharing them keeps the error texts and the
-// order of checks identical across engines, which the conformance suite in
-// engine/enginetest relies on.
+// Besides the interfaces and sentinel errors it holds small helpers every
+// engine would otherwise write again, among them request validation
+// (CheckRequest), a close-once loss signal (Signal) and the rule that marks
+// failures ErrUnavailable or ErrAccessDenied (Classify). Sharing them keeps
+// the error texts, the order of checks and the meaning of ErrUnavailable
+// identical across engines, which the conformance suite in engine/enginetest
+// and the failover manager rely on.
 //
 // # Semantics every engine meets
 //
@@ -30,6 +32,10 @@
 //     re-check so a missed notification costs a delay, never a hang.
 //   - Bad input is refused before any I/O, and a failed or cancelled Acquire
 //     leaves nothing behind on the server.
+//   - Errors mean one thing on every engine: ErrUnavailable only when the
+//     engine is not serving now (see its documentation for the rule),
+//     ErrAccessDenied when access control refused, and never either when the
+//     caller's context ended.
 //
 // engine/enginetest checks each of these against a real server.
 package engine

@@ -79,9 +79,12 @@ type Engine interface {
 	// put there (a queue entry, a node, a waiting-writer mark) is removed
 	// before Acquire returns when the server answers within UndoWait, and
 	// otherwise in the background, and it is gone when Close returns. A closed engine returns ErrClosed. Server
-	// failures are returned as *OpError.
+	// failures are returned as *OpError, wrapping ErrUnavailable or
+	// ErrAccessDenied by the rule documented at ErrUnavailable.
 	Acquire(ctx context.Context, req Request) (Lease, error)
-	// Ping checks that the server answers. A closed engine returns ErrClosed.
+	// Ping checks that the server answers. A closed engine returns
+	// ErrClosed; a server that is not serving, an *OpError wrapping
+	// ErrUnavailable; never so when ctx ended first.
 	Ping(ctx context.Context) error
 	// Close releases every lease the engine still holds (best effort, with a
 	// bounded wait), closes their Done channels with ErrClosed, waits for

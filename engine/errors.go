@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 )
 
@@ -29,10 +31,68 @@ var (
 	ErrInvalidTTL = errors.New("cerberus: invalid ttl")
 	// ErrInvalidRequest: any other malformed request, such as an unknown mode.
 	ErrInvalidRequest = errors.New("cerberus: invalid request")
-	// ErrUnavailable: the server could not be reached or did not answer in
-	// time. Engines return it inside an *OpError.
+	// ErrUnavailable says that the engine is not serving now and another
+	// engine might: the failover manager's health checks and fleet
+	// decisions count only failures that wrap it. Engines return it inside
+	// an *OpError, and follow one rule.
+	//
+	// An engine returns ErrUnavailable when the server could not be
+	// reached, the connection broke, or the server answered that it cannot
+	// serve now: it is starting, shutting down, without a leader or quorum,
+	// out of connections, or overloaded (Redis LOADING, MASTERDOWN,
+	// TRYAGAIN, CLUSTERDOWN, BUSY, READONLY, max clients; Consul 5xx and 429;
+	// MySQL 1040, 1053, lost or bad connections; ZooKeeper connection and
+	// session failures). It also returns it when a deadline the engine set
+	// itself for one call expired while the caller's context was still
+	// live.
+	//
+	// An engine never returns ErrUnavailable when the caller's context has
+	// ended: a failure seen after ctx is done is the caller's, so Acquire
+	// returns ErrNotAcquired joined with ctx.Err() and every other call an
+	// error wrapping ctx.Err(). Nor for an access-control refusal (those wrap
+	// ErrAccessDenied), an invalid request (ErrInvalidKey, ErrInvalidTTL,
+	// ErrInvalidRequest), a closed engine (ErrClosed), or an answer of a
+	// healthy server that fails the operation for a reason of its own, such
+	// as a missing table or a script error.
 	ErrUnavailable = errors.New("cerberus: engine unavailable")
+	// ErrAccessDenied: the server refused the operation by its access
+	// control: a wrong or missing password or token, a missing permission,
+	// an expired or locked account. Engines return it inside an *OpError.
+	// It never also wraps ErrUnavailable: a wrong password is a
+	// configuration error, not an outage, and another engine would not fix
+	// it.
+	ErrAccessDenied = errors.New("cerberus: access denied")
 )
+
+// Classify returns the cause an engine puts in an *OpError for err, a
+// failure of a call made for a caller whose context is ctx, following the
+// rule documented at ErrUnavailable. If ctx has ended, err is the caller's:
+// the result wraps err and ctx.Err() and neither sentinel. Otherwise it
+// wraps ErrAccessDenied when denied(err) reports true, ErrUnavailable when
+// down(err) does or err is a context.DeadlineExceeded (a deadline the
+// engine set itself), and is err itself when neither applies or err
+// already wraps one of the two (an ended ctx drops such a mark and keeps
+// only the text). A call made for no caller passes context.Background().
+func Classify(ctx context.Context, err error, denied, down func(error) bool) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		switch {
+		case errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrUnavailable):
+			return fmt.Errorf("%w: %v", ctxErr, err) // keep the text, not the mark
+		case errors.Is(err, ctxErr):
+			return err
+		}
+		return fmt.Errorf("%w: %w", ctxErr, err)
+	}
+	switch {
+	case errors.Is(err, ErrAccessDenied) || errors.Is(err, ErrUnavailable):
+		return err
+	case denied(err):
+		return fmt.Errorf("%w: %w", ErrAccessDenied, err)
+	case down(err) || errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
+}
 
 // OpError reports a failed operation on an engine's server. It never holds
 // credentials: engines put addresses and keys in it, not DSNs or tokens.
@@ -40,7 +100,7 @@ type OpError struct {
 	Engine string // engine name, such as "redis"
 	Op     string // "acquire", "release", "renew", "ping", ...
 	Key    string // the lock key, if any
-	Err    error  // the cause; often wraps ErrUnavailable
+	Err    error  // the cause; may wrap ErrUnavailable or ErrAccessDenied
 }
 
 // Error formats as "cerberus: redis acquire "key": cause".

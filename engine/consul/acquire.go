@@ -43,7 +43,7 @@ func (e *Engine) acquire(ctx context.Context, l *lease, req engine.Request) erro
 		// A single attempt does not jump the queue.
 		st, err := e.read(ctx, l.dir, 0)
 		if err != nil {
-			return e.opErr("acquire", l.key, err)
+			return e.opErr(ctx, "acquire", l.key, err)
 		}
 		if st.ahead(l.mode, l.id, 0) {
 			return fmt.Errorf("%w: %q has waiters", engine.ErrNotAcquired, l.key)
@@ -102,7 +102,7 @@ func (e *Engine) acquire(ctx context.Context, l *lease, req engine.Request) erro
 		}
 		st = nil
 		if err != nil {
-			return e.opErr("acquire", l.key, err)
+			return e.opErr(ctx, "acquire", l.key, err)
 		}
 		switch out {
 		case granted:
@@ -114,12 +114,12 @@ func (e *Engine) acquire(ctx context.Context, l *lease, req engine.Request) erro
 			continue
 		case queueing:
 			if st, err = e.read(ctx, l.dir, 0); err != nil {
-				return e.opErr("acquire", l.key, err)
+				return e.opErr(ctx, "acquire", l.key, err)
 			}
 			if len(st.waiters) == 0 {
 				// The marker outlived its queue: clear it and try again.
 				if err := e.clearQueue(ctx, l, st); err != nil {
-					return e.opErr("acquire", l.key, err)
+					return e.opErr(ctx, "acquire", l.key, err)
 				}
 				st = nil
 				continue
@@ -147,12 +147,12 @@ func (e *Engine) acquire(ctx context.Context, l *lease, req engine.Request) erro
 		}
 		// Held or delayed: look at the key.
 		if st, err = e.read(ctx, l.dir, 0); err != nil {
-			return e.opErr("acquire", l.key, err)
+			return e.opErr(ctx, "acquire", l.key, err)
 		}
 		if l.mode == engine.Exclusive && st.prunable() {
 			pout, err := e.prune(ctx, l, st)
 			if err != nil {
-				return e.opErr("acquire", l.key, err)
+				return e.opErr(ctx, "acquire", l.key, err)
 			}
 			switch pout {
 			case granted, conflict:
@@ -198,10 +198,10 @@ func (e *Engine) acquire(ctx context.Context, l *lease, req engine.Request) erro
 			continue
 		}
 		if st, err = e.waitChange(ctx, l, st); err != nil {
-			return e.opErr("acquire", l.key, err)
+			return e.opErr(ctx, "acquire", l.key, err)
 		}
 	}
-	return e.opErr("acquire", l.key, fmt.Errorf("gave up after %d attempts", attempts))
+	return e.opErr(ctx, "acquire", l.key, fmt.Errorf("gave up after %d attempts", attempts))
 }
 
 // blocks reports whether st keeps a request in mode out.

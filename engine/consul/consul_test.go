@@ -36,31 +36,32 @@ func leftovers(c *api.Client, e *consul.Engine) func(ctx context.Context, key st
 	}
 }
 
-func TestConformance(t *testing.T) {
+// conformance runs the suite on the shared agent with opts. Its
+// Unreachable hook dials a port where nothing listens; its AccessDenied
+// hook dials a private agent with ACLs on (default deny) with a token
+// that agent does not know.
+func conformance(t *testing.T, opts ...consul.Option) {
 	addr := testenv.ConsulAddr(t)
 	outside := newClient(t, addr)
 	probe, err := consul.New(outside, consul.WithPrefix(testPrefix))
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts = append([]consul.Option{consul.WithPrefix(testPrefix)}, opts...)
+	acl, _ := testenv.StartConsulACL(t, "")
 	enginetest.Run(t, func() (engine.Engine, error) {
-		return consul.New(newClient(t, addr), consul.WithPrefix(testPrefix))
+		return consul.New(newClient(t, addr), opts...)
 	}, enginetest.Options{
 		Leftovers: leftovers(outside, probe),
 		Unreachable: func() (engine.Engine, error) {
-			return consul.Dial("127.0.0.1:1", consul.WithPrefix(testPrefix))
+			return consul.Dial("127.0.0.1:1", opts...)
+		},
+		AccessDenied: func() (engine.Engine, error) {
+			return consul.Dial(acl.Addr, append(opts, consul.WithToken(testenv.ConsulUUID(t)))...)
 		},
 	})
 }
 
-func TestConformanceFair(t *testing.T) {
-	addr := testenv.ConsulAddr(t)
-	outside := newClient(t, addr)
-	probe, err := consul.New(outside, consul.WithPrefix(testPrefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	enginetest.Run(t, func() (engine.Engine, error) {
-		return consul.New(newClient(t, addr), consul.WithPrefix(testPrefix), consul.WithFair(true))
-	}, enginetest.Options{Leftovers: leftovers(outside, probe)})
-}
+func TestConformance(t *testing.T) { conformance(t) }
+
+func TestConformanceFair(t *testing.T) { conformance(t, consul.WithFair(true)) }

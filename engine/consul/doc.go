@@ -100,8 +100,13 @@
 // New takes a *api.Client the caller owns; Dial builds one (WithTLS).
 // WithToken and WithDatacenter apply to every request. The ACL token is
 // sent in a header and never appears in errors: server failures are
-// *engine.OpError values, wrapping engine.ErrUnavailable when the server
-// could not be reached or failed, with the token scrubbed from the text.
+// *engine.OpError values with the token scrubbed from the text. They wrap
+// engine.ErrUnavailable when the agent could not be reached, the
+// connection broke, it answered 5xx or 429, or it knows no leader;
+// engine.ErrAccessDenied when its ACLs refused (401, 403, "Permission
+// denied", "ACL not found"); and neither for other answers, nor once the
+// caller's context has ended (Acquire then returns engine.ErrNotAcquired
+// joined with ctx.Err()).
 //
 // # ACL tokens
 //
@@ -120,7 +125,8 @@
 // for the raft leader, which needs no token, so a missing or wrong token
 // does not show in health checks: it shows at the first Acquire, which
 // fails at once (no retry until the context ends) with an *engine.OpError
-// that does not wrap engine.ErrUnavailable and carries Consul's reason:
+// that wraps engine.ErrAccessDenied, not engine.ErrUnavailable, and carries
+// Consul's reason:
 // "ACL not found" for an unknown token, "Permission denied: ... lacks
 // permission 'session:write'" or "'key:write'" for a missing right.
 package consul

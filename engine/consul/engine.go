@@ -17,7 +17,8 @@ import (
 )
 
 // cleanupTimeout bounds every server call made on a context that is not the
-// caller's: releases after cancellation, expiry, Close.
+// caller's (releases after cancellation, expiry, Close) and Ping within the
+// caller's.
 const cleanupTimeout = 5 * time.Second
 
 // Engine is an engine.Engine on Consul sessions and KV locks.
@@ -146,17 +147,19 @@ func (e *Engine) Validate(req engine.Request) error {
 
 // Ping asks the agent for the cluster leader. It returns engine.ErrClosed
 // after Close, and an *engine.OpError wrapping engine.ErrUnavailable when
-// the agent does not answer or knows no leader.
+// the agent does not answer within ctx and 5s, or knows no leader.
 func (e *Engine) Ping(ctx context.Context) error {
 	if e.isClosed() {
 		return engine.ErrClosed
 	}
-	leader, err := e.client.Status().LeaderWithQueryOptions(e.query(ctx))
+	pctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	defer cancel()
+	leader, err := e.client.Status().LeaderWithQueryOptions(e.query(pctx))
 	if err != nil {
-		return e.opErr("ping", "", err)
+		return e.opErr(ctx, "ping", "", err)
 	}
 	if leader == "" {
-		return e.opErr("ping", "", errors.New("no cluster leader"))
+		return e.opErr(ctx, "ping", "", errNoLeader)
 	}
 	return nil
 }

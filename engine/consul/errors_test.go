@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -20,8 +21,9 @@ func TestScrub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx := context.Background()
 	cause := fmt.Errorf("Get \"http://127.0.0.1:8500/v1/kv/x?token=%s\": %w", token, context.DeadlineExceeded)
-	got := e.opErr("acquire", "k", cause)
+	got := e.opErr(ctx, "acquire", "k", cause)
 	if strings.Contains(got.Error(), token) {
 		t.Errorf("error shows the token: %v", got)
 	}
@@ -35,8 +37,45 @@ func TestScrub(t *testing.T) {
 	if !errors.As(got, &op) || op.Op != "acquire" || op.Key != "k" {
 		t.Errorf("want *engine.OpError for acquire of k, got %#v", got)
 	}
-	refused := e.opErr("acquire", "k", api.StatusError{Code: 403, Body: "Permission denied"})
-	if errors.Is(refused, engine.ErrUnavailable) {
-		t.Errorf("a 403 is not unavailability: %v", refused)
+	refused := e.opErr(ctx, "acquire", "k", fmt.Errorf("token %s: %w", token, api.StatusError{Code: 403, Body: "Permission denied"}))
+	if errors.Is(refused, engine.ErrUnavailable) || !errors.Is(refused, engine.ErrAccessDenied) || strings.Contains(refused.Error(), token) {
+		t.Errorf("a scrubbed 403 is ErrAccessDenied, not unavailability: %v", refused)
+	}
+}
+
+// TestClassify: Consul's answers sorted by the rule of
+// engine.ErrUnavailable.
+func TestClassify(t *testing.T) {
+	e, err := New(&api.Client{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := context.Background()
+	cancelled, cancel := context.WithCancel(live)
+	cancel()
+	cases := []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want error // nil: neither mark
+	}{
+		{"refused connection", live, &url.Error{Op: "Get", URL: "http://127.0.0.1:1", Err: errors.New("connection refused")}, engine.ErrUnavailable},
+		{"no leader", live, errNoLeader, engine.ErrUnavailable},
+		{"500", live, api.StatusError{Code: 500, Body: "rpc error"}, engine.ErrUnavailable},
+		{"429", live, api.StatusError{Code: 429, Body: "rate limited"}, engine.ErrUnavailable},
+		{"401", live, api.StatusError{Code: 401}, engine.ErrAccessDenied},
+		{"403", live, api.StatusError{Code: 403, Body: "ACL not found"}, engine.ErrAccessDenied},
+		{"500 permission denied", live, api.StatusError{Code: 500, Body: "rpc error making call: Permission denied"}, engine.ErrAccessDenied},
+		{"400", live, api.StatusError{Code: 400, Body: "bad request"}, nil},
+		{"gave up", live, errors.New("gave up after 8 attempts"), nil},
+		{"caller cancelled", cancelled, &url.Error{Op: "Get", URL: "http://127.0.0.1:1", Err: context.Canceled}, nil},
+	}
+	for _, c := range cases {
+		got := e.opErr(c.ctx, "acquire", "k", c.err)
+		for _, mark := range []error{engine.ErrUnavailable, engine.ErrAccessDenied} {
+			if errors.Is(got, mark) != (mark == c.want) {
+				t.Errorf("%s: %v: wraps %v is %v, want %v", c.name, got, mark, errors.Is(got, mark), mark == c.want)
+			}
+		}
 	}
 }

@@ -147,7 +147,7 @@ func (e *Engine) acquireFair(ctx context.Context, l *lease) error {
 		l.sess = s
 		if st == nil {
 			if st, err = e.read(ctx, l.dir, 0); err != nil {
-				return e.opErr("acquire", l.key, err)
+				return e.opErr(ctx, "acquire", l.key, err)
 			}
 		}
 		me, queued := st.find(l.id)
@@ -160,7 +160,7 @@ func (e *Engine) acquireFair(ctx context.Context, l *lease) error {
 				out, err = e.tryShared(ctx, l, st)
 			}
 			if err != nil {
-				return e.opErr("acquire", l.key, err)
+				return e.opErr(ctx, "acquire", l.key, err)
 			}
 			if out == granted {
 				return nil
@@ -174,7 +174,7 @@ func (e *Engine) acquireFair(ctx context.Context, l *lease) error {
 		if !queued {
 			out, err := e.enqueue(ctx, l)
 			if err != nil {
-				return e.opErr("acquire", l.key, err)
+				return e.opErr(ctx, "acquire", l.key, err)
 			}
 			switch out {
 			case sessionGone:
@@ -203,7 +203,7 @@ func (e *Engine) acquireFair(ctx context.Context, l *lease) error {
 				out, err = e.tryShared(ctx, l, st)
 			}
 			if err != nil {
-				return e.opErr("acquire", l.key, err)
+				return e.opErr(ctx, "acquire", l.key, err)
 			}
 			switch out {
 			case granted:
@@ -222,7 +222,7 @@ func (e *Engine) acquireFair(ctx context.Context, l *lease) error {
 		watched := st.watched(l.mode, me, l.doc)
 		exists, err := e.waitKey(ctx, watched, st.index)
 		if err != nil {
-			return e.opErr("acquire", l.key, err)
+			return e.opErr(ctx, "acquire", l.key, err)
 		}
 		seen := st
 		st = nil
@@ -232,7 +232,7 @@ func (e *Engine) acquireFair(ctx context.Context, l *lease) error {
 			// its turn, without another read.
 			out, err := e.tryExclusive(ctx, l, seen)
 			if err != nil {
-				return e.opErr("acquire", l.key, err)
+				return e.opErr(ctx, "acquire", l.key, err)
 			}
 			switch out {
 			case granted:
@@ -242,7 +242,7 @@ func (e *Engine) acquireFair(ctx context.Context, l *lease) error {
 			}
 		}
 	}
-	return e.opErr("acquire", l.key, fmt.Errorf("gave up after %d attempts", waitAttempts))
+	return e.opErr(ctx, "acquire", l.key, fmt.Errorf("gave up after %d attempts", waitAttempts))
 }
 
 // dequeueOp is the operation that removes l's waiter key in the grant

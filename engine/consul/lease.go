@@ -97,7 +97,7 @@ func (l *lease) Release(ctx context.Context) error {
 	held, err := l.releaseOnServer(ctx)
 	if err != nil {
 		l.unclaim()
-		return l.e.opErr("release", l.key, err)
+		return l.e.opErr(ctx, "release", l.key, err)
 	}
 	if !held {
 		l.finish(engine.ErrLeaseLost)

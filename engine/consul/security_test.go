@@ -40,8 +40,8 @@ func aclReq(key string, mode engine.Mode, wait bool) engine.Request {
 
 // mustRefuse runs one Acquire on e and returns its error, which must come
 // well before the 20s context ends (not a retry loop until the deadline),
-// must not read as a held lock or an unavailable server, and must hold none
-// of tokens.
+// must wrap engine.ErrAccessDenied and not read as a held lock or an
+// unavailable server, and must hold none of tokens.
 func mustRefuse(t *testing.T, e *consul.Engine, mode engine.Mode, tokens ...string) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -55,8 +55,8 @@ func mustRefuse(t *testing.T, e *consul.Engine, mode engine.Mode, tokens ...stri
 	if ctx.Err() != nil || time.Since(start) > 10*time.Second {
 		t.Fatalf("Acquire failed only after %v: %v", time.Since(start), err)
 	}
-	if errors.Is(err, engine.ErrNotAcquired) || errors.Is(err, engine.ErrUnavailable) {
-		t.Errorf("a refused token reads as a held lock or a down server: %v", err)
+	if errors.Is(err, engine.ErrNotAcquired) || errors.Is(err, engine.ErrUnavailable) || !errors.Is(err, engine.ErrAccessDenied) {
+		t.Errorf("a refused token: want ErrAccessDenied, not a held lock or a down server: %v", err)
 	}
 	for _, tok := range tokens {
 		for _, text := range []string{err.Error(), fmt.Sprintf("%+v", err), fmt.Sprintf("%#v", err)} {

@@ -47,7 +47,7 @@ func (e *Engine) session(ctx context.Context) (*session, error) {
 	}
 	id, err := e.createSession(ctx)
 	if err != nil {
-		return nil, e.opErr("session", "", err)
+		return nil, e.opErr(ctx, "session", "", err)
 	}
 	s := &session{e: e, id: id, leases: make(map[*lease]struct{}), orphans: make(map[*lease]struct{}), stop: make(chan struct{})}
 	e.mu.Lock()

@@ -47,15 +47,10 @@ func checkValidation(h *harness) {
 		e    engine.Engine
 	}{{"open", e}, {"closed", closed}}
 	if h.opts.Unreachable != nil {
-		u, err := h.opts.Unreachable()
-		if err != nil {
-			h.t.Fatalf("unreachable engine: %v", err)
-		}
-		h.t.Cleanup(func() { _ = u.Close() })
 		targets = append(targets, struct {
 			name string
 			e    engine.Engine
-		}{"unreachable", u})
+		}{"unreachable", h.make(h.opts.Unreachable, "unreachable engine")})
 	}
 	for _, b := range bad {
 		if err := e.Validate(b.req); !errors.Is(err, b.want) {
@@ -298,6 +293,9 @@ func (h *harness) waitEnded(ctx context.Context, cancel context.CancelFunc, want
 	if !errors.Is(r.err, engine.ErrNotAcquired) || !errors.Is(r.err, want) {
 		h.t.Errorf("ended wait: want ErrNotAcquired joined with %v, got %v", want, r.err)
 	}
+	if errors.Is(r.err, engine.ErrUnavailable) {
+		h.t.Errorf("ended wait: the caller's %v is not ErrUnavailable, got %v", want, r.err)
+	}
 	if holder.Err() != nil {
 		h.t.Errorf("holder lost its lease while another waited: %v", holder.Err())
 	}
@@ -333,7 +331,8 @@ func checkWaitCancel(h *harness) {
 }
 
 // checkCancelledBefore: a context that has already ended gets no lease,
-// even on a free key.
+// even on a free key, and neither it nor a Ping with a cancelled or expired
+// context reads as an unavailable engine.
 func checkCancelledBefore(h *harness) {
 	e := h.engine()
 	key := h.key()
@@ -345,8 +344,15 @@ func checkCancelledBefore(h *harness) {
 			h.t.Errorf("Acquire with a cancelled context (wait=%v) returned a lease", req.Wait)
 			_ = l.Release(context.Background())
 		}
-		if !errors.Is(err, context.Canceled) {
-			h.t.Errorf("Acquire with a cancelled context (wait=%v): want context.Canceled, got %v", req.Wait, err)
+		if !errors.Is(err, context.Canceled) || errors.Is(err, engine.ErrUnavailable) {
+			h.t.Errorf("Acquire with a cancelled context (wait=%v): want context.Canceled and not ErrUnavailable, got %v", req.Wait, err)
+		}
+	}
+	expired, cancelExpired := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancelExpired()
+	for _, ctx := range []context.Context{ctx, expired} {
+		if err := e.Ping(ctx); errors.Is(err, engine.ErrUnavailable) {
+			h.t.Errorf("Ping with an ended context: the caller's %v is not ErrUnavailable, got %v", ctx.Err(), err)
 		}
 	}
 	h.mustBeFree(e, key)

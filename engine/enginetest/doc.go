@@ -17,6 +17,16 @@
 // validation before I/O, and Close. Keys are unique per run, so the suite can
 // run again and again against a long-lived server.
 //
+// The suite also holds every engine to one meaning of its errors (see
+// engine.ErrUnavailable): a caller's ended context is never
+// engine.ErrUnavailable; with Options.Unreachable an engine whose server
+// cannot be reached reports engine.ErrUnavailable; with Options.AccessDenied
+// one the server refuses by its access control reports
+// engine.ErrAccessDenied and not engine.ErrUnavailable. The suite cannot stop
+// a server or change its credentials, so each engine's tests build those
+// engines: pointed at a port where nothing listens, and with a wrong password
+// or token.
+//
 // The checks are written against the small T interface rather than
 // *testing.T, so the suite's own tests can run them against deliberately
 // broken engines and show that each one is caught.

@@ -158,6 +158,10 @@ func (b *broken) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 		}
 	}
 	l, err := b.Engine.Acquire(ctx, req)
+	if err != nil && ctx.Err() != nil && b.defect == "cancel-is-unavailable" {
+		// Blames the server for the caller's ended context.
+		err = errors.Join(err, &engine.OpError{Engine: "broken", Op: "acquire", Key: req.Key, Err: engine.ErrUnavailable})
+	}
 	if errors.Is(err, engine.ErrNotAcquired) && b.defect == "no-exclusion" && ctx.Err() == nil {
 		// Grants anyway, as a lock without a server-side check would.
 		return &brokenLease{key: req.Key, mode: req.Mode, token: 1<<40 + b.reg.fake.Add(1), done: make(chan struct{})}, nil
@@ -170,6 +174,61 @@ func (b *broken) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	b.reg.holders[req.Key] = l
 	b.reg.mu.Unlock()
 	return bl, nil
+}
+
+func (b *broken) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil && b.defect == "cancel-is-unavailable" {
+		return &engine.OpError{Engine: "broken", Op: "ping", Err: errors.Join(engine.ErrUnavailable, err)}
+	}
+	return b.Engine.Ping(ctx)
+}
+
+// offline stands in for an engine whose server is unreachable or refuses
+// it: after validation and the caller's context, every Acquire and Ping
+// fails with an *engine.OpError wrapping cause.
+type offline struct {
+	engine.Engine
+	cause error
+}
+
+// offlineFactory makes offline engines failing with want; the defects
+// "down-unmarked" and "denied-is-unavailable" mark the failure wrongly.
+func offlineFactory(want error, defect string) Factory {
+	cause := fmt.Errorf("%w: dial tcp 127.0.0.1:1: connection refused", want)
+	switch defect {
+	case "down-unmarked":
+		cause = errors.New("dial tcp 127.0.0.1:1: connection refused")
+	case "denied-is-unavailable":
+		cause = errors.Join(want, engine.ErrUnavailable)
+	}
+	return func() (engine.Engine, error) { return &offline{Engine: memory.New(), cause: cause}, nil }
+}
+
+func (o *offline) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	if err := o.Validate(req); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(engine.ErrNotAcquired, err)
+	}
+	return nil, &engine.OpError{Engine: "offline", Op: "acquire", Key: req.Key, Err: o.cause}
+}
+
+func (o *offline) Ping(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return &engine.OpError{Engine: "offline", Op: "ping", Err: o.cause}
+}
+
+// faultOptions are the suite's options with offline engines for the
+// Unreachable and AccessDenied hooks, marked wrongly by defect if it is
+// one of offlineFactory's.
+func faultOptions(defect string) Options {
+	return Options{
+		Unreachable:  offlineFactory(engine.ErrUnavailable, defect),
+		AccessDenied: offlineFactory(engine.ErrAccessDenied, defect),
+	}
 }
 
 type brokenLease struct {
@@ -261,15 +320,20 @@ func TestSuiteCatchesBrokenEngines(t *testing.T) {
 		{"reused-tokens", "TokensIncrease"},
 		{"reused-tokens", "MutualExclusion"},
 		{"shared-as-exclusive", "SharedMode"},
+		{"cancel-is-unavailable", "WaitCancel"},
+		{"cancel-is-unavailable", "WaitDeadline"},
+		{"cancel-is-unavailable", "CancelledBeforeAcquire"},
+		{"down-unmarked", "Unreachable"},
+		{"denied-is-unavailable", "AccessDenied"},
 	}
 	for _, c := range cases {
 		t.Run(c.defect+"/"+c.check, func(t *testing.T) {
 			t.Parallel()
-			good := runCheck(t, c.check, memoryFactory(), Options{})
+			good := runCheck(t, c.check, memoryFactory(), faultOptions(""))
 			if good.Failed() {
 				t.Fatalf("check %s fails on the correct memory engine:\n%s", c.check, strings.Join(good.msgs, "\n"))
 			}
-			bad := runCheck(t, c.check, brokenFactory(c.defect), Options{})
+			bad := runCheck(t, c.check, brokenFactory(c.defect), faultOptions(c.defect))
 			if !bad.Failed() {
 				t.Fatalf("check %s passed an engine with defect %q", c.check, c.defect)
 			}

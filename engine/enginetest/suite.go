@@ -35,10 +35,22 @@ type Options struct {
 	// must return nothing. Without it the suite checks only that the key can
 	// be acquired at once.
 	Leftovers func(ctx context.Context, key string) ([]string, error)
-	// Unreachable, if set, makes an engine whose server cannot be reached.
-	// Invalid requests to it must fail with the validation error, which
-	// shows that validation comes before any I/O.
+	// Unreachable, if set, makes an engine whose server cannot be reached,
+	// such as one pointed at a loopback port where nothing listens. Invalid
+	// requests to it must fail with the validation error, which shows that
+	// validation comes before any I/O; valid ones must fail promptly with
+	// an *engine.OpError wrapping engine.ErrUnavailable, unless the
+	// caller's context ends first. Every engine with a server sets it; the
+	// memory engine cannot be unavailable and leaves it nil.
 	Unreachable Factory
+	// AccessDenied, if set, makes an engine that the server refuses by its
+	// access control: a wrong password or token, or credentials without
+	// the permissions the engine needs. Its Acquire calls must fail
+	// promptly with an *engine.OpError wrapping engine.ErrAccessDenied and
+	// not engine.ErrUnavailable, and its Ping must not report
+	// ErrUnavailable. The memory engine has no access control and leaves
+	// it nil.
+	AccessDenied Factory
 }
 
 // T is the part of *testing.T the checks use.
@@ -90,6 +102,8 @@ var checks = []check{
 	{"SharedMode", checkShared},
 	{"SharedStress", checkSharedStress},
 	{"Close", checkClose},
+	{"Unreachable", checkUnreachable},
+	{"AccessDenied", checkAccessDenied},
 }
 
 // harness carries what a check needs: engines, keys, the options.
@@ -133,15 +147,23 @@ func runID() string {
 // engine makes a new engine instance, closed when the check ends.
 func (h *harness) engine() engine.Engine {
 	h.t.Helper()
-	e, err := h.newEngine()
+	e := h.make(h.newEngine, "new engine")
+	h.limitsSet.Do(func() { h.limits = e.Limits() })
+	return e
+}
+
+// make makes an engine with f, closed when the check ends; what names f in
+// failures.
+func (h *harness) make(f Factory, what string) engine.Engine {
+	h.t.Helper()
+	e, err := f()
 	if err != nil {
-		h.t.Fatalf("new engine: %v", err)
+		h.t.Fatalf("%s: %v", what, err)
 	}
 	if e == nil {
-		h.t.Fatalf("new engine: factory returned nil")
+		h.t.Fatalf("%s: factory returned nil", what)
 	}
 	h.t.Cleanup(func() { _ = e.Close() })
-	h.limitsSet.Do(func() { h.limits = e.Limits() })
 	return e
 }
 

@@ -13,4 +13,8 @@
 // Waiters are woken by every change to their key, with no polling. Shared
 // mode prefers writers: once a writer waits, new readers wait behind it, as
 // with sync.RWMutex, so a stream of readers cannot starve a writer.
+//
+// Errors: the engine has no server and no access control, so it never
+// returns engine.ErrUnavailable or engine.ErrAccessDenied; its tests leave
+// the conformance suite's Unreachable and AccessDenied hooks unset.
 package memory

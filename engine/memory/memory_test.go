@@ -8,6 +8,8 @@ import (
 	"github.com/cerberus-go/cerberus/engine/enginetest"
 )
 
+// TestConformance runs the suite without the Unreachable and AccessDenied
+// hooks: the memory engine has no server to lose and no access control.
 func TestConformance(t *testing.T) {
 	store := NewStore()
 	enginetest.Run(t, func() (engine.Engine, error) {

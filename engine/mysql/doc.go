@@ -19,6 +19,17 @@
 // Fenced writes with gorm live in the subpackage fence. Errors are
 // *engine.OpError values naming the engine, the operation and the key;
 // neither they nor anything else the engine reports contains the DSN.
+// They wrap engine.ErrUnavailable when the server is not serving now: no
+// connection, a broken or bad one (driver.ErrBadConn), TLS failures, the
+// engine's own statement timeout (WithOpTimeout), and the server errors
+// 1040 (too many connections), 1053 and 1077 (shutdown), 1152 and 1184
+// (aborted connection), 1203 (too many user connections), 1927 (connection
+// killed), 2006 and 2013 (server gone). They wrap engine.ErrAccessDenied,
+// and not engine.ErrUnavailable, for refusals by access control: 1044,
+// 1045, 1142, 1143, 1227, 1370, 1698, 1862, and 3118 (MySQL) or 4151
+// (MariaDB) for a locked account. Other server errors, such as a missing
+// table, wrap neither, and nothing does once the caller's context has
+// ended.
 //
 // # Tables
 //

@@ -95,7 +95,7 @@ func WithBackoff(min, max time.Duration) Option {
 func WithConnCheck(d time.Duration) Option { return func(c *config) { c.connCheck = d } }
 
 // WithOpTimeout bounds each single statement the engine sends that does not
-// wait for a lock (grants, releases, renewals). The default is
+// wait for a lock (grants, releases, renewals), and Ping. The default is
 // DefaultOpTimeout.
 func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeout = d } }
 
@@ -255,14 +255,17 @@ func (e *Engine) Validate(req engine.Request) error {
 	return engine.CheckRequest(req, e.Limits())
 }
 
-// Ping checks that the server answers. It returns engine.ErrClosed after
-// Close.
+// Ping checks that the server answers within ctx and the statement
+// timeout (WithOpTimeout); a server that does not is
+// engine.ErrUnavailable. It returns engine.ErrClosed after Close.
 func (e *Engine) Ping(ctx context.Context) error {
 	if e.isClosed() {
 		return engine.ErrClosed
 	}
-	if err := e.db.PingContext(ctx); err != nil {
-		return e.opErr("ping", "", err)
+	pctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
+	defer cancel()
+	if err := e.db.PingContext(pctx); err != nil {
+		return e.opErr(ctx, "ping", "", err)
 	}
 	return nil
 }
@@ -383,16 +386,6 @@ func (e *Engine) owner() string {
 // grant or release happened.
 func (e *Engine) opCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), e.cfg.opTimeout)
-}
-
-// opErr wraps a server failure as an *engine.OpError. Driver errors carry
-// error numbers and messages, never the DSN.
-func (e *Engine) opErr(op, key string, err error) error {
-	var me *mysqldrv.MySQLError
-	if !errors.As(err, &me) {
-		err = fmt.Errorf("%w: %w", engine.ErrUnavailable, err)
-	}
-	return &engine.OpError{Engine: name, Op: op, Key: key, Err: err}
 }
 
 // MySQL and MariaDB error numbers the engine acts on.

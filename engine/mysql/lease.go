@@ -77,7 +77,7 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 			if ctx.Err() != nil {
 				return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
 			}
-			return nil, e.opErr("acquire", req.Key, err)
+			return nil, e.opErr(ctx, "acquire", req.Key, err)
 		}
 		if ok {
 			if time.Since(start) >= life(req.TTL) {
@@ -279,7 +279,7 @@ func (l *lease) Release(ctx context.Context) error {
 		l.mu.Lock()
 		l.releasing = false
 		l.mu.Unlock()
-		return l.e.opErr("release", l.key, err)
+		return l.e.opErr(ctx, "release", l.key, err)
 	}
 	l.forget()
 	if ok {

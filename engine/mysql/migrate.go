@@ -78,7 +78,7 @@ func (e *Engine) Migrate(ctx context.Context) error {
 	}
 	for _, stmt := range schema(e.cfg.table) {
 		if _, err := e.db.ExecContext(ctx, stmt); err != nil {
-			return e.opErr("migrate", "", err)
+			return e.opErr(ctx, "migrate", "", err)
 		}
 	}
 	return nil

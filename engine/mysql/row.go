@@ -210,7 +210,7 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 		if ctx.Err() != nil {
 			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
 		}
-		return nil, e.opErr("acquire", req.Key, err)
+		return nil, e.opErr(ctx, "acquire", req.Key, err)
 	}
 	q := e.q.rowLock
 	switch {
@@ -228,11 +228,11 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 		}
 		if err := e.sessionFor(ctx, rc, req); err != nil {
 			e.discard(rc)
-			return nil, e.opErr("acquire", req.Key, err)
+			return nil, e.opErr(ctx, "acquire", req.Key, err)
 		}
 		if err := e.exec(rc, "START TRANSACTION"); err != nil {
 			e.discard(rc)
-			return nil, e.opErr("acquire", req.Key, err)
+			return nil, e.opErr(ctx, "acquire", req.Key, err)
 		}
 		var version uint64
 		err, killed := e.killable(ctx, rc, func(qctx context.Context) error {
@@ -249,7 +249,7 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 		}
 		if rerr := e.exec(rc, "ROLLBACK"); rerr != nil {
 			e.discard(rc)
-			return nil, e.opErr("acquire", req.Key, rerr)
+			return nil, e.opErr(ctx, "acquire", req.Key, rerr)
 		}
 		switch n := errNumber(err); {
 		case errors.Is(err, sql.ErrNoRows):
@@ -264,7 +264,7 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 			}
 			if err != nil {
 				e.discard(rc)
-				return nil, e.opErr("acquire", req.Key, err)
+				return nil, e.opErr(ctx, "acquire", req.Key, err)
 			}
 		case n == errLockWaitTimeout || n == errLockNowait:
 			if !req.Wait {
@@ -274,11 +274,11 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 		case n == errDeadlock:
 		default:
 			e.discard(rc)
-			return nil, e.opErr("acquire", req.Key, err)
+			return nil, e.opErr(ctx, "acquire", req.Key, err)
 		}
 	}
 	e.discard(rc)
-	return nil, e.opErr("acquire", req.Key, fmt.Errorf("gave up after %d attempts", maxRowTries))
+	return nil, e.opErr(ctx, "acquire", req.Key, fmt.Errorf("%w after %d attempts", errGaveUp, maxRowTries))
 }
 
 // grantedRow finishes a row grant: it draws the fencing token and starts
@@ -292,7 +292,7 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 func (e *Engine) grantedRow(req engine.Request, rc *rowConn) (engine.Lease, error) {
 	fail := func(err error) (engine.Lease, error) {
 		e.discard(rc)
-		return nil, e.opErr("acquire", req.Key, err)
+		return nil, e.opErr(context.Background(), "acquire", req.Key, err)
 	}
 	token, err := e.drawToken(req.Key)
 	if err != nil {

@@ -26,7 +26,16 @@ func TestClusterConformance(t *testing.T) {
 	probe := mustEngine(t, admin)
 	enginetest.Run(t, func() (engine.Engine, error) {
 		return New(newClusterClient(t, addrs))
-	}, enginetest.Options{Leftovers: leftovers(admin, probe)})
+	}, withLeftovers(faultHooks(addrs[0], func(addr string, denied bool) Client {
+		o := &goredis.ClusterOptions{Addrs: []string{addr}}
+		if denied {
+			s := strangerOptions(goredis.Options{})
+			o.Username, o.Password = s.Username, s.Password
+		}
+		c := goredis.NewClusterClient(o)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}), leftovers(admin, probe)))
 }
 
 // TestClusterBraceKeys: keys with braces of their own, which would split a

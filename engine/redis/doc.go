@@ -77,9 +77,23 @@
 // ACL user) and Options.TLSConfig, or the same fields of ClusterOptions,
 // FailoverOptions and UniversalOptions. Redis does not echo passwords, and
 // errors from the engine carry Redis's reply (WRONGPASS, NOAUTH, NOPERM),
-// never a password. A client on a TLS-only port without TLS, or with a
-// certificate the server does not accept, fails its first command with a
-// connection error (engine.ErrUnavailable), not a hang.
+// never a password; they wrap engine.ErrAccessDenied and not
+// engine.ErrUnavailable, since a wrong password is no outage. A client on a
+// TLS-only port without TLS, or with a certificate the server does not
+// accept, fails its first command with a connection error
+// (engine.ErrUnavailable), not a hang.
+//
+// # Errors
+//
+// Server failures are *engine.OpError values. They wrap
+// engine.ErrUnavailable when the server is not serving now: any failure
+// without a Redis reply (dial, I/O, the engine's own timeout, a closed or
+// exhausted pool) and the replies LOADING, MASTERDOWN, TRYAGAIN,
+// CLUSTERDOWN, BUSY, READONLY and "max number of clients reached". They
+// wrap engine.ErrAccessDenied for NOAUTH, WRONGPASS and NOPERM. Other
+// replies, such as a script error, wrap neither, and nothing does once the
+// caller's context has ended: Acquire then returns engine.ErrNotAcquired
+// joined with ctx.Err().
 //
 // A Redis 7 ACL user for the engine needs only these commands, on keys and
 // channels under its prefix (here the default "cerberus:"):

@@ -71,8 +71,12 @@ func WithRecheck(d time.Duration) Option { return func(o *options) { o.recheck =
 // it on every attempt, so only a crashed waiter loses it. The default is 5s.
 func WithQueueTTL(d time.Duration) Option { return func(o *options) { o.queueTTL = d } }
 
-// WithTimeout bounds each Redis round trip made outside a caller's context:
-// renewals and releases on Close. The default is 2s.
+// WithTimeout bounds each Redis round trip: those made outside a caller's
+// context (renewals, releases on Close) and, within the caller's context,
+// Ping, each acquire attempt and Release. A round trip that runs out of it
+// while the caller's context is live fails with engine.ErrUnavailable: a
+// server, or a Sentinel client that finds none, that cannot answer in time
+// is not serving. The default is 2s.
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // Engine is the Redis engine.Engine. Create it with New.
@@ -159,10 +163,18 @@ func (e *Engine) Ping(ctx context.Context) error {
 	if e.isClosed() {
 		return engine.ErrClosed
 	}
-	if err := e.c.Ping(ctx).Err(); err != nil {
-		return e.opError("ping", "", err)
+	rctx, cancel := e.roundTrip(ctx)
+	defer cancel()
+	if err := e.c.Ping(rctx).Err(); err != nil {
+		return e.opError(ctx, "ping", "", err)
 	}
 	return nil
+}
+
+// roundTrip bounds one round trip made for a caller by the engine's
+// timeout (WithTimeout).
+func (e *Engine) roundTrip(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, e.opts.timeout)
 }
 
 func (e *Engine) isClosed() bool {
@@ -171,13 +183,32 @@ func (e *Engine) isClosed() bool {
 	return e.closed
 }
 
-// opError wraps a Redis failure. Context errors pass through as they are;
-// anything else is marked engine.ErrUnavailable.
-func (e *Engine) opError(op, key string, err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return &engine.OpError{Engine: "redis", Op: op, Key: key, Err: err}
+// opError wraps a Redis failure of a call made for a caller whose context
+// is ctx, classified by engine.Classify with denied and down.
+func (e *Engine) opError(ctx context.Context, op, key string, err error) error {
+	return &engine.OpError{Engine: "redis", Op: op, Key: key, Err: engine.Classify(ctx, err, denied, down)}
+}
+
+// denied reports an access-control refusal: NOAUTH, WRONGPASS, NOPERM, or
+// a connection Redis closed because it was not authenticated.
+func denied(err error) bool {
+	return goredis.IsAuthError(err) || goredis.IsPermissionError(err)
+}
+
+// down reports a failure that says the server is not serving now: any
+// failure without a Redis error reply (dial, I/O, a closed or exhausted
+// pool), or a reply that the server is loading, has lost its master or
+// cluster, is busy with a script, is a read-only replica, or has too many
+// clients. Other replies (a script error, NOSCRIPT, OOM) are the server's
+// own refusal.
+func down(err error) bool {
+	var re goredis.Error
+	if !errors.As(err, &re) {
+		return !errors.Is(err, context.Canceled)
 	}
-	return &engine.OpError{Engine: "redis", Op: op, Key: key, Err: errors.Join(engine.ErrUnavailable, err)}
+	return goredis.IsLoadingError(err) || goredis.IsMasterDownError(err) || goredis.IsTryAgainError(err) ||
+		goredis.IsClusterDownError(err) || goredis.IsReadOnlyError(err) || goredis.IsMaxClientsError(err) ||
+		goredis.HasErrorPrefix(err, "BUSY ")
 }
 
 func ms(d time.Duration) int64 {
@@ -211,7 +242,9 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	for {
 		sent := time.Now()
 		starving := queued && !e.opts.fair && e.opts.starve > 0 && sent.Sub(waitSince) >= e.opts.starve
-		ok, n, err := l.try(ctx, req.Wait, queued, starving)
+		rctx, cancel := e.roundTrip(ctx)
+		ok, n, err := l.try(rctx, req.Wait, queued, starving)
+		cancel()
 		if err != nil {
 			// The reply is lost, not necessarily the write: undo whatever
 			// the script may have done under this lease's id, waiting for
@@ -220,7 +253,7 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return nil, errors.Join(engine.ErrNotAcquired, ctxErr)
 			}
-			return nil, e.opError("acquire", req.Key, err)
+			return nil, e.opError(ctx, "acquire", req.Key, err)
 		}
 		if ok {
 			if time.Since(sent) >= l.life() {

@@ -142,13 +142,15 @@ func (e *Engine) newLease(req engine.Request) *lease {
 // Release gives the key up with a compare-and-delete on this lease's id.
 func (l *lease) Release(ctx context.Context) error {
 	l.e.forget(l)
-	n, err := l.releaseScript().Run(ctx, l.e.c, l.relKeys, l.argID, l.argChan, l.e.argWake).Int64()
+	rctx, cancel := l.e.roundTrip(ctx)
+	defer cancel()
+	n, err := l.releaseScript().Run(rctx, l.e.c, l.relKeys, l.argID, l.argChan, l.e.argWake).Int64()
 	switch {
 	case err != nil:
 		// Unknown whether it still holds; it is no longer renewed, so it
 		// is lost either way.
 		l.sig.Close(fmt.Errorf("%w: release failed: %w", engine.ErrLeaseLost, err))
-		return l.e.opError("release", l.key, err)
+		return l.e.opError(ctx, "release", l.key, err)
 	case n == 1:
 		l.sig.Close(engine.ErrReleased)
 		return nil

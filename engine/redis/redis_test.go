@@ -36,6 +36,28 @@ func leftovers(c goredis.Cmdable, e *Engine) func(ctx context.Context, key strin
 	}
 }
 
+// closedAddr is a loopback port where nothing listens: the Unreachable hook
+// of the conformance suite.
+const closedAddr = "127.0.0.1:1"
+
+// strangerOptions are client options that every test server refuses with
+// WRONGPASS: an ACL user that does not exist. go-redis sends AUTH (or HELLO
+// with AUTH) with them on every new connection.
+func strangerOptions(o goredis.Options) *goredis.Options {
+	o.Username, o.Password = "cerberus-stranger", "wrong-password"
+	return &o
+}
+
+// faultHooks are the suite's Unreachable and AccessDenied hooks for engines
+// on clients made by newClient from a server address: one at closedAddr,
+// one that the server at addr refuses.
+func faultHooks(addr string, newClient func(addr string, denied bool) Client, opts ...Option) enginetest.Options {
+	return enginetest.Options{
+		Unreachable:  func() (engine.Engine, error) { return New(newClient(closedAddr, false), opts...) },
+		AccessDenied: func() (engine.Engine, error) { return New(newClient(addr, true), opts...) },
+	}
+}
+
 func conformance(t *testing.T, opts ...Option) {
 	addr := testenv.RedisAddr(t)
 	admin := newClient(t, addr)
@@ -46,12 +68,21 @@ func conformance(t *testing.T, opts ...Option) {
 	t.Cleanup(func() { _ = probe.Close() })
 	enginetest.Run(t, func() (engine.Engine, error) {
 		return New(newClient(t, addr), opts...)
-	}, enginetest.Options{
-		Leftovers: leftovers(admin, probe),
-		Unreachable: func() (engine.Engine, error) {
-			return New(newClient(t, "127.0.0.1:1"), opts...)
-		},
-	})
+	}, withLeftovers(faultHooks(addr, func(addr string, denied bool) Client {
+		o := &goredis.Options{Addr: addr}
+		if denied {
+			o = strangerOptions(*o)
+		}
+		c := goredis.NewClient(o)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}, opts...), leftovers(admin, probe)))
+}
+
+// withLeftovers returns o with its Leftovers set to f.
+func withLeftovers(o enginetest.Options, f func(ctx context.Context, key string) ([]string, error)) enginetest.Options {
+	o.Leftovers = f
+	return o
 }
 
 func TestConformance(t *testing.T) { conformance(t) }

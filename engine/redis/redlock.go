@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,6 +60,11 @@ func WithNodeOptions(opts ...Option) RedlockOption {
 // a renewed Redlock lease is lost when fewer than a majority of its node
 // leases remain. Waiting polls with a randomised pause, since no single
 // node can announce a release for all of them.
+//
+// When too few nodes answer, Ping and Acquire return an *engine.OpError that
+// wraps engine.ErrUnavailable if a node was unavailable or gave no answer
+// within the node timeout, and otherwise engine.ErrAccessDenied if a node
+// refused access; never either once the caller's context has ended.
 //
 // Token is the largest fencing counter among the granting nodes, and right
 // after each grant every granting node's counter is raised to it. Any two
@@ -152,10 +158,33 @@ func (r *Redlock) Ping(ctx context.Context) error {
 	}
 	errs := r.each(func(i int) error { return r.nodes[i].Ping(ctx) })
 	if ok := countNil(errs); ok < r.quorum {
-		return &engine.OpError{Engine: "redlock", Op: "ping",
-			Err: fmt.Errorf("%w: %d of %d nodes answer, %d needed: %w", engine.ErrUnavailable, ok, len(r.nodes), r.quorum, errors.Join(errs...))}
+		return r.quorumErr(ctx, "ping", "", fmt.Sprintf("%d of %d nodes answer, %d needed", ok, len(r.nodes), r.quorum), errs)
 	}
 	return nil
+}
+
+// quorumErr reports an operation that too few nodes carried out, marked by
+// the rule of engine.ErrUnavailable applied to the nodes' failures:
+// ErrUnavailable when a node was unavailable, otherwise ErrAccessDenied
+// when a node refused access, and neither when ctx, the caller's context,
+// has ended. The nodes' errors are kept as text only, so that their own
+// marks cannot contradict the verdict.
+func (r *Redlock) quorumErr(ctx context.Context, op, key, what string, errs []error) error {
+	var unavailable, denied bool
+	var nodes []string
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		unavailable = unavailable || errors.Is(err, engine.ErrUnavailable)
+		denied = denied || errors.Is(err, engine.ErrAccessDenied)
+		nodes = append(nodes, fmt.Sprintf("node %d: %v", i, err))
+	}
+	cause := fmt.Errorf("%s: %s", what, strings.Join(nodes, "; "))
+	err := engine.Classify(ctx, cause,
+		func(error) bool { return denied && !unavailable },
+		func(error) bool { return unavailable })
+	return &engine.OpError{Engine: "redlock", Op: op, Key: key, Err: err}
 }
 
 func (r *Redlock) isClosed() bool {
@@ -236,6 +265,11 @@ func (r *Redlock) attempt(ctx context.Context, req engine.Request) (engine.Lease
 		defer cancel()
 		l, err := r.nodes[i].Acquire(nctx, nodeReq)
 		parts[i] = l
+		if err != nil && nctx.Err() != nil && ctx.Err() == nil {
+			// The node timeout is the engine's own deadline, not the
+			// caller's: a node that did not answer in it is unavailable.
+			err = fmt.Errorf("%w: no answer within the node timeout %v: %v", engine.ErrUnavailable, r.opts.nodeTimeout, err)
+		}
 		return err
 	})
 	validity := req.TTL - time.Since(start) - r.drift(req.TTL)
@@ -272,8 +306,7 @@ func (r *Redlock) attempt(ctx context.Context, req engine.Request) (engine.Lease
 		}
 	}
 	if refused == 0 && granted < r.quorum {
-		return nil, &engine.OpError{Engine: "redlock", Op: "acquire", Key: req.Key,
-			Err: fmt.Errorf("%w: %d of %d nodes granted, %d needed: %w", engine.ErrUnavailable, granted, len(r.nodes), r.quorum, errors.Join(errs...))}
+		return nil, r.quorumErr(ctx, "acquire", req.Key, fmt.Sprintf("%d of %d nodes granted, %d needed", granted, len(r.nodes), r.quorum), errs)
 	}
 	return nil, nil
 }

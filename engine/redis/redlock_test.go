@@ -44,13 +44,26 @@ func newRedlock(t *testing.T, servers []*privateServer, opts ...RedlockOption) *
 func TestRedlockConformance(t *testing.T) {
 	servers, admins := redlockNodes(t)
 	probe := newRedlock(t, servers)
-	enginetest.Run(t, func() (engine.Engine, error) {
-		clients := make([]Client, len(servers))
-		for i, s := range servers {
-			clients[i] = newClient(t, s.addr)
+	// on makes a Redlock over the five servers with the client options
+	// opts gives for each address.
+	on := func(opts func(addr string) *goredis.Options) enginetest.Factory {
+		return func() (engine.Engine, error) {
+			clients := make([]Client, len(servers))
+			for i, s := range servers {
+				c := goredis.NewClient(opts(s.addr))
+				t.Cleanup(func() { _ = c.Close() })
+				clients[i] = c
+			}
+			return NewRedlock(clients)
 		}
-		return NewRedlock(clients)
-	}, enginetest.Options{
+	}
+	enginetest.Run(t, on(func(addr string) *goredis.Options {
+		return &goredis.Options{Addr: addr}
+	}), enginetest.Options{
+		Unreachable: on(func(string) *goredis.Options { return &goredis.Options{Addr: closedAddr} }),
+		AccessDenied: on(func(addr string) *goredis.Options {
+			return strangerOptions(goredis.Options{Addr: addr})
+		}),
 		Leftovers: func(ctx context.Context, key string) ([]string, error) {
 			var left []string
 			for i, a := range admins {

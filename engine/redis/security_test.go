@@ -106,6 +106,16 @@ func mustFailFast(t *testing.T, e *Engine, secrets ...string) error {
 	return err
 }
 
+// mustBeDenied fails unless err is an access-control refusal: it wraps
+// engine.ErrAccessDenied, and not engine.ErrUnavailable (a wrong password is
+// no outage).
+func mustBeDenied(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, engine.ErrAccessDenied) || errors.Is(err, engine.ErrUnavailable) {
+		t.Errorf("%s: want ErrAccessDenied and not ErrUnavailable, got %v", what, err)
+	}
+}
+
 // exercise uses every server-side path the engine has, so that a missing
 // permission or a broken connection shows: Ping, exclusive grant and
 // refusal, a waiter woken by pub/sub, shared leases, renewal, release, and
@@ -197,17 +207,21 @@ func TestAuthPassword(t *testing.T) {
 	if !strings.Contains(err.Error(), "WRONGPASS") {
 		t.Errorf("wrong password: the error does not say WRONGPASS: %v", err)
 	}
+	mustBeDenied(t, "wrong password", err)
 	// Without a password, Ping says NOAUTH; the acquire script's call has
 	// more arguments than Redis reads from an unauthenticated client, so
 	// Redis answers that it is unauthenticated and closes the connection.
 	anon := secEngine(t, secClient(t, goredis.Options{Addr: srv.Addr}))
-	if err := anon.Ping(secCtx(t, 10*time.Second)); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+	err = anon.Ping(secCtx(t, 10*time.Second))
+	if err == nil || !strings.Contains(err.Error(), "NOAUTH") {
 		t.Errorf("no password: Ping: want NOAUTH, got %v", err)
 	}
+	mustBeDenied(t, "no password: Ping", err)
 	err = mustFailFast(t, anon, pw)
 	if !strings.Contains(err.Error(), "NOAUTH") && !strings.Contains(err.Error(), "unauthenticated") {
 		t.Errorf("no password: the error does not say NOAUTH or unauthenticated: %v", err)
 	}
+	mustBeDenied(t, "no password: Acquire", err)
 }
 
 // TestACLUser: an ACL user with exactly the documented rules can do
@@ -254,12 +268,14 @@ func TestACLUser(t *testing.T) {
 	if !strings.Contains(err.Error(), "permission") || !strings.Contains(err.Error(), "NOPERM") {
 		t.Errorf("a user without EVALSHA/EVAL: the error does not say NOPERM ... permission: %v", err)
 	}
+	mustBeDenied(t, "a user without EVALSHA/EVAL", err)
 
 	wrong := secret(t, "wrong-acl-pw")
 	err = mustFailFast(t, secEngine(t, secClient(t, goredis.Options{Addr: srv.Addr, Username: "cerberus", Password: wrong})), wrong, userPW, adminPW)
 	if !strings.Contains(err.Error(), "WRONGPASS") {
 		t.Errorf("wrong ACL password: the error does not say WRONGPASS: %v", err)
 	}
+	mustBeDenied(t, "wrong ACL password", err)
 }
 
 // TestTLS: a TLS-only server (--port 0) serves a client that verifies it

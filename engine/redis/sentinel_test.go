@@ -61,14 +61,19 @@ func startSentinel(t *testing.T, master *privateServer) string {
 func TestSentinelConformance(t *testing.T) {
 	master := startServer(t)
 	sentinel := startSentinel(t, master)
-	newFailover := func() *goredis.Client {
-		c := goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: "cerberus", SentinelAddrs: []string{sentinel}})
+	failover := func(sentinel string, denied bool) Client {
+		o := &goredis.FailoverOptions{MasterName: "cerberus", SentinelAddrs: []string{sentinel}}
+		if denied { // the master refuses; the sentinel needs no password
+			s := strangerOptions(goredis.Options{})
+			o.Username, o.Password = s.Username, s.Password
+		}
+		c := goredis.NewFailoverClient(o)
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
-	admin := newFailover()
+	admin := failover(sentinel, false).(*goredis.Client)
 	probe := mustEngine(t, admin)
 	enginetest.Run(t, func() (engine.Engine, error) {
-		return New(newFailover())
-	}, enginetest.Options{Leftovers: leftovers(admin, probe)})
+		return New(failover(sentinel, false))
+	}, withLeftovers(faultHooks(sentinel, failover), leftovers(admin, probe)))
 }

@@ -48,6 +48,8 @@ func TestDigestACL(t *testing.T) {
 	if sl, err := stranger.Acquire(bounded(t, 30*time.Second), try(key)); err == nil {
 		_ = sl.Release(bounded(t, 30*time.Second))
 		t.Errorf("an engine without credentials got the lock")
+	} else if !errors.Is(err, zk.ErrNoAuth) || !errors.Is(err, engine.ErrAccessDenied) || errors.Is(err, engine.ErrUnavailable) {
+		t.Errorf("an engine without credentials: want zk.ErrNoAuth as ErrAccessDenied, not ErrUnavailable, got %v", err)
 	}
 	b := dial(t, addr, zookeeper.WithBasePath(base), zookeeper.WithDigest("alice", "s3cret"))
 	if _, err := b.Acquire(bounded(t, 30*time.Second), try(key)); !errors.Is(err, engine.ErrNotAcquired) {

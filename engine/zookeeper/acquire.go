@@ -22,8 +22,9 @@ import (
 // watch is lost. When ctx ends it deletes its node and returns
 // errors.Join(engine.ErrNotAcquired, ctx.Err()); when the engine closes,
 // engine.ErrClosed. Server and session failures are *engine.OpError values
-// wrapping engine.ErrUnavailable; the node is deleted then too, now or when
-// the session is back.
+// wrapping engine.ErrUnavailable, and refusals by ACLs ones wrapping
+// engine.ErrAccessDenied; the node is deleted then too, now or when the
+// session is back.
 func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
 	if err := e.Validate(req); err != nil {
 		return nil, err
@@ -51,7 +52,7 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	case errors.Is(err, engine.ErrNotAcquired):
 		return nil, err
 	}
-	return nil, e.opError("acquire", req.Key, err)
+	return nil, e.opError(ctx, "acquire", req.Key, err)
 }
 
 // acquire does the work of Acquire. Errors from ctx are sorted out by the

@@ -96,8 +96,13 @@
 // # Errors
 //
 // Invalid requests fail before any I/O with engine.ErrInvalidKey,
-// engine.ErrInvalidTTL or engine.ErrInvalidRequest. Server and session
-// failures are *engine.OpError values wrapping engine.ErrUnavailable. A
+// engine.ErrInvalidTTL or engine.ErrInvalidRequest. Server failures are
+// *engine.OpError values. Connection and session failures, and calls that
+// get no answer within the session timeout, wrap engine.ErrUnavailable; a
+// refusal by a node's ACL (zk.ErrNoAuth, as for an engine without the
+// digest credentials of WithDigest) or a failed authentication wraps
+// engine.ErrAccessDenied and not engine.ErrUnavailable; other server errors
+// wrap neither. Nothing is marked once the caller's context has ended: a
 // waiting Acquire whose context ends returns
 // errors.Join(engine.ErrNotAcquired, ctx.Err()).
 package zookeeper

@@ -264,16 +264,17 @@ func (e *Engine) Connected() bool {
 
 // Ping checks that the server answers a read. It returns engine.ErrClosed
 // after Close and an *engine.OpError wrapping engine.ErrUnavailable when the
-// server does not answer before ctx ends.
+// server does not answer within the session timeout; if ctx ends first,
+// the error wraps ctx.Err() instead.
 func (e *Engine) Ping(ctx context.Context) error {
 	if e.isClosed() {
 		return engine.ErrClosed
 	}
-	ctx, cancel := e.bound(ctx)
+	bctx, cancel := e.bound(ctx)
 	defer cancel()
-	err := call(ctx, func() error { _, _, err := e.conn.Exists("/"); return err })
+	err := call(bctx, func() error { _, _, err := e.conn.Exists("/"); return err })
 	if err != nil {
-		return e.opError("ping", "", err)
+		return e.opError(ctx, "ping", "", err)
 	}
 	return nil
 }
@@ -284,12 +285,10 @@ func (e *Engine) isClosed() bool {
 	return e.closed
 }
 
-// bound adds the session timeout as a deadline to ctx when it has none, so
-// no call waits for an unresponsive server forever.
+// bound limits a call made for a caller to the session timeout, within
+// ctx: a server that does not answer in it is unavailable (the session is
+// as good as lost), and no call waits for it forever.
 func (e *Engine) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return context.WithCancel(ctx)
-	}
 	return context.WithTimeout(ctx, e.sessionTimeout())
 }
 
@@ -407,11 +406,15 @@ func connErr(err error) bool {
 
 var errNoSession = errors.New("zookeeper: no session")
 
-// opError wraps a server failure. Connection and session failures, and
-// deadlines, also wrap engine.ErrUnavailable.
-func (e *Engine) opError(op, key string, err error) error {
-	if connErr(err) || errors.Is(err, context.DeadlineExceeded) {
-		err = errors.Join(engine.ErrUnavailable, err)
-	}
-	return &engine.OpError{Engine: "zookeeper", Op: op, Key: key, Err: err}
+// opError wraps a server failure of a call made for a caller whose
+// context is ctx, classified by engine.Classify: ZooKeeper's NOAUTH and
+// AUTHFAILED are engine.ErrAccessDenied; connection and session failures,
+// and the engine's own deadlines, are engine.ErrUnavailable.
+func (e *Engine) opError(ctx context.Context, op, key string, err error) error {
+	return &engine.OpError{Engine: "zookeeper", Op: op, Key: key, Err: engine.Classify(ctx, err, denied, connErr)}
+}
+
+// denied reports a refusal by ZooKeeper's ACLs or authentication.
+func denied(err error) bool {
+	return errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed)
 }

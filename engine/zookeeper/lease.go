@@ -54,10 +54,11 @@ func (l *lease) Err() error { return l.sig.Err() }
 // lease, so the delete cannot touch another holder's lock. It returns an
 // error wrapping engine.ErrNotHeld if the lease has ended or its node is
 // gone. If the server cannot be reached (or ctx ends) before it answers,
-// Release returns an *engine.OpError wrapping engine.ErrUnavailable and ends
-// the lease with engine.ErrLeaseLost: the delete may yet happen, so the
-// lease can no longer be said to hold; the engine deletes the node when its
-// session is back. Other server errors leave the lease held.
+// Release returns an *engine.OpError, wrapping engine.ErrUnavailable or,
+// when ctx ended first, ctx.Err(), and ends the lease with
+// engine.ErrLeaseLost: the delete may yet happen, so the lease can no
+// longer be said to hold; the engine deletes the node when its session is
+// back. Other server errors leave the lease held.
 func (l *lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.state != held {
@@ -68,13 +69,13 @@ func (l *lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 
 	e := l.eng
-	ctx, cancel := e.bound(ctx)
+	bctx, cancel := e.bound(ctx)
 	defer cancel()
 	var err error
 	if l.mode == engine.Exclusive {
-		err = e.releaseNode(ctx, l.path)
+		err = e.releaseNode(bctx, l.path)
 	} else {
-		err = e.removeNode(ctx, l.path)
+		err = e.removeNode(bctx, l.path)
 	}
 	switch {
 	case err == nil:
@@ -83,10 +84,10 @@ func (l *lease) Release(ctx context.Context) error {
 	case errors.Is(err, zk.ErrNoNode):
 		l.finish(fmt.Errorf("%w: zookeeper lock node %s is gone", engine.ErrLeaseLost, l.path))
 		return l.notHeld()
-	case connErr(err) || ctx.Err() != nil:
+	case connErr(err) || bctx.Err() != nil:
 		l.finish(fmt.Errorf("%w: release of %s did not complete: %w", engine.ErrLeaseLost, l.path, err))
 		e.orphan(orphan{parent: l.parent, path: l.path, sid: l.sid})
-		return e.opError("release", l.key, err)
+		return e.opError(ctx, "release", l.key, err)
 	}
 	l.mu.Lock()
 	expired := l.expired
@@ -97,7 +98,7 @@ func (l *lease) Release(ctx context.Context) error {
 	if expired {
 		l.expire()
 	}
-	return e.opError("release", l.key, err)
+	return e.opError(ctx, "release", l.key, err)
 }
 
 func (l *lease) notHeld() error {
