@@ -21,12 +21,19 @@ type Store struct {
 // entry is the state of one key. It exists while the key is held or waited
 // on, and is removed when neither is true.
 type entry struct {
-	writer         *lease
-	readers        map[*lease]struct{}
-	waitingWriters int
-	// wake is closed and replaced on every change that could let a waiter
-	// in; waiters hold the channel they saw.
-	wake chan struct{}
+	writer  *lease
+	readers map[*lease]struct{}
+	// queue holds the waiters in arrival order. A release hands the key
+	// to the head of the queue (and to the readers right behind a reader
+	// head) before anyone else can take it, so waiters are served in
+	// arrival order and a newcomer never barges past them.
+	queue []*waiter
+}
+
+// waiter is one Acquire waiting in an entry's queue.
+type waiter struct {
+	l     *lease
+	ready chan struct{} // closed when the key is handed to l
 }
 
 // NewStore returns an empty Store.
@@ -105,57 +112,46 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	}
 	l := &lease{eng: e, key: req.Key, mode: req.Mode, sig: engine.NewSignal(req.OnLost)}
 	s := e.store
-	queued := false // counted in waitingWriters
 	s.mu.Lock()
-	for {
-		ent := s.entry(req.Key)
-		if ent.admits(req.Mode, queued) {
-			if queued {
-				ent.waitingWriters--
-			}
-			s.seq++
-			l.token = s.seq
-			if req.Mode == engine.Exclusive {
-				ent.writer = l
-			} else {
-				ent.readers[l] = struct{}{}
-			}
-			s.mu.Unlock()
-			return e.granted(l, req)
-		}
-		if !req.Wait {
-			s.tidy(req.Key, ent)
-			s.mu.Unlock()
-			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
-		}
-		if req.Mode == engine.Exclusive && !queued {
-			queued = true
-			ent.waitingWriters++
-		}
-		wake := ent.wake
+	ent := s.entry(req.Key)
+	if len(ent.queue) == 0 && ent.free(req.Mode) {
+		s.grant(ent, l)
 		s.mu.Unlock()
-
-		var stop error
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			stop = errors.Join(engine.ErrNotAcquired, ctx.Err())
-		case <-e.closing:
-			stop = engine.ErrClosed
-		}
-		s.mu.Lock()
-		if stop != nil {
-			ent := s.entry(req.Key)
-			if queued {
-				// Readers held back by this writer may go now.
-				ent.waitingWriters--
-				ent.changed()
-			}
-			s.tidy(req.Key, ent)
-			s.mu.Unlock()
-			return nil, stop
-		}
+		return e.granted(l, req)
 	}
+	if !req.Wait {
+		s.tidy(req.Key, ent)
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
+	}
+	w := &waiter{l: l, ready: make(chan struct{})}
+	ent.queue = append(ent.queue, w)
+	s.mu.Unlock()
+
+	var stop error
+	select {
+	case <-w.ready:
+		return e.granted(l, req)
+	case <-ctx.Done():
+		stop = errors.Join(engine.ErrNotAcquired, ctx.Err())
+	case <-e.closing:
+		stop = engine.ErrClosed
+	}
+	s.mu.Lock()
+	select {
+	case <-w.ready:
+		// Handed the key just as the wait ended: give it to the next.
+		s.mu.Unlock()
+		s.drop(l)
+		return nil, stop
+	default:
+	}
+	ent = s.locks[req.Key]
+	ent.leave(w)
+	s.handOff(ent) // readers held back by this writer may go now
+	s.tidy(req.Key, ent)
+	s.mu.Unlock()
+	return nil, stop
 }
 
 // granted finishes a grant: registers the lease with its engine (or undoes
@@ -201,18 +197,50 @@ func (e *Engine) Close() error {
 func (s *Store) entry(key string) *entry {
 	ent := s.locks[key]
 	if ent == nil {
-		ent = &entry{readers: make(map[*lease]struct{}), wake: make(chan struct{})}
+		ent = &entry{readers: make(map[*lease]struct{})}
 		s.locks[key] = ent
 	}
 	return ent
 }
 
-// tidy removes an entry nobody holds or waits on, waking anyone still parked
-// on it so they look the key up again. Call with s.mu held.
+// grant gives the key to l with the next token. Call with s.mu held.
+func (s *Store) grant(ent *entry, l *lease) {
+	s.seq++
+	l.token = s.seq
+	if l.mode == engine.Exclusive {
+		ent.writer = l
+	} else {
+		ent.readers[l] = struct{}{}
+	}
+}
+
+// handOff grants the key to the head of the queue while it is free for
+// it: one writer, or every reader up to the next writer. Call with s.mu
+// held.
+func (s *Store) handOff(ent *entry) {
+	for len(ent.queue) > 0 && ent.free(ent.queue[0].l.mode) {
+		w := ent.queue[0]
+		ent.queue[0] = nil
+		ent.queue = ent.queue[1:]
+		s.grant(ent, w.l)
+		close(w.ready)
+	}
+}
+
+// leave takes w out of the queue.
+func (ent *entry) leave(w *waiter) {
+	for i, q := range ent.queue {
+		if q == w {
+			ent.queue = append(ent.queue[:i], ent.queue[i+1:]...)
+			return
+		}
+	}
+}
+
+// tidy removes an entry nobody holds or waits on. Call with s.mu held.
 func (s *Store) tidy(key string, ent *entry) {
-	if ent.writer == nil && len(ent.readers) == 0 && ent.waitingWriters == 0 && s.locks[key] == ent {
+	if ent.writer == nil && len(ent.readers) == 0 && len(ent.queue) == 0 && s.locks[key] == ent {
 		delete(s.locks, key)
-		close(ent.wake)
 	}
 }
 
@@ -233,7 +261,7 @@ func (s *Store) drop(l *lease) bool {
 	default:
 		return false
 	}
-	ent.changed()
+	s.handOff(ent)
 	s.tidy(l.key, ent)
 	return true
 }
@@ -251,22 +279,11 @@ func (s *Store) has(key string) bool {
 	return s.locks[key] != nil
 }
 
-// admits reports whether a request in mode may be granted now. A queued
-// writer is one already counted in waitingWriters.
-func (ent *entry) admits(mode engine.Mode, queued bool) bool {
-	if ent.writer != nil {
-		return false
-	}
-	if mode == engine.Exclusive {
-		return len(ent.readers) == 0
-	}
-	return ent.waitingWriters == 0
-}
-
-// changed wakes every waiter on the entry.
-func (ent *entry) changed() {
-	close(ent.wake)
-	ent.wake = make(chan struct{})
+// free reports whether the key's holders admit one more in mode: no
+// writer, and for a writer no readers either. Who is queued is the
+// caller's concern.
+func (ent *entry) free(mode engine.Mode) bool {
+	return ent.writer == nil && (mode == engine.Shared || len(ent.readers) == 0)
 }
 
 // lease is a memory engine lease.
