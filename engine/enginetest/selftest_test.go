@@ -113,6 +113,23 @@ func brokenFactory(defect string) Factory {
 	}
 }
 
+// poll waits as a lock without a queue does: it tries, and sleeps between
+// tries, so a holder that releases and locks again at once keeps winning.
+func (b *broken) poll(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	req.Wait = false
+	for {
+		l, err := b.Engine.Acquire(ctx, req)
+		if !errors.Is(err, engine.ErrNotAcquired) {
+			return l, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 func (b *broken) Validate(req engine.Request) error {
 	if b.defect == "no-validation" {
 		return nil
@@ -155,6 +172,10 @@ func (b *broken) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	case "trylock-waits":
 		if !req.Wait {
 			req.Wait = true
+		}
+	case "barging":
+		if req.Wait {
+			return b.poll(ctx, req)
 		}
 	}
 	l, err := b.Engine.Acquire(ctx, req)
@@ -325,6 +346,7 @@ func TestSuiteCatchesBrokenEngines(t *testing.T) {
 		{"cancel-is-unavailable", "CancelledBeforeAcquire"},
 		{"down-unmarked", "Unreachable"},
 		{"denied-is-unavailable", "AccessDenied"},
+		{"barging", "Fairness"},
 	}
 	for _, c := range cases {
 		t.Run(c.defect+"/"+c.check, func(t *testing.T) {

@@ -102,6 +102,7 @@ var checks = []check{
 	{"SharedMode", checkShared},
 	{"SharedStress", checkSharedStress},
 	{"Close", checkClose},
+	{"Fairness", checkFairness},
 	{"Unreachable", checkUnreachable},
 	{"AccessDenied", checkAccessDenied},
 }
@@ -118,8 +119,9 @@ type harness struct {
 }
 
 // longTTL is the lease period of renewed leases that are not meant to
-// expire during a check.
-const longTTL = 10 * time.Second
+// expire during a check: above every engine's floor (Consul's is 30s with
+// its defaults).
+const longTTL = time.Minute
 
 // hang is how long a call may take before the suite calls it hung. It is a
 // liveness bound, not a speed target.
