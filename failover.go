@@ -37,9 +37,10 @@ type FailoverOptions struct {
 	Failback bool
 	// Fence delays the first grant on a newly active engine until every
 	// lease granted on the old one must have expired (the longest lease TTL
-	// granted in the old epoch, counted from the switch), so two holders
-	// never overlap even if the old engine is unreachable and its holders
-	// have not noticed. The default is off.
+	// granted in the old epoch, or the old engine's Limits().Floor if that
+	// is longer, counted from the switch), so two holders never overlap
+	// even if the old engine is unreachable and its holders have not
+	// noticed. The default is off.
 	Fence bool
 	// MinFence, with Fence, is the shortest fence after a switch, however
 	// short the leases this process granted: the lease period of the other
@@ -225,6 +226,7 @@ func (f *Failover) Limits() engine.Limits {
 		lim.MaxKeyLen = min(lim.MaxKeyLen, l.MaxKeyLen)
 		lim.MinTTL = max(lim.MinTTL, l.MinTTL)
 		lim.MaxTTL = min(lim.MaxTTL, l.MaxTTL)
+		lim.Floor = max(lim.Floor, l.Floor)
 	}
 	return lim
 }
@@ -444,7 +446,13 @@ func (f *Failover) switchTo(to int, reason string, minEpoch uint64) {
 	from := f.active
 	f.active = to
 	f.epoch = max(f.epoch+1, minEpoch)
-	if fence := max(f.maxTTL, f.opts.MinFence); f.opts.Fence && fence > 0 {
+	fence := f.opts.MinFence
+	if f.maxTTL > 0 {
+		// A silent holder on the old engine keeps its key for its lease
+		// period, or for the engine's floor where that is longer.
+		fence = max(fence, f.maxTTL, f.engines[from].Engine.Limits().Floor)
+	}
+	if f.opts.Fence && fence > 0 {
 		f.fenceUntil = time.Now().Add(fence)
 	}
 	f.maxTTL = 0

@@ -103,7 +103,7 @@ func TestBuildRealServers(t *testing.T) {
 			continue
 		}
 		// The engine grants and releases a lock.
-		l, err := n.Engine.Acquire(ctx, engine.Request{Key: t.Name(), TTL: 10 * time.Second})
+		l, err := n.Engine.Acquire(ctx, engine.Request{Key: t.Name(), TTL: max(10*time.Second, n.Engine.Limits().MinTTL)})
 		if err != nil {
 			t.Errorf("built[%d] (%s).Acquire: %v", i, n.Name, err)
 			continue

@@ -360,10 +360,32 @@ func (c *Config) Warnings() []string {
 	if c.EngineKey.Quorum == 1 && c.Auto {
 		w = append(w, "engine_key.quorum: 1 lets one process that alone loses an engine move the whole fleet")
 	}
+	key, period := c.leaseKey()
+	for i, e := range c.Engines {
+		switch {
+		case e.Kind == KindZooKeeper && period < e.zkFloor():
+			w = append(w, fmt.Sprintf("%s: %v is below engines[%d] (%s)'s session timeout: a crashed or paused holder keeps its keys until the server expires its session, within %v",
+				key, period, i, e.Name, e.zkFloor()))
+		case e.Kind == KindMySQL && e.Strategy == "row" && period < time.Second:
+			w = append(w, fmt.Sprintf("%s: %v is below engines[%d] (%s)'s floor of 1s: the server ends a silent holder's session after a wait_timeout of whole seconds",
+				key, period, i, e.Name))
+		}
+	}
 	if c.Failback == FailbackAuto && !c.Auto {
 		w = append(w, "failback: \"auto\" has no effect while auto is false")
 	}
 	return w
+}
+
+// zkFloor bounds how long a silent holder keeps its keys on a zookeeper
+// engine: the session timeout, plus up to one server tickTime, which is at
+// most half the negotiated timeout.
+func (e *Engine) zkFloor() time.Duration {
+	t := e.SessionTimeout
+	if t == 0 {
+		t = DefaultZKSessionTimeout
+	}
+	return t * 3 / 2
 }
 
 // defaults returns a Config holding every default, for decoding into.

@@ -38,7 +38,7 @@ func wantFull() *Config {
 		Failback:      FailbackAuto,
 		SingleProcess: true,
 		Fence:         false,
-		Lease:         Lease{TTL: 10 * time.Second, Watchdog: 45 * time.Second},
+		Lease:         Lease{TTL: 40 * time.Second, Watchdog: 45 * time.Second},
 	}
 }
 
@@ -172,6 +172,10 @@ func TestInvalid(t *testing.T) {
 		{"failback", mem + "failback: sometimes", []string{`failback: unknown mode "sometimes"`}},
 		{"no engines", "auto: true\nsingle_process: true", []string{"engines: at least one engine is required"}},
 		{"auto alone", mem + "auto: true", []string{"auto: true without engine_key lets each process switch engines alone"}},
+		{"below consul's floor", "engines: [{name: c, kind: consul, addrs: ['127.0.0.1:8500']}]\nlease: {watchdog: 1s}",
+			[]string{"lease.watchdog: 1s is below engines[0] (c)'s floor of 30s (2 x session_ttl 10s + lock_delay 10s)"}},
+		{"below a tuned consul's floor", "engines: [{name: c, kind: consul, addrs: ['127.0.0.1:8500'], session_ttl: 10s, lock_delay: 0s}]\nlease: {ttl: 19s}",
+			[]string{"lease.ttl: 19s is below engines[0] (c)'s floor of 20s"}},
 		{"fleet settings", mem + "single_process: true\nengine_key: {consul: '127.0.0.1:8500', key: k, quorum: -1, member_ttl: 1s}",
 			[]string{"engine_key.quorum: must be 0", "engine_key.member_ttl: must be within [10s, 1h]", "single_process: true contradicts engine_key"}},
 		{"fleet settings without a key", mem + "engine_key: {quorum: 2, member_ttl: 20s}",
@@ -289,6 +293,21 @@ func TestWarnings(t *testing.T) {
 	}
 	if cfg.Find("m") == nil || cfg.Find("x") != nil {
 		t.Errorf("Find is wrong")
+	}
+	// Lease periods a silent holder outlasts on ZooKeeper or the MySQL
+	// row strategy are accepted, and said.
+	cfg, err = Parse([]byte(`engines:
+  - {name: z, kind: zookeeper, addrs: ["127.0.0.1:2181"], session_timeout: 4s}
+  - {name: r, kind: mysql, dsn: "u@tcp(127.0.0.1:3306)/d", strategy: row}
+lease: {watchdog: 500ms}
+`), "yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := cfg.Warnings()
+	if len(w) != 2 || !strings.HasPrefix(w[0], "lease.watchdog: 500ms is below engines[0] (z)'s session timeout") || !strings.Contains(w[0], "within 6s") ||
+		!strings.HasPrefix(w[1], "lease.watchdog: 500ms is below engines[1] (r)'s floor of 1s") {
+		t.Errorf("Warnings = %q", w)
 	}
 }
 

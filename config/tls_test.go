@@ -131,7 +131,7 @@ func buildOne(t *testing.T, src string) engine.Engine {
 func lockOnce(e engine.Engine, key string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := e.Acquire(ctx, engine.Request{Key: key, Mode: engine.Exclusive, TTL: 5 * time.Second, Renew: true, Wait: true})
+	l, err := e.Acquire(ctx, engine.Request{Key: key, Mode: engine.Exclusive, TTL: max(5*time.Second, e.Limits().MinTTL), Renew: true, Wait: true})
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/consul"
 )
 
 var nameRE = regexp.MustCompile(`^[a-z0-9-]+$`)
@@ -173,8 +174,51 @@ func (c *Config) validate() []error {
 	if c.Lease.Watchdog < engine.MinTTL || c.Lease.Watchdog > engine.MaxTTL {
 		add("lease.watchdog: must be within [%v, %v], got %v", engine.MinTTL, engine.MaxTTL, c.Lease.Watchdog)
 	}
+	return append(errs, c.validateFloors()...)
+}
+
+// leaseKey names the lease setting in force and its period.
+func (c *Config) leaseKey() (string, time.Duration) {
+	if c.Lease.TTL > 0 {
+		return "lease.ttl", c.Lease.TTL
+	}
+	return "lease.watchdog", c.Lease.Watchdog
+}
+
+// validateFloors refuses a lease period below a consul engine's floor:
+// a crashed or paused holder would keep its keys for the floor, not for the
+// period asked.
+func (c *Config) validateFloors() []error {
+	var errs []error
+	key, period := c.leaseKey()
+	for i, e := range c.Engines {
+		if e.Kind != KindConsul {
+			continue
+		}
+		if floor := e.consulFloor(); period < floor {
+			errs = append(errs, invalidf("%s: %v is below engines[%d] (%s)'s floor of %v (2 x session_ttl %v + lock_delay %v): a crashed or paused holder keeps its keys that long; raise %s, or lower session_ttl or lock_delay",
+				key, period, i, e.Name, floor, e.sessionTTL(), e.lockDelay(), key))
+		}
+	}
 	return errs
 }
+
+func (e *Engine) sessionTTL() time.Duration {
+	if e.SessionTTL > 0 {
+		return e.SessionTTL
+	}
+	return consul.DefaultSessionTTL
+}
+
+func (e *Engine) lockDelay() time.Duration {
+	if e.LockDelay != nil {
+		return *e.LockDelay
+	}
+	return consul.DefaultLockDelay
+}
+
+// consulFloor is a consul engine's floor (consul.Floor).
+func (e *Engine) consulFloor() time.Duration { return consul.Floor(e.sessionTTL(), e.lockDelay()) }
 
 // validateAddrs checks the number and form of e.Addrs for its kind.
 func (e *Engine) validateAddrs(p string) []error {

@@ -57,6 +57,16 @@ type Limits struct {
 	MaxKeyLen int
 	// MinTTL and MaxTTL bound Request.TTL.
 	MinTTL, MaxTTL time.Duration
+	// Floor is how long, at most, a holder that stops talking (crashed,
+	// paused by a GC or SIGSTOP, cut off) may keep its key on this engine
+	// whatever the lease period it asked for, when that bound comes from
+	// the server (a session timeout, a session TTL plus lock-delay) rather
+	// than from Request.TTL; 0 means every lease period within [MinTTL,
+	// MaxTTL] is honoured. An engine whose Floor is above the common
+	// MinTTL either refuses shorter periods (MinTTL == Floor) or accepts
+	// them and documents that a silent holder keeps its key up to Floor.
+	// The failover manager fences a switch by it.
+	Floor time.Duration
 }
 
 // Engine grants leases on one kind of server. Its methods are safe for

@@ -117,7 +117,9 @@ func dialEngine(s workerSpec) (engine.Engine, error) {
 	case "zookeeper":
 		return zookeeper.Dial(s.Addrs, s.TTL)
 	case "consul":
-		return consul.Dial(s.Addrs[0], consul.WithSessionTTL(s.TTL), consul.WithLockDelay(0))
+		// Consul's shortest session and no lock-delay: the engine's floor
+		// is then 20s, and lease periods are raised to it (leasePeriod).
+		return consul.Dial(s.Addrs[0], consul.WithSessionTTL(consulSession), consul.WithLockDelay(0))
 	case "mysql":
 		return mysql.Open(s.Addrs[0], mysql.WithTable(s.Table), mysql.WithOpTimeout(time.Second))
 	case "mysql-row":
@@ -142,7 +144,7 @@ func runHolder(s workerSpec) error {
 	}
 	defer func() { _ = c.Close(); _ = e.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), s.Call)
-	l, err := c.Lock(ctx, s.Prefix, cerberus.WithWatchdog(s.TTL))
+	l, err := c.Lock(ctx, s.Prefix, cerberus.WithWatchdog(leasePeriod(c, s.TTL)))
 	cancel()
 	if err != nil {
 		return err
@@ -157,6 +159,12 @@ func runHolder(s workerSpec) error {
 	w := &worker{spec: s, http: &http.Client{Timeout: 2 * time.Second}}
 	fmt.Printf("write %s\n", map[checker.Write]string{checker.Accepted: "ok", checker.Rejected: "stale", checker.NoWrite: "none"}[w.fenced("write", s.Prefix, l.Token(), "holder")])
 	return nil
+}
+
+// leasePeriod is ttl, or the engine's shortest lease period if that is
+// longer (Consul refuses periods below its floor).
+func leasePeriod(c *cerberus.Client, ttl time.Duration) time.Duration {
+	return max(ttl, c.Engine().Limits().MinTTL)
 }
 
 // workerClient builds the worker's Client: over the spec's engine, or from
@@ -207,7 +215,7 @@ func runWorker(raw string) error {
 	if err != nil {
 		return err
 	}
-	w := &worker{spec: s, http: &http.Client{Timeout: 2 * time.Second}, final: final}
+	w := &worker{spec: s, http: &http.Client{Timeout: 2 * time.Second}, final: final, period: leasePeriod(c, s.TTL)}
 	stop := time.Now().Add(s.Duration)
 	var wg sync.WaitGroup
 	for g := range s.Goroutines {
@@ -235,7 +243,8 @@ type worker struct {
 	spec workerSpec
 	http *http.Client
 
-	final func() *workerFinal // nil unless the spec has a Config
+	final  func() *workerFinal // nil unless the spec has a Config
+	period time.Duration       // the lease period: the spec's TTL, raised to the engine's MinTTL
 
 	mu    sync.Mutex
 	secs  []checker.Section
@@ -264,9 +273,9 @@ func (w *worker) call(op, key string, f func(ctx context.Context) error) error {
 
 func (w *worker) loop(c *cerberus.Client, g int, stop time.Time) {
 	// Half the lockers take renewed leases, half fixed ones.
-	opt := cerberus.WithWatchdog(w.spec.TTL)
+	opt := cerberus.WithWatchdog(w.period)
 	if g%2 == 1 {
-		opt = cerberus.WithTTL(w.spec.TTL)
+		opt = cerberus.WithTTL(w.period)
 	}
 	for n := 0; n < w.spec.MaxOps && time.Now().Before(stop); n++ {
 		key := fmt.Sprintf("%s/%d", w.spec.Prefix, rand.IntN(w.spec.Keys))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/engine/consul"
 	"github.com/cerberus-go/cerberus/engine/mysql"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
@@ -39,7 +40,7 @@ func TestPausedHolder(t *testing.T) {
 		// The shared server's tickTime is 2s: it negotiates a session of at
 		// least 4s, and expires it within one tick after its timeout.
 		{engine: "zookeeper", addrs: []string{testenv.ZooKeeperAddr(t)}, period: 4 * time.Second, bound: 4*time.Second + 2*time.Second},
-		{engine: "consul", addrs: []string{testenv.ConsulAddr(t)}, period: consulSession, bound: 2*consulSession + time.Second},
+		{engine: "consul", addrs: []string{testenv.ConsulAddr(t)}, period: consul.Floor(consulSession, 0), bound: consul.Floor(consulSession, 0) + time.Second},
 		{engine: "mysql", addrs: []string{dsn}, table: table, period: time.Second, bound: time.Second + 500*time.Millisecond},
 		{engine: "mysql-row", addrs: []string{dsn}, table: table, period: time.Second, bound: time.Second + 2*time.Second},
 	} {

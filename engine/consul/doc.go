@@ -5,7 +5,7 @@
 //
 // Each Engine creates one Consul session (on its first Acquire) and backs
 // every lease with it. A goroutine renews it every TTL/2 (WithSessionTTL,
-// default 15s) and, in between, watches it with a blocking query. When the
+// default 10s) and, in between, watches it with a blocking query. When the
 // session is invalidated (destroyed from outside, a tied health check
 // failed, or its TTL ran out) or cannot be renewed for a whole TTL, every
 // lease it backs closes Done with engine.ErrLeaseLost, and the next Acquire
@@ -16,7 +16,7 @@
 // (its first anti-entropy sync); the engine retries a refused creation for
 // up to 5s, within the Acquire's context.
 //
-// Lock-delay (WithLockDelay, default 15s as in Consul) is the safety margin
+// Lock-delay (WithLockDelay, default 10s; Consul's own is 15s) is the safety margin
 // after an invalidation: the keys the session held cannot be locked again
 // for that long, which gives a holder that has not yet noticed its loss (a
 // paused process, a partitioned host) time to stop before someone else
@@ -25,13 +25,17 @@
 //
 // # Leases and TTLs
 //
-// Consul session TTLs run from 10s to 24h, but Request.TTL may be as short
-// as engine.MinTTL. With Request.Renew a lease lives as long as the session.
-// Without it, a local timer ends the lease at Request.TTL: it deletes the
-// key on the server and closes Done with engine.ErrLeaseLost. A holder that
-// crashes frees its keys when Consul invalidates its session, that is
-// within the session TTL (Consul may take up to twice the TTL) plus the
-// lock-delay, not within Request.TTL.
+// Consul session TTLs run from 10s to 24h, and a holder that stops talking
+// (crashed, paused, cut off) keeps its keys until Consul invalidates its
+// session, which Consul does between one and two TTLs after the last
+// renewal, and then for the lock-delay. That is the engine's Floor (see
+// Floor and engine.Limits): 2 x 10s + 10s = 30s with the defaults, 20s at
+// best (WithSessionTTL(10 * time.Second), WithLockDelay(0)). A lease period
+// below the Floor cannot be honoured, so Validate refuses it with
+// engine.ErrInvalidTTL, and package config refuses it at load time.
+// With Request.Renew a lease lives as long as the session. Without it, a
+// local timer ends the lease at Request.TTL: it deletes the key on the
+// server and closes Done with engine.ErrLeaseLost.
 //
 // # Keys
 //

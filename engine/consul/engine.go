@@ -134,10 +134,26 @@ func Dial(address string, opts ...Option) (*Engine, error) {
 // Name returns "consul".
 func (e *Engine) Name() string { return name }
 
-// Limits returns the common bounds from package engine. Every key that
-// engine.CheckKey accepts can be stored (see EncodeKey).
+// Limits returns the common bounds from package engine, except that lease
+// periods below the engine's Floor are refused: a holder that stops
+// talking keeps its keys until Consul invalidates its session (within two
+// session TTLs) and the lock-delay has passed, whatever period it asked
+// for. Every key that engine.CheckKey accepts can be stored (see
+// EncodeKey).
 func (e *Engine) Limits() engine.Limits {
-	return engine.Common
+	lim := engine.Common
+	lim.Floor = Floor(e.cfg.sessionTTL, e.cfg.lockDelay)
+	lim.MinTTL = lim.Floor
+	return lim
+}
+
+// Floor is the shortest lease period an engine with this session TTL and
+// lock-delay can honour: Consul invalidates a silent session between one
+// and two TTLs after its last renewal, and its keys stay locked for the
+// lock-delay after that. With the defaults, 2 x 10s + 10s = 30s; with
+// WithSessionTTL(10 * time.Second) and WithLockDelay(0), 20s.
+func Floor(sessionTTL, lockDelay time.Duration) time.Duration {
+	return 2*sessionTTL + lockDelay
 }
 
 // Validate checks req with engine.CheckRequest, without I/O.

@@ -34,10 +34,13 @@ type config struct {
 const (
 	// DefaultPrefix is the KV folder the engine keeps its locks under.
 	DefaultPrefix = "cerberus/locks"
-	// DefaultSessionTTL is the TTL of the engine's Consul session.
-	DefaultSessionTTL = 15 * time.Second
-	// DefaultLockDelay is Consul's own default lock-delay.
-	DefaultLockDelay = 15 * time.Second
+	// DefaultSessionTTL is the TTL of the engine's Consul session:
+	// Consul's minimum, so that the engine's Floor is as low as it can be.
+	DefaultSessionTTL = 10 * time.Second
+	// DefaultLockDelay is the session's lock-delay. Consul's own default is
+	// 15s; 10s keeps the engine's Floor (2 x TTL + lock-delay) at 30s, the
+	// default watchdog period.
+	DefaultLockDelay = 10 * time.Second
 	// DefaultMaxConns is the default of WithMaxConns: a few engines on one
 	// host stay below the agent's default limit of 200 concurrent
 	// connections per client address.
@@ -85,7 +88,9 @@ func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = pref
 // and 24h (Consul's bounds). The engine renews the session every TTL/2. A
 // holder that crashes keeps its keys until Consul invalidates the session:
 // after the TTL (Consul may wait up to twice the TTL) plus the lock-delay.
-// A fixed Request.TTL does not shorten this. The default is 15s.
+// A fixed Request.TTL does not shorten this, so lease periods below the
+// engine's Floor (2 x TTL + lock-delay) are refused. The default is
+// DefaultSessionTTL, 10s.
 func WithSessionTTL(ttl time.Duration) Option { return func(c *config) { c.sessionTTL = ttl } }
 
 // WithLockDelay sets the session's lock-delay, between 0 and 60s. After
@@ -95,8 +100,8 @@ func WithSessionTTL(ttl time.Duration) Option { return func(c *config) { c.sessi
 // loss: it gets the lock-delay to stop writing before another holder can
 // start. Zero turns the margin off: a new holder may overlap a partitioned
 // old one. Releases, expiry of a fixed TTL and Close delete the keys
-// explicitly, so the lock-delay only applies to invalidated sessions. The
-// default is 15s, Consul's default.
+// explicitly, so the lock-delay only applies to invalidated sessions. It
+// adds to the engine's Floor. The default is DefaultLockDelay, 10s.
 func WithLockDelay(d time.Duration) Option { return func(c *config) { c.lockDelay = d } }
 
 // WithWaitTime bounds each blocking query a waiting Acquire makes; after it

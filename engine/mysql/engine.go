@@ -247,7 +247,13 @@ func (e *Engine) Table() string { return e.cfg.table }
 // Limits returns the common bounds: keys up to MaxKeyLen bytes, TTLs from
 // engine.MinTTL to engine.MaxTTL.
 func (e *Engine) Limits() engine.Limits {
-	return engine.Limits{MaxKeyLen: MaxKeyLen, MinTTL: engine.MinTTL, MaxTTL: engine.MaxTTL}
+	lim := engine.Limits{MaxKeyLen: MaxKeyLen, MinTTL: engine.MinTTL, MaxTTL: engine.MaxTTL}
+	if e.cfg.strategy == StrategyRow {
+		// A silent holder's session ends after its wait_timeout, which
+		// the server counts in whole seconds, at least one.
+		lim.Floor = time.Second
+	}
+	return lim
 }
 
 // Validate checks req with engine.CheckRequest, without I/O.

@@ -242,9 +242,16 @@ func (e *Engine) sessionTimeout() time.Duration {
 func (e *Engine) Name() string { return "zookeeper" }
 
 // Limits returns the common bounds from package engine. Every key within
-// them has a znode name (see EscapeKey).
+// them has a znode name (see EscapeKey). Shorter lease periods than the
+// session timeout are accepted and honoured while the holder runs, but a
+// holder that stops talking keeps its keys until the server expires its
+// session: Floor is the longer of the requested and negotiated timeouts
+// times 3/2 (the server expires a session within one tickTime after its
+// timeout, and negotiates at least two tickTimes).
 func (e *Engine) Limits() engine.Limits {
-	return engine.Common
+	lim := engine.Common
+	lim.Floor = max(e.requested, time.Duration(e.negotiated.Load())) * 3 / 2
+	return lim
 }
 
 // Validate checks req with engine.CheckRequest. Every key CheckKey accepts
