@@ -52,11 +52,12 @@ fuzz:
 	done
 
 ## soak: the reliability checker on every engine, repeated with its faults
-## for $(SOAK) (default 10m) in all; prints one CHECK line per run and a
-## total per engine
+## for $(SOAK) (default 10m) in all, then every engine holding 100,000
+## renewed leases for a minute; prints one CHECK line per checker run, a
+## total per engine, and one SCALE line per engine
 soak: services
-	eval "$$($(SERVICES) env)" && CERBERUS_SOAK='$(or $(SOAK),10m)' \
-	  $(GO) test -count=1 -run '^TestChecker' -timeout 2h -v ./integration/ | grep -E '^(CHECK|--- |FAIL|ok|PASS)'
+	eval "$$($(SERVICES) env)" && CERBERUS_SOAK='$(or $(SOAK),10m)' CERBERUS_SCALE=100000 \
+	  $(GO) test -count=1 -run '^(TestChecker|TestScale)' -timeout 3h -v ./integration/ | grep -E '^(CHECK|SCALE|--- |FAIL|ok|PASS)'
 
 ## vet: go vet the module
 vet:

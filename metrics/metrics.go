@@ -40,9 +40,15 @@ type Metrics struct {
 	active   *prometheus.GaugeVec
 	healthy  *prometheus.GaugeVec
 	switches *prometheus.CounterVec
-	members  *prometheus.GaugeVec
-	degraded prometheus.Gauge
 }
+
+// Fleet gauges, computed from the Failover at each scrape (see Watch).
+var (
+	membersDesc = prometheus.NewDesc("cerberus_fleet_processes",
+		"Live processes of the fleet (engine_key) on each engine, as this process last read them.", []string{"engine"}, nil)
+	degradedDesc = prometheus.NewDesc("cerberus_fleet_degraded",
+		"1 while this process is outvoted by its fleet or cannot reach the engine key's Consul.", nil, nil)
+)
 
 var _ cerberus.Observer = (*Metrics)(nil)
 
@@ -65,10 +71,6 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "1 while the manager sees the engine healthy."}, []string{"engine"}),
 		switches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cerberus_switches_total",
 			Help: "Switches of the active engine."}, []string{"from", "to", "reason"}),
-		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cerberus_fleet_processes",
-			Help: "Live processes of the fleet (engine_key) on each engine, as this process last read them."}, []string{"engine"}),
-		degraded: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cerberus_fleet_degraded",
-			Help: "1 while this process is outvoted by its fleet or cannot reach the engine key's Consul."}),
 	}
 	if reg != nil {
 		for _, c := range m.collectors() {
@@ -79,7 +81,7 @@ func New(reg prometheus.Registerer) *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.acquire, m.granted, m.failures, m.lost, m.active, m.healthy, m.switches, m.members, m.degraded}
+	return []prometheus.Collector{m.acquire, m.granted, m.failures, m.lost, m.active, m.healthy, m.switches}
 }
 
 // Acquired records one acquisition; see cerberus.Observer.
@@ -124,36 +126,42 @@ func (m *Metrics) Switched(ev cerberus.SwitchEvent) {
 	m.active.WithLabelValues(ev.To).Set(1)
 }
 
-// Update sets the active-engine, health and fleet gauges from f's status;
-// call it when scraping, or use Watch.
+// Update sets the active-engine and health gauges from f's status; call it
+// when scraping, or use Watch.
 func (m *Metrics) Update(f *cerberus.Failover) {
 	for _, s := range f.Status() {
 		m.active.WithLabelValues(s.Name).Set(b2f(s.Active))
 		m.healthy.WithLabelValues(s.Name).Set(b2f(s.Healthy))
 	}
-	fl := f.Fleet()
-	m.members.Reset()
-	for engine, n := range fl.ByEngine() {
-		m.members.WithLabelValues(engine).Set(float64(n))
-	}
-	m.degraded.Set(b2f(fl.Note != ""))
 }
 
 // Watch registers a collector with reg that calls Update on every scrape,
-// so the gauges are never stale.
+// so the gauges are never stale, and that reports the fleet gauges
+// (fleet_processes, fleet_degraded) from f's fleet view.
 func (m *Metrics) Watch(reg prometheus.Registerer, f *cerberus.Failover) error {
 	return reg.Register(scrapeHook{m, f})
 }
 
-// scrapeHook refreshes the gauges from the Failover at collection time.
+// scrapeHook refreshes the gauges from the Failover at collection time,
+// and computes the fleet gauges there.
 type scrapeHook struct {
 	m *Metrics
 	f *cerberus.Failover
 }
 
-func (h scrapeHook) Describe(chan<- *prometheus.Desc) {}
+func (h scrapeHook) Describe(ch chan<- *prometheus.Desc) {
+	ch <- membersDesc
+	ch <- degradedDesc
+}
 
-func (h scrapeHook) Collect(chan<- prometheus.Metric) { h.m.Update(h.f) }
+func (h scrapeHook) Collect(ch chan<- prometheus.Metric) {
+	h.m.Update(h.f)
+	fl := h.f.Fleet()
+	for engine, n := range fl.ByEngine() {
+		ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, float64(n), engine)
+	}
+	ch <- prometheus.MustNewConstMetric(degradedDesc, prometheus.GaugeValue, b2f(fl.Note != ""))
+}
 
 func b2f(b bool) float64 {
 	if b {

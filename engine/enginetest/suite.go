@@ -51,6 +51,12 @@ type Options struct {
 	// ErrUnavailable. The memory engine has no access control and leaves
 	// it nil.
 	AccessDenied Factory
+	// Unordered, if not empty, says why the engine cannot serve waiters in
+	// arrival order (Redlock: no queue spans independent nodes). The
+	// Fairness check then requires only that every client is served (no
+	// starvation to zero) instead of a min/max of 0.8, and logs the
+	// reason. Every other engine leaves it empty.
+	Unordered string
 }
 
 // T is the part of *testing.T the checks use.

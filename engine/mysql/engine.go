@@ -115,9 +115,10 @@ type Engine struct {
 	leases  map[*lease]struct{}
 	rows    map[*rowLease]struct{}
 	idle    []*rowConn
-	pins    chan struct{} // one token per pinned row connection
-	turns   engine.Turns  // one polling waiter per key
-	kick    chan struct{} // wakes the renewal loop
+	pins    chan struct{}         // one token per pinned row connection
+	turns   engine.Turns          // one polling waiter per key
+	kick    chan struct{}         // wakes the renewal loop
+	behind  atomic.Pointer[error] // set while renewal cannot keep up (pace)
 	busy    sync.WaitGroup
 }
 

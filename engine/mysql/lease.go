@@ -59,6 +59,9 @@ func transient(err error) bool {
 // a grant the server made is never left behind and the caller never waits
 // past ctx for the clean-up.
 func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	if err := e.behind.Load(); err != nil {
+		return nil, &engine.OpError{Engine: name, Op: "acquire", Key: req.Key, Err: *err}
+	}
 	owner := e.owner()
 	delay := e.cfg.minBackoff
 	exists := false

@@ -3,13 +3,19 @@ package mysql
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
 )
 
-// renewBatch is the most leases one renewal statement names.
-const renewBatch = 256
+// renewBatch is the most leases one renewal statement names: each
+// statement is one commit, so one log flush, however many rows it renews.
+const renewBatch = 2000
+
+// renewParallel is how many renewal statements run at once.
+const renewParallel = 4
 
 // wakeRenewal tells the renewal loop that a renewed lease was added, so it
 // can shorten its interval.
@@ -51,7 +57,8 @@ func (e *Engine) renewLoop() {
 		select {
 		case <-t.C:
 			last = time.Now()
-			e.renewAll()
+			n := e.renewAll()
+			e.pace(n, time.Since(last), interval)
 		case <-e.kick:
 			if !t.Stop() {
 				<-t.C
@@ -76,8 +83,10 @@ func (e *Engine) renewInterval() time.Duration {
 	return d
 }
 
-// renewAll renews every renewed lease of the engine.
-func (e *Engine) renewAll() {
+// renewAll renews every renewed lease of the engine, the ones whose
+// validity runs out first first, renewParallel statements at a time, and
+// returns how many it renewed.
+func (e *Engine) renewAll() int {
 	var writers, readers []*lease
 	e.mu.Lock()
 	for l := range e.leases {
@@ -91,16 +100,49 @@ func (e *Engine) renewAll() {
 		}
 	}
 	e.mu.Unlock()
-	for len(writers) > 0 {
-		n := min(len(writers), renewBatch)
-		e.renewSome(writers[:n], e.q.renew, e.q.alive)
-		writers = writers[n:]
+	sem := make(chan struct{}, renewParallel)
+	var wg sync.WaitGroup
+	for _, set := range []struct {
+		leases         []*lease
+		renewQ, aliveQ string
+	}{{writers, e.q.renew, e.q.alive}, {readers, e.q.readerRenew, e.q.readerAlive}} {
+		ls := set.leases
+		slices.SortFunc(ls, func(a, b *lease) int { return a.validSince().Compare(b.validSince()) })
+		for len(ls) > 0 {
+			n := min(len(ls), renewBatch)
+			batch := ls[:n]
+			ls = ls[n:]
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				e.renewSome(batch, set.renewQ, set.aliveQ)
+			}()
+		}
 	}
-	for len(readers) > 0 {
-		n := min(len(readers), renewBatch)
-		e.renewSome(readers[:n], e.q.readerRenew, e.q.readerAlive)
-		readers = readers[n:]
+	wg.Wait()
+	return len(writers) + len(readers)
+}
+
+// pace records whether the last renewal round of n leases kept up: one
+// that took longer than its interval means the server cannot renew this
+// many leases this often, and until a round keeps up again new grants are
+// refused (see errBehind) rather than letting held leases lapse.
+func (e *Engine) pace(n int, took, interval time.Duration) {
+	if took <= interval {
+		e.behind.Store(nil)
+		return
 	}
+	err := fmt.Errorf("%w: renewal is falling behind: renewing %d leases took %v, over the %v between rounds; new leases are refused until it keeps up",
+		engine.ErrUnavailable, n, took.Round(time.Millisecond), interval.Round(time.Millisecond))
+	e.behind.Store(&err)
+}
+
+// validSince is when the lease's current validity began.
+func (l *lease) validSince() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validFrom
 }
 
 // renewSome renews one batch with one UPDATE. Only when it changed fewer

@@ -265,9 +265,10 @@ func (r *Redlock) attempt(ctx context.Context, req engine.Request) (engine.Lease
 		defer cancel()
 		l, err := r.nodes[i].Acquire(nctx, nodeReq)
 		parts[i] = l
-		if err != nil && nctx.Err() != nil && ctx.Err() == nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			// The node timeout is the engine's own deadline, not the
 			// caller's: a node that did not answer in it is unavailable.
+			// (One that answered "held" just after it did answer.)
 			err = fmt.Errorf("%w: no answer within the node timeout %v: %v", engine.ErrUnavailable, r.opts.nodeTimeout, err)
 		}
 		return err

@@ -60,6 +60,7 @@ func TestRedlockConformance(t *testing.T) {
 	enginetest.Run(t, on(func(addr string) *goredis.Options {
 		return &goredis.Options{Addr: addr}
 	}), enginetest.Options{
+		Unordered:   "Redlock waiters poll the independent nodes with a randomised pause; no queue spans them",
 		Unreachable: on(func(string) *goredis.Options { return &goredis.Options{Addr: closedAddr} }),
 		AccessDenied: on(func(addr string) *goredis.Options {
 			return strangerOptions(goredis.Options{Addr: addr})

@@ -1,0 +1,162 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/internal/testenv"
+)
+
+// scaleWatchdog is the lease period of the scale runs.
+const scaleWatchdog = 3 * time.Second
+
+// scaleSize is how many leases a scale run holds on an engine, and for how
+// long: the test's figures, or CERBERUS_SCALE (make soak) for 100,000
+// leases held for a minute.
+func scaleSize(engine string) (int, time.Duration) {
+	if n, err := strconv.Atoi(os.Getenv("CERBERUS_SCALE")); err == nil && n > 0 {
+		return n, time.Minute
+	}
+	if engine == "redis" || engine == "memory" {
+		return 100000, 4 * scaleWatchdog
+	}
+	return 20000, 4 * scaleWatchdog
+}
+
+// TestScale has one engine hold many renewed leases (3s watchdog), each on
+// a key of its own, for several renewal periods. No held lease may be
+// lost; an engine that cannot keep up must refuse new grants with an
+// ErrUnavailable-class error instead. It prints one SCALE line an engine:
+// leases held, heap per lease, the CPU share of this process while it
+// only renews, and losses.
+func TestScale(t *testing.T) {
+	dsn := testenv.MySQLDSN(t)
+	table := migratedTable(t, dsn)
+	for _, tc := range []struct {
+		engine string
+		addrs  []string
+		table  string
+	}{
+		{"redis", []string{testenv.RedisAddr(t)}, ""},
+		{"zookeeper", []string{testenv.ZooKeeperAddr(t)}, ""},
+		{"consul", []string{testenv.ConsulAddr(t)}, ""},
+		{"mysql", []string{dsn}, table},
+		{"mysql-row", []string{dsn}, table},
+	} {
+		t.Run(tc.engine, func(t *testing.T) {
+			n, hold := scaleSize(tc.engine)
+			if tc.engine == "mysql-row" {
+				// A row lease pins a connection: its scale is the server's
+				// connection limit, not renewal.
+				n = 100
+			}
+			e, err := dialEngine(workerSpec{Engine: tc.engine, Addrs: tc.addrs, Table: tc.table, TTL: scaleWatchdog})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runScale(t, tc.engine, e, n, hold)
+		})
+	}
+}
+
+// runScale acquires n leases on e, holds them for hold, and checks and
+// reports what was lost.
+func runScale(t *testing.T, name string, e engine.Engine, n int, hold time.Duration) {
+	c, err := cerberus.New(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close(); _ = e.Close() }()
+	period := max(scaleWatchdog, e.Limits().MinTTL)
+	hold = max(hold, 2*period) // at least two periods of an engine with a floor
+	prefix := unique(t, "scale/"+name)
+	heap0 := heapInUse()
+	leases := make([]*cerberus.Lease, n)
+	var refused atomic.Int64
+	var firstRefusal atomic.Value
+	start := time.Now()
+	var wg sync.WaitGroup
+	const workers = 64
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				l, err := c.Lock(ctx, fmt.Sprintf("%s/%d", prefix, i), cerberus.WithWatchdog(period))
+				cancel()
+				if err != nil {
+					if errors.Is(err, cerberus.ErrUnavailable) {
+						refused.Add(1)
+						firstRefusal.CompareAndSwap(nil, err.Error())
+						continue
+					}
+					t.Errorf("lease %d: %v", i, err)
+					return
+				}
+				leases[i] = l
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	took := time.Since(start)
+	held := n - int(refused.Load())
+	heap := heapInUse() - heap0
+	cpu0 := cpuTime()
+	time.Sleep(hold)
+	cpu := cpuTime() - cpu0
+	lost := 0
+	var why error
+	for _, l := range leases {
+		if l == nil {
+			continue
+		}
+		select {
+		case <-l.Done():
+			lost++
+			why = l.Err()
+		default:
+		}
+	}
+	fmt.Printf("SCALE %s: %d leases held (%d refused) at a %v watchdog for %v; granted in %v; heap %d B/lease; renewal CPU %.0f%% of a core; lost %d\n",
+		name, held, refused.Load(), period, hold, took.Round(time.Millisecond), heap/int64(max(held, 1)), 100*cpu.Seconds()/hold.Seconds(), lost)
+	if lost > 0 {
+		t.Errorf("%d of %d held leases were lost while held (one: %v)", lost, held, why)
+	}
+	if refused.Load() > 0 {
+		t.Logf("refused with back-pressure: %v", firstRefusal.Load())
+	}
+	for _, l := range leases {
+		if l != nil {
+			_ = l.Unlock(context.Background())
+		}
+	}
+}
+
+func heapInUse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapInuse)
+}
+
+// cpuTime is this process's user and system CPU time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
