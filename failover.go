@@ -516,39 +516,35 @@ func pingBudget(interval time.Duration) time.Duration { return interval * 9 / 10
 // failed (it is left to finish in the background, and that engine is not
 // pinged again until it has).
 func (f *Failover) pingAll(idx []int, budget time.Duration) []pingResult {
+	type answer struct {
+		j int
+		r pingResult
+	}
 	res := make([]pingResult, len(idx))
-	ch := make(chan struct{}, len(idx))
-	deadline := time.NewTimer(budget)
-	defer deadline.Stop()
+	answers := make(chan answer, len(idx)) // late answers land here unread
 	waiting := 0
 	for j, i := range idx {
 		if !f.pinging[i].CompareAndSwap(false, true) {
 			res[j] = pingResult{err: fmt.Errorf("%w: the previous ping has not answered", engine.ErrUnavailable)}
 			continue
 		}
+		res[j] = pingResult{err: fmt.Errorf("%w: no answer to ping within %v", engine.ErrUnavailable, budget)}
 		waiting++
-		res[j].err = fmt.Errorf("%w: no answer to ping within %v", engine.ErrUnavailable, budget)
-		out := &res[j]
-		var mu sync.Mutex // guards out against the late writer
-		done := false
 		go func() {
 			defer f.pinging[i].Store(false)
 			ctx, cancel := context.WithTimeout(context.Background(), budget)
 			defer cancel()
 			start := time.Now()
 			err := f.engines[i].Engine.Ping(ctx)
-			mu.Lock()
-			if !done {
-				*out = pingResult{err: err, d: time.Since(start)}
-			}
-			mu.Unlock()
-			ch <- struct{}{}
+			answers <- answer{j, pingResult{err: err, d: time.Since(start)}}
 		}()
-		defer func() { mu.Lock(); done = true; mu.Unlock() }()
 	}
+	deadline := time.NewTimer(budget)
+	defer deadline.Stop()
 	for ; waiting > 0; waiting-- {
 		select {
-		case <-ch:
+		case a := <-answers:
+			res[a.j] = a.r
 		case <-deadline.C:
 			return res
 		}

@@ -47,7 +47,9 @@ func conformance(t *testing.T, opts ...consul.Option) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts = append([]consul.Option{consul.WithPrefix(testPrefix)}, opts...)
+	// No lock-delay: the engine's floor, and so the suite's short lease
+	// period, is then Consul's least, 20s.
+	opts = append([]consul.Option{consul.WithPrefix(testPrefix), consul.WithLockDelay(0)}, opts...)
 	acl, _ := testenv.StartConsulACL(t, "")
 	enginetest.Run(t, func() (engine.Engine, error) {
 		return consul.New(newClient(t, addr), opts...)

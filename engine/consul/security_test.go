@@ -35,7 +35,7 @@ func aclEngine(t *testing.T, addr string, opts ...consul.Option) *consul.Engine 
 }
 
 func aclReq(key string, mode engine.Mode, wait bool) engine.Request {
-	return engine.Request{Key: key, Mode: mode, TTL: 10 * time.Second, Renew: true, Wait: wait}
+	return engine.Request{Key: key, Mode: mode, TTL: time.Minute, Renew: true, Wait: wait}
 }
 
 // mustRefuse runs one Acquire on e and returns its error, which must come
