@@ -148,3 +148,72 @@ func pausedHolder(t *testing.T, tc pausedCase) {
 	}
 	_ = l.Unlock(context.Background())
 }
+
+// TestPausedWaiterRowStrategy: a waiter process queued on a row lock is
+// SIGSTOPped; the holder releases, so the server grants the row to the
+// stopped waiter's session, and ends that session a wait_timeout later
+// since nobody reads the answer. Another process then locks the key. When
+// the waiter resumes and reads its stale grant, it must not believe it
+// holds the key: it waits until the other process releases, and then
+// gets a larger token.
+func TestPausedWaiterRowStrategy(t *testing.T) {
+	dsn := testenv.MySQLDSN(t)
+	table := migratedTable(t, dsn)
+	key := unique(t, "paused-waiter")
+	f := startFence(t)
+	spec := workerSpec{Engine: "mysql-row", Addrs: []string{dsn}, Table: table, Prefix: key, TTL: time.Second,
+		Call: time.Minute, Duration: time.Minute, Fence: f.addr, HoldOne: true}
+	e, err := dialEngine(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cerberus.New(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(); _ = e.Close() })
+	ctx := testContext(t)
+	first, err := c.Lock(ctx, key, cerberus.WithWatchdog(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	waiter := spawnWorker(t, dir, spec)
+	time.Sleep(time.Second) // the waiter is queued on the row
+	if err := waiter.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = waiter.Process.Signal(syscall.SIGCONT) })
+	if err := first.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond) // past the waiter session's 1s wait_timeout
+	second, err := c.Lock(ctx, key, cerberus.WithWatchdog(time.Second))
+	if err != nil {
+		t.Fatalf("the row was not free after the stopped waiter's session timed out: %v", err)
+	}
+	if err := waiter.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "worker-0.log")
+	time.Sleep(1500 * time.Millisecond)
+	if b, _ := os.ReadFile(out); strings.Contains(string(b), "held ") {
+		t.Fatalf("the resumed waiter took its stale grant while another process holds the key (token %d):\n%s", second.Token(), b)
+	}
+	if err := second.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(out)
+		var tok uint64
+		if i := strings.Index(string(b), "held "); i >= 0 {
+			if _, err := fmt.Sscan(string(b)[i+5:], &tok); err != nil || tok <= second.Token() {
+				t.Fatalf("the waiter's token %d is not above %d", tok, second.Token())
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the waiter was not granted after the key was released:\n%s", b)
+		}
+	}
+}

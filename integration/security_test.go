@@ -204,7 +204,7 @@ func secClient(t *testing.T, s *leakScanner, where string, cfg *config.Config) *
 func secWrap(t *testing.T, s *leakScanner, where string, e engine.Engine) *cerberus.Client {
 	t.Helper()
 	c, err := cerberus.New(e, cerberus.WithObserver(cerberus.LogObserver(s.slogger("observer "+where))),
-		cerberus.WithWatchdog(time.Second))
+		cerberus.WithWatchdog(max(time.Second, e.Limits().MinTTL)))
 	if err != nil {
 		t.Fatalf("%s: %v", where, err)
 	}

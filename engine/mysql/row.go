@@ -194,6 +194,20 @@ func (e *Engine) sessionFor(ctx context.Context, rc *rowConn, req engine.Request
 	return nil
 }
 
+// sessionOutlived reports whether a grant answered on rc may belong to a
+// session the server has ended: the statement, sent at asked, took at
+// least the session's wait_timeout, so its answer may have waited unread
+// that long (a stopped process), and the server ends a session that idle.
+// Then a ping decides, on the same connection.
+func (e *Engine) sessionOutlived(rc *rowConn, asked time.Time) bool {
+	if rc.idleMax == 0 || time.Since(asked) < time.Duration(rc.idleMax)*time.Second {
+		return false
+	}
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	return rc.conn.PingContext(ctx) != nil
+}
+
 // stopErr is the error of an Acquire stopped by its ctx or by Close.
 func (e *Engine) stopErr(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -235,6 +249,7 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 			return nil, e.opErr(ctx, "acquire", req.Key, err)
 		}
 		var version uint64
+		asked := time.Now()
 		err, killed := e.killable(ctx, rc, func(qctx context.Context) error {
 			return rc.conn.QueryRowContext(qctx, q, req.Key).Scan(&version)
 		})
@@ -244,8 +259,22 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 			// back and leaves no queued request behind.
 			return nil, e.stopErr(ctx)
 		}
-		if err == nil {
+		if err == nil && !e.sessionOutlived(rc, asked) {
 			return e.grantedRow(req, rc)
+		}
+		if err == nil {
+			// Granted to a session the server may have ended since: the
+			// answer waited unread longer than the session's
+			// wait_timeout (this process was stopped), and the row may
+			// be someone else's by now. Start again on a new connection.
+			e.discard(rc)
+			if rc, err = e.getConn(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
+				}
+				return nil, e.opErr(ctx, "acquire", req.Key, err)
+			}
+			continue
 		}
 		if rerr := e.exec(rc, "ROLLBACK"); rerr != nil {
 			e.discard(rc)
