@@ -71,12 +71,12 @@ func (e *Engine) build(ctx context.Context) (engine.Engine, error) {
 		return memory.New(), nil
 
 	case KindRedis:
-		client := goredis.NewClient(&goredis.Options{Addr: e.Addrs[0], Username: e.Username, Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName(), TLSConfig: tlsConfig})
+		client := goredis.NewClient(&goredis.Options{Addr: e.Addrs[0], Username: e.Username, Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName(), TLSConfig: tlsConfig, ContextTimeoutEnabled: true})
 		eng, err := redis.New(client, e.redisOptions()...)
 		return own(eng, err, client.Close)
 
 	case KindRedisCluster:
-		client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: e.Addrs, Username: e.Username, Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName(), TLSConfig: tlsConfig})
+		client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: e.Addrs, Username: e.Username, Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName(), TLSConfig: tlsConfig, ContextTimeoutEnabled: true})
 		eng, err := redis.New(client, e.redisOptions()...)
 		return own(eng, err, client.Close)
 
@@ -84,7 +84,7 @@ func (e *Engine) build(ctx context.Context) (engine.Engine, error) {
 		clients := make([]redis.Client, len(e.Addrs))
 		closers := make([]func() error, len(e.Addrs))
 		for i, a := range e.Addrs {
-			c := goredis.NewClient(&goredis.Options{Addr: a, Username: e.Username, Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName(), TLSConfig: tlsConfig})
+			c := goredis.NewClient(&goredis.Options{Addr: a, Username: e.Username, Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName(), TLSConfig: tlsConfig, ContextTimeoutEnabled: true})
 			clients[i], closers[i] = c, c.Close
 		}
 		eng, err := redis.NewRedlock(clients, redis.WithNodeOptions(e.redisOptions()...))

@@ -97,7 +97,8 @@ type Engine struct {
 	renewNow chan struct{} // pokes the renewal loop
 	wakeAt   time.Time     // when the renewal loop next wakes; guarded by mu
 	loopDone chan struct{}
-	bg       engine.Background // undos that callers do not wait for; Close waits for them
+	bg       engine.Background     // undos that callers do not wait for; Close waits for them
+	behind   atomic.Pointer[error] // set while renewal cannot keep up (pace)
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -229,6 +230,9 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(engine.ErrNotAcquired, err)
+	}
+	if err := e.behind.Load(); err != nil {
+		return nil, &engine.OpError{Engine: "redis", Op: "acquire", Key: req.Key, Err: *err}
 	}
 	l := e.newLease(req)
 	var w *waiter   // joined after the first refusal: uncontended locks never subscribe

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,13 @@ import (
 
 func hold(key string, ttl time.Duration) engine.Request {
 	return engine.Request{Key: key, Mode: engine.Exclusive, TTL: ttl, Renew: true, Wait: true}
+}
+
+// once is hold without waiting.
+func once(key string, ttl time.Duration) engine.Request {
+	r := hold(key, ttl)
+	r.Wait = false
+	return r
 }
 
 func mustEngine(t *testing.T, c Client, opts ...Option) *Engine {
@@ -281,5 +289,50 @@ func TestScriptCacheFlushed(t *testing.T) {
 		if err := x.Release(ctxT(t)); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestSlowServerKeepsValidLeases: a server that stops answering for less
+// than a lease's validity (SIGSTOP, as a saturated or swapping server
+// would) makes renewals time out, not fail: the leases are renewed again
+// once it answers and none is lost, while new grants are refused with
+// ErrUnavailable naming the cause instead of piling on.
+func TestSlowServerKeepsValidLeases(t *testing.T) {
+	srv := startServer(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	const ttl = 3 * time.Second // renewed every second; valid for about 2.7s
+	e := mustEngine(t, c, WithTimeout(200*time.Millisecond))
+	var leases []engine.Lease
+	for i := range 10 {
+		l, err := e.Acquire(ctxT(t), hold("slow/"+string(rune('a'+i)), ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	// Stop the server just before the first renewal, for less than the
+	// validity left then.
+	time.Sleep(ttl/3 - 100*time.Millisecond)
+	srv.Pause()
+	time.Sleep(700 * time.Millisecond)
+	_, refused := e.Acquire(ctxT(t), once("slow/new", ttl))
+	srv.Resume()
+	if !errors.Is(refused, engine.ErrUnavailable) || !strings.Contains(refused.Error(), "renewal is falling behind") {
+		t.Errorf("Acquire while renewals time out: %v, want ErrUnavailable saying renewal is falling behind", refused)
+	}
+	time.Sleep(ttl) // past the validity the leases had at the pause
+	for i, l := range leases {
+		if err := l.Err(); err != nil {
+			t.Fatalf("lease %d lost although the server answered again within its validity: %v", i, err)
+		}
+	}
+	l, err := e.Acquire(ctxT(t), once("slow/new", ttl))
+	if err != nil {
+		t.Fatalf("Acquire once renewal keeps up again: %v", err)
+	}
+	_ = l.Release(ctxT(t))
+	for _, l := range leases {
+		_ = l.Release(ctxT(t))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -38,7 +39,9 @@ func (e *Engine) renewLoop() {
 			return
 		case <-e.renewNow:
 		case <-timer.C:
-			e.renewDue()
+			start := time.Now()
+			slow := e.renewDue()
+			e.pace(slow, time.Since(start))
 		}
 	}
 }
@@ -63,8 +66,9 @@ const renewParallel = 4
 
 // renewDue renews the leases that are due, or within a sixth of their TTL
 // of it, so that leases granted close together share a pipeline. The most
-// urgent go first, in up to renewParallel pipelines at once.
-func (e *Engine) renewDue() {
+// urgent go first, in up to renewParallel pipelines at once. It reports
+// whether a pipeline timed out.
+func (e *Engine) renewDue() (slow bool) {
 	now := time.Now()
 	e.mu.Lock()
 	var due []*lease
@@ -77,23 +81,57 @@ func (e *Engine) renewDue() {
 	e.mu.Unlock()
 	sem := make(chan struct{}, renewParallel)
 	var wg sync.WaitGroup
+	var timedOut atomic.Bool
 	for start := 0; start < len(due); start += renewBatch {
 		batch := due[start:min(start+renewBatch, len(due))]
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			e.renew(batch)
+			if e.renew(batch) {
+				timedOut.Store(true)
+			}
 		}()
 	}
 	wg.Wait()
+	return timedOut.Load()
+}
+
+// pace records whether renewal keeps up: a round with a pipeline that
+// timed out, or that took longer than a third of the shortest renewed
+// lease's TTL, means the server cannot renew this many leases this often
+// now, and until a round keeps up again Acquire refuses new leases (see
+// Engine.behind) rather than let held ones lapse.
+func (e *Engine) pace(slow bool, took time.Duration) {
+	e.mu.Lock()
+	n, shortest := 0, time.Duration(0)
+	for l := range e.leases {
+		if l.renew {
+			n++
+			if shortest == 0 || l.ttl < shortest {
+				shortest = l.ttl
+			}
+		}
+	}
+	e.mu.Unlock()
+	if !slow && (shortest == 0 || took <= shortest/3) {
+		e.behind.Store(nil)
+		return
+	}
+	err := fmt.Errorf("%w: renewal is falling behind: a round for %d leases took %v (a pipeline timed out: %t); new leases are refused until it keeps up",
+		engine.ErrUnavailable, n, took.Round(time.Millisecond), slow)
+	e.behind.Store(&err)
 }
 
 // renew extends a batch of leases in one pipeline. A lease whose renewal
-// fails, or finds it no longer holds the key, is lost. The pipeline may not
-// outlast the earliest validity in the batch: a renewal still in flight when
-// the server may have expired the key counts as failed.
-func (e *Engine) renew(batch []*lease) {
+// finds it no longer holds the key, or fails for want of the server (the
+// connection refused or broken: the server may have restarted without the
+// key), is lost. A renewal that only timed out (a slow server) is retried
+// soon while the lease is still valid, and the lease is lost only when its
+// validity runs out; renew then reports the timeout. The pipeline may not
+// outlast the earliest validity in the batch: a renewal still in flight
+// when the server may have expired the key counts as failed.
+func (e *Engine) renew(batch []*lease) (timedOut bool) {
 	sent := time.Now()
 	deadline := sent.Add(e.opts.timeout)
 	e.mu.Lock()
@@ -113,6 +151,8 @@ func (e *Engine) renew(batch []*lease) {
 	for i, l := range batch {
 		n, err := cmds[i].Int64()
 		switch {
+		case err != nil && errors.Is(err, context.DeadlineExceeded) && e.retryLater(l):
+			timedOut = true
 		case err != nil:
 			l.lost(fmt.Errorf("%w: renewal failed: %w", engine.ErrLeaseLost, err))
 		case n != 1:
@@ -123,6 +163,23 @@ func (e *Engine) renew(batch []*lease) {
 			e.mu.Unlock()
 		}
 	}
+	return timedOut
+}
+
+// retryLater schedules l's renewal again soon, no later than its validity,
+// and reports whether it is still valid (else it must be ended now).
+func (e *Engine) retryLater(l *lease) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := time.Now()
+	if !now.Before(l.valid) {
+		return false
+	}
+	l.due = now.Add(l.ttl / 10)
+	if l.valid.Before(l.due) {
+		l.due = l.valid
+	}
+	return true
 }
 
 func (e *Engine) renewPipeline(ctx context.Context, batch []*lease) ([]*goredis.Cmd, error) {
