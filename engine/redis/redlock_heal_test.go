@@ -1,0 +1,259 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// nodesOf reports how many nodes hold l, through the optional interface
+// (asserted as an anonymous interface so that this file also builds
+// against an engine without it, and fails there).
+func nodesOf(t *testing.T, l engine.Lease) (held, total int) {
+	t.Helper()
+	nc, ok := l.(interface{ Nodes() (held, total int) })
+	if !ok {
+		t.Fatalf("a Redlock lease (%T) does not report its nodes", l)
+	}
+	return nc.Nodes()
+}
+
+// holder says which engine's lease holds key on node i: "" when the key
+// is free there, otherwise the value stored (a lease id, which starts with
+// its node engine's id).
+func holder(t *testing.T, admin *goredis.Client, r *Redlock, key string) string {
+	t.Helper()
+	v, err := admin.Get(context.Background(), r.nodes[0].keysOf(key).w).Result()
+	if errors.Is(err, goredis.Nil) {
+		return ""
+	}
+	if err != nil {
+		t.Fatalf("GET on a node: %v", err)
+	}
+	return v
+}
+
+// heldBy reports whether r's lease holds key on node i.
+func heldBy(t *testing.T, admins []*goredis.Client, r *Redlock, i int, key string) bool {
+	t.Helper()
+	return strings.HasPrefix(holder(t, admins[i], r, key), r.nodes[i].id+":")
+}
+
+// waitHeld waits until r's lease holds key on each of nodes, failing the
+// test after within (a bound the caller derives from the lease's TTL).
+func waitHeld(t *testing.T, admins []*goredis.Client, r *Redlock, key string, within time.Duration, nodes ...int) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		all := true
+		for _, i := range nodes {
+			all = all && heldBy(t, admins, r, i, key)
+		}
+		if all {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			var got []string
+			for _, i := range nodes {
+				got = append(got, holder(t, admins[i], r, key))
+			}
+			t.Fatalf("%q: nodes %v not all taken by this lease within %v; they hold %q", key, nodes, within, got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// block sets a foreign holder on the given nodes, as another client's
+// lease would be.
+func block(t *testing.T, admins []*goredis.Client, r *Redlock, key string, nodes ...int) {
+	t.Helper()
+	for _, i := range nodes {
+		if err := admins[i].Set(context.Background(), r.nodes[0].keysOf(key).w, "someone-else", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func unblock(t *testing.T, admins []*goredis.Client, r *Redlock, key string, nodes ...int) {
+	t.Helper()
+	for _, i := range nodes {
+		if err := admins[i].Del(context.Background(), r.nodes[0].keysOf(key).w).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// grantOnThree grants key to r on nodes 0-2 only, nodes 3 and 4 being held
+// elsewhere, and returns the lease with the single-attempt request that
+// took it.
+func grantOnThree(t *testing.T, r *Redlock, admins []*goredis.Client, key string, ttl time.Duration) (engine.Lease, engine.Request) {
+	t.Helper()
+	block(t, admins, r, key, 3, 4)
+	req := hold(key, ttl)
+	req.Wait = false
+	l, err := r.Acquire(ctxT(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, req
+}
+
+// TestRedlockHealsRestartedNodes: a renewed lease granted by four of five
+// nodes (the fifth held elsewhere, freed right after the grant) survives
+// two of its nodes restarted without persistence, one after the other,
+// because renewal takes each of them again. Without healing it is lost
+// after the second restart: two of its four nodes are gone.
+func TestRedlockHealsRestartedNodes(t *testing.T) {
+	servers, admins := redlockNodes(t)
+	r := newRedlock(t, servers)
+	const ttl = 600 * time.Millisecond
+	key := "heal/restarts"
+	block(t, admins, r, key, 4)
+	req := hold(key, ttl)
+	req.Wait = false
+	l, err := r.Acquire(ctxT(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	unblock(t, admins, r, key, 4)
+	for round, i := range []int{0, 1} {
+		servers[i].Restart()
+		select {
+		case <-l.Done():
+			t.Fatalf("lease lost after restart %d (node %d), with every node up: %v", round+1, i, l.Err())
+		case <-time.After(3 * ttl):
+		}
+	}
+	waitHeld(t, admins, r, key, ttl, 0, 1, 2, 3, 4)
+	if held, total := nodesOf(t, l); held != 5 || total != 5 {
+		t.Fatalf("Nodes() = %d, %d; want 5, 5", held, total)
+	}
+}
+
+// TestRedlockIssue186 drives go-redsync/redsync issue 186 step by step: A
+// holds a majority, one of its nodes restarts empty, and B tries at once.
+//
+// Healed: A took the two nodes that refused its grant as soon as they were
+// free, so B finds A on four of five nodes and is refused, before and
+// after A takes the restarted node again; B's later grant carries a larger
+// token although a node lost its counter.
+func TestRedlockIssue186(t *testing.T) {
+	servers, admins := redlockNodes(t)
+	a, b := newRedlock(t, servers), newRedlock(t, servers)
+	ctx := ctxT(t)
+	const ttl = 900 * time.Millisecond
+	key := "issue186/healed"
+	la, req := grantOnThree(t, a, admins, key, ttl)
+	if held, total := nodesOf(t, la); held != 3 || total != 5 {
+		t.Fatalf("after a grant on nodes 0-2: Nodes() = %d, %d; want 3, 5", held, total)
+	}
+	unblock(t, admins, a, key, 3, 4)
+	took := waitHeld(t, admins, a, key, ttl, 3, 4)
+	t.Logf("A took nodes 3 and 4 %v after they were freed (re-take interval %v)", took, ttl/3)
+	servers[0].Restart()
+	if _, err := b.Acquire(ctx, req); !errors.Is(err, engine.ErrNotAcquired) {
+		t.Fatalf("B right after node 0 restarted empty: want ErrNotAcquired, got %v", err)
+	}
+	took = waitHeld(t, admins, a, key, ttl, 0)
+	t.Logf("A took node 0 again %v after its restart was over", took)
+	if _, err := b.Acquire(ctx, req); !errors.Is(err, engine.ErrNotAcquired) {
+		t.Fatalf("B after A's re-take: want ErrNotAcquired, got %v", err)
+	}
+	if held, _ := nodesOf(t, la); held != 5 {
+		t.Fatalf("A holds %d nodes, want 5", held)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lb.Release(context.Background())
+	if lb.Token() <= la.Token() {
+		t.Fatalf("B's token %d after A's %d", lb.Token(), la.Token())
+	}
+}
+
+// TestRedlockIssue186Race is the window that remains: A holds a bare
+// majority (nodes 0-2; 3 and 4 refused its grant and are freed just as
+// node 0 restarts empty, before A's next re-take round), and B races A for
+// the restarted node. Either A wins and B is refused, or B is granted 0, 3
+// and 4 and both believe they hold the lock until A's next renewal of node
+// 0 finds B there; A's Done must then close within the TTL, and B's token
+// must be larger than A's, since A's grant raised the counters of the nodes
+// that refused it. The overlap is logged.
+func TestRedlockIssue186Race(t *testing.T) {
+	servers, admins := redlockNodes(t)
+	a, b := newRedlock(t, servers), newRedlock(t, servers)
+	ctx := ctxT(t)
+	const ttl = 900 * time.Millisecond
+	for round := range 6 {
+		key := "issue186/race/" + string(rune('a'+round))
+		la, req := grantOnThree(t, a, admins, key, ttl)
+		lost := make(chan time.Time, 1)
+		go func() { <-la.Done(); lost <- time.Now() }()
+		servers[0].Restart()
+		unblock(t, admins, a, key, 3, 4)
+		restarted := time.Now()
+		var lb engine.Lease
+		for lb == nil && time.Since(restarted) < ttl {
+			lb, _ = b.Acquire(ctx, req)
+		}
+		switch {
+		case lb == nil:
+			t.Logf("round %d: B refused for %v after the restart: A took node 0 first", round, ttl)
+			_ = la.Release(ctx)
+			<-lost
+		default:
+			granted := time.Now()
+			var lostAt time.Time
+			select {
+			case lostAt = <-lost:
+			case <-time.After(ttl):
+				t.Fatalf("round %d: A still believes it holds %v after B's grant", round, ttl)
+			}
+			overlap := max(0, lostAt.Sub(granted))
+			t.Logf("round %d: B granted %v after the restart; A and B overlapped for %v (renewal interval %v)",
+				round, granted.Sub(restarted), overlap, ttl/3)
+			if lb.Token() <= la.Token() {
+				t.Fatalf("round %d: B's token %d, A's %d", round, lb.Token(), la.Token())
+			}
+			_ = lb.Release(ctx)
+		}
+	}
+}
+
+// TestRedlockLifetimeUnderRestarts restarts the nodes without persistence
+// one after another, round the ring, one every TTL (three renewal
+// intervals), and measures how long a renewed lease lives: without healing
+// it is lost at the third restart; healed, it outlives all of them.
+func TestRedlockLifetimeUnderRestarts(t *testing.T) {
+	servers, admins := redlockNodes(t)
+	r := newRedlock(t, servers)
+	const ttl, restarts = 300 * time.Millisecond, 12
+	key := "heal/lifetime"
+	l, err := r.Acquire(ctxT(t), hold(key, ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	granted := time.Now()
+	for n := range restarts {
+		servers[n%len(servers)].Restart()
+		select {
+		case <-l.Done():
+			t.Fatalf("lease lost %v after its grant, at restart %d of %d: %v", time.Since(granted), n+1, restarts, l.Err())
+		case <-time.After(ttl):
+		}
+	}
+	t.Logf("lease held through %d restarts (%v), one every %v", restarts, time.Since(granted), ttl)
+	waitHeld(t, admins, r, key, ttl, 0, 1, 2, 3, 4)
+}
