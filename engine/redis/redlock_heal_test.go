@@ -142,14 +142,21 @@ func TestRedlockHealsRestartedNodes(t *testing.T) {
 //
 // Healed: A took the two nodes that refused its grant as soon as they were
 // free, so B finds A on four of five nodes and is refused, before and
-// after A takes the restarted node again; B's later grant carries a larger
-// token although a node lost its counter.
+// after A takes the restarted node again. Fencing: A's nodes' counters are
+// ahead of the others' (100), and after A releases, B is granted exactly
+// nodes 0, 3 and 4, the restarted node and the two A never got at its
+// grant; B's token must still be above A's.
 func TestRedlockIssue186(t *testing.T) {
 	servers, admins := redlockNodes(t)
 	a, b := newRedlock(t, servers), newRedlock(t, servers)
 	ctx := ctxT(t)
 	const ttl = 900 * time.Millisecond
 	key := "issue186/healed"
+	for i := range 3 {
+		if err := admins[i].Set(ctx, a.nodes[0].keysOf(key).f, 100, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	la, req := grantOnThree(t, a, admins, key, ttl)
 	if held, total := nodesOf(t, la); held != 3 || total != 5 {
 		t.Fatalf("after a grant on nodes 0-2: Nodes() = %d, %d; want 3, 5", held, total)
@@ -163,6 +170,9 @@ func TestRedlockIssue186(t *testing.T) {
 	}
 	took = waitHeld(t, admins, a, key, ttl, 0)
 	t.Logf("A took node 0 again %v after its restart was over", took)
+	if c, err := admins[0].Get(ctx, a.nodes[0].keysOf(key).f).Uint64(); err != nil || c < la.Token() {
+		t.Fatalf("node 0's fencing counter after A's re-take: %d (%v), want at least A's token %d", c, err, la.Token())
+	}
 	if _, err := b.Acquire(ctx, req); !errors.Is(err, engine.ErrNotAcquired) {
 		t.Fatalf("B after A's re-take: want ErrNotAcquired, got %v", err)
 	}
@@ -172,6 +182,7 @@ func TestRedlockIssue186(t *testing.T) {
 	if err := la.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	block(t, admins, a, key, 1, 2)
 	lb, err := b.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
