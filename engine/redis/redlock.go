@@ -80,6 +80,8 @@ type Redlock struct {
 	closed  bool
 	closing chan struct{}
 	bg      engine.Background // re-take rounds; Close waits for them
+
+	healSlots chan struct{} // healParallel re-take rounds at most
 }
 
 var _ engine.Engine = (*Redlock)(nil)
@@ -117,7 +119,8 @@ func NewRedlock(clients []Client, opts ...RedlockOption) (*Redlock, error) {
 		return nil, fmt.Errorf("%w: redlock: retry cap %v is under 1ms", engine.ErrInvalidRequest, o.retryMax)
 	}
 	r := &Redlock{clients: clients, quorum: len(clients)/2 + 1, opts: o,
-		leases: make(map[*redlockLease]struct{}), closing: make(chan struct{})}
+		leases: make(map[*redlockLease]struct{}), closing: make(chan struct{}),
+		healSlots: make(chan struct{}, healParallel)}
 	for i, c := range clients {
 		e, err := New(c, o.node...)
 		if err != nil {

@@ -29,6 +29,12 @@ var _ NodeCounter = (*redlockLease)(nil)
 // bring back to a majority.
 var errShort = errors.New("short of a majority after a re-take round")
 
+// healParallel bounds the re-take rounds an engine runs at once, so that a
+// node restarted under many leases is asked again at the pace its client's
+// pool can serve, rather than by every lease at once with most of them
+// timing out.
+const healParallel = 64
+
 // healInterval is how often a renewed lease that lacks some nodes tries
 // them again: the nodes' renewal interval, a third of the TTL.
 func (l *redlockLease) healInterval() time.Duration { return l.nodeReq.TTL / 3 }
@@ -66,7 +72,9 @@ func (l *redlockLease) heal() {
 	if len(missing) == 0 {
 		return
 	}
+	l.r.healSlots <- struct{}{}
 	errs := l.r.eachOf(missing, l.retake)
+	<-l.r.healSlots
 	l.mu.Lock()
 	held, ended := l.held, l.ended
 	l.mu.Unlock()
