@@ -55,20 +55,37 @@ func WithNodeOptions(opts ...Option) RedlockOption {
 // TTL minus the time the acquisition took minus the allowed clock drift. An
 // attempt that falls short releases whatever it took on every node.
 //
-// Each node is a single-node Engine, with its own scripts and renewal loop;
-// a renewed Redlock lease is lost when fewer than a majority of its node
-// leases remain. Waiting polls with a randomised pause, since no single
-// node can announce a release for all of them.
+// Each node is a single-node Engine, with its own scripts and renewal loop.
+// Waiting polls with a randomised pause, since no single node can announce
+// a release for all of them.
+//
+// A renewed lease heals: it re-takes, with the acquisition's compare-and-set
+// (only if the key is free there), every node it does not hold, at once
+// after the grant, at once when a node's renewal finds the key gone (a node
+// restarted without persistence) or fails, and then every renewal interval
+// (TTL/3) while any node is missing. So it holds as many nodes as it can,
+// not only the ones that granted it, and outlives any number of node
+// restarts as long as a majority stays up between them. A node held by
+// someone else does not count. A lease that falls short of a majority
+// keeps its validity for one re-take round (at most three node timeouts)
+// and ends with ErrLeaseLost if that round does not bring it back
+// to a majority. Fixed-TTL leases keep the nodes that granted them. The
+// lease's Nodes method (see NodeCounter) tells how many nodes hold it.
 //
 // Token is the largest fencing counter among the granting nodes, and right
-// after each grant every granting node's counter is raised to it. Any two
-// majorities share a node, so the next grant increments a counter that
-// already holds the previous token: tokens strictly increase as long as no
-// node loses its counter. They do not survive a node restarted without
-// persistence or a failover to a replica that had not caught up; in that
-// case a later grant can carry a smaller token, and a fenced resource would
-// refuse its writes. Redis Cluster or a single node with AOF gives a firmer
-// guarantee.
+// after each grant the counter of every node that answered, granting or
+// not, is raised to it; a node re-taken later counts only once its counter
+// has been raised to the token too. The token never changes during the
+// lease. Any two majorities share a node, so the next grant increments a
+// counter that already holds the previous token: tokens strictly increase
+// unless every node of the next majority lost its counter (restarted
+// without persistence, or failed over to a replica that had not caught up)
+// after this lease raised it, or never answered it. Then a later grant can
+// carry a smaller token, and a fenced resource refuses its writes. Redis
+// Cluster or a single node with AOF gives a firmer guarantee.
+//
+// Two holders can still overlap when nodes lose their keys: see "Redlock"
+// in the package documentation for the window and its bound.
 type Redlock struct {
 	nodes   []*Engine
 	clients []Client

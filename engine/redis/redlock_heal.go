@@ -55,10 +55,19 @@ func (l *redlockLease) scheduleHeal(d time.Duration) {
 }
 
 // heal is one re-take round: every node that does not hold the lease is
-// asked for the key with the acquisition's compare-and-set (only if free).
-// A lease left short of a majority ends; one still short of every node
-// tries again after healInterval.
+// asked for the key with the acquisition's compare-and-set (only if free),
+// all at once. Each node takes at most three node timeouts (acquire, fence
+// raise, and a release when the raise failed). A lease left short of a
+// majority ends; one still short of every node tries again after
+// healInterval.
 func (l *redlockLease) heal() {
+	l.mu.Lock()
+	short := l.held < l.r.quorum
+	l.mu.Unlock()
+	if !short { // a lease short of a majority must know at once: no queue
+		l.r.healSlots <- struct{}{}
+		defer func() { <-l.r.healSlots }()
+	}
 	l.healMu.Lock()
 	defer l.healMu.Unlock()
 	var missing []int
@@ -72,9 +81,7 @@ func (l *redlockLease) heal() {
 	if len(missing) == 0 {
 		return
 	}
-	l.r.healSlots <- struct{}{}
 	errs := l.r.eachOf(missing, l.retake)
-	<-l.r.healSlots
 	l.mu.Lock()
 	held, ended := l.held, l.ended
 	l.mu.Unlock()
@@ -112,7 +119,7 @@ func (l *redlockLease) retake(i int) error {
 	}
 	l.mu.Unlock()
 	if !keep {
-		ctx, cancel := context.WithTimeout(context.Background(), l.r.opts.nodeTimeout*4)
+		ctx, cancel := context.WithTimeout(context.Background(), l.r.opts.nodeTimeout)
 		defer cancel()
 		_ = h.l.Release(ctx)
 		if raised != nil {
