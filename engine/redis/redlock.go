@@ -255,7 +255,9 @@ func (r *Redlock) attempt(ctx context.Context, req engine.Request) (engine.Lease
 		r.raise(ctx, req.Key, rl.token, errs)
 		return r.granted(rl, req, start.Add(validity))
 	}
-	// Short of a majority, or too slow: give back what was taken.
+	// Short of a majority, or too slow: give back what was taken, and let
+	// no node lease lost meanwhile start a re-take.
+	rl.markEnded()
 	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.nodeTimeout*4)
 	defer cancel()
 	r.each(func(i int) error {
