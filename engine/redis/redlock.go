@@ -65,8 +65,10 @@ func WithNodeOptions(opts ...Option) RedlockOption {
 // restarted without persistence) or fails, and then every renewal interval
 // (TTL/3) while any node is missing. So it holds as many nodes as it can,
 // not only the ones that granted it, and outlives any number of node
-// restarts as long as a majority stays up between them. A node held by
-// someone else does not count. A lease that falls short of a majority
+// restarts that come more than a renewal interval apart, as long as a
+// majority of the nodes keeps its key at every moment. A node held by
+// someone else does not count, nor does a node where this lease's own key
+// outlived a failed renewal, until that key expires. A lease that falls short of a majority
 // keeps its validity for one re-take round (at most three node timeouts)
 // and ends with ErrLeaseLost if that round does not bring it back
 // to a majority. Fixed-TTL leases keep the nodes that granted them. The
