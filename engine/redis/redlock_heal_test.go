@@ -268,3 +268,60 @@ func TestRedlockLifetimeUnderRestarts(t *testing.T) {
 	t.Logf("lease held through %d restarts (%v), one every %v", restarts, time.Since(granted), ttl)
 	waitHeld(t, admins, r, key, ttl, 0, 1, 2, 3, 4)
 }
+
+// failRelease is a real client whose release scripts fail, as a release
+// whose reply is lost does.
+type failRelease struct{ *goredis.Client }
+
+func (c failRelease) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *goredis.Cmd {
+	if sha1 == releaseExclusive.Hash() {
+		cmd := goredis.NewCmd(ctx)
+		cmd.SetErr(errors.New("injected: release reply lost"))
+		return cmd
+	}
+	return c.Client.EvalSha(ctx, sha1, keys, args...)
+}
+
+// TestRedlockFailedAttemptDoesNotHeal: an attempt granted by four nodes
+// of five, but too late (the fifth, stopped, held it past the TTL), gives
+// them back; when one of those releases fails, its node lease is lost, and
+// that must not start a re-take for a lease nobody was given: no node may
+// hold the key once the failed release's key has expired, and OnLost is
+// never called.
+func TestRedlockFailedAttemptDoesNotHeal(t *testing.T) {
+	servers, admins := redlockNodes(t)
+	clients := make([]Client, len(servers))
+	for i, s := range servers {
+		clients[i] = newClient(t, s.addr)
+	}
+	clients[0] = failRelease{clients[0].(*goredis.Client)}
+	stopped := goredis.NewClient(&goredis.Options{Addr: servers[4].addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = stopped.Close() })
+	clients[4] = stopped // answers within the node timeout, not go-redis's 3s
+	const ttl = 300 * time.Millisecond
+	r, err := NewRedlock(clients, WithNodeTimeout(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	key := "heal/failed-attempt"
+	lost := make(chan error, 1)
+	req := hold(key, ttl)
+	req.Wait, req.OnLost = false, func(err error) { lost <- err }
+	servers[4].Pause()
+	_, err = r.Acquire(ctxT(t), req)
+	servers[4].Resume()
+	if err == nil {
+		t.Fatal("granted although the acquisition took longer than the TTL")
+	}
+	select {
+	case err := <-lost:
+		t.Fatalf("OnLost called for a lease that was never granted: %v", err)
+	case <-time.After(3 * ttl):
+	}
+	for i, a := range admins {
+		if v := holder(t, a, r, key); v != "" {
+			t.Fatalf("node %d holds %q %v after a failed attempt", i, v, 3*ttl)
+		}
+	}
+}
