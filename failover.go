@@ -760,6 +760,15 @@ func (l *failoverLease) Done() <-chan struct{} { return l.sig.Done() }
 func (l *failoverLease) EngineName() string { return l.engine }
 func (l *failoverLease) Err() error         { return l.sig.Err() }
 
+// Nodes passes on the inner lease's node count (see Lease.Nodes); a lease
+// of an engine without nodes reports 0 of 0.
+func (l *failoverLease) Nodes() (held, total int) {
+	if n, ok := l.inner.(interface{ Nodes() (held, total int) }); ok {
+		return n.Nodes()
+	}
+	return 0, 0
+}
+
 // innerLost passes the engine's loss on; a loss for want of the server
 // (a failed renewal) asks for a quick probe.
 func (l *failoverLease) innerLost(err error) {

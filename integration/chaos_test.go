@@ -181,7 +181,7 @@ const soakEnv = "CERBERUS_SOAK"
 
 // checkerTests is how many tests call checkEngine: each gets this share of
 // a soak.
-const checkerTests = 8
+const checkerTests = 9
 
 // checkEngine runs the checker on tg once, or, in a soak, again and again
 // for its share of the soak, and prints a total line after several rounds.

@@ -109,6 +109,15 @@ func dialEngine(s workerSpec) (engine.Engine, error) {
 			Addr: s.Addrs[0], DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
 			MaxRetries: -1, ContextTimeoutEnabled: true,
 		}))
+	case "redlock":
+		clients := make([]redis.Client, len(s.Addrs))
+		for i, a := range s.Addrs {
+			clients[i] = goredis.NewClient(&goredis.Options{
+				Addr: a, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+				MaxRetries: -1, ContextTimeoutEnabled: true,
+			})
+		}
+		return redis.NewRedlock(clients, redis.WithNodeOptions(redis.WithTimeout(time.Second)))
 	case "redis-cluster":
 		return redis.New(goredis.NewClusterClient(&goredis.ClusterOptions{
 			Addrs: s.Addrs, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,

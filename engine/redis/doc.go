@@ -70,6 +70,42 @@
 // that stops refreshing its place (a crashed process) is dropped after the
 // queue TTL.
 //
+// # Redlock
+//
+// NewRedlock runs the Redlock algorithm over independent masters (see
+// Redlock). A renewed lease re-takes every node that does not hold it
+// (right after the grant, when a node loses it, and every TTL/3 while one
+// is missing), so it keeps as many nodes as are free and healthy instead
+// of decaying to a bare majority; the lease's Nodes method (NodeCounter)
+// reports held and total nodes for metrics.
+//
+// Two holders can still overlap in one case: nodes lose the key a holder
+// A has there (a restart without persistence, FLUSHALL, eviction, or a
+// failover to a replica without the key), and another client B is granted
+// a majority made of those nodes and of nodes A does not hold, before A's
+// next renewal on a node that lost it. A does not hold a node that was down
+// or held by someone else at A's last re-take round, or was freed since
+// (rounds run every TTL/3). With every node healthy, B therefore needs a
+// majority of the nodes to lose A's key within one renewal interval; when
+// A holds a bare majority (the others being down or held elsewhere), one
+// node losing it suffices (go-redsync/redsync issue 186). The overlap
+// lasts until A's node engine renews that node and finds B there (its
+// renewals run every TTL/3 and end within WithTimeout), plus one re-take
+// round (at most three times WithNodeTimeout): at most TTL/3 + the renewal
+// round trip + 3 × node timeout after the key was lost; then A's lease
+// ends with ErrLeaseLost. With TTL 900ms the tests measure about 250ms. The usual
+// Redlock assumptions hold besides: clocks that drift less than the drift
+// factor, and no process paused longer than the lease's validity.
+//
+// In that window the fencing token is what protects a resource: B's token
+// is larger than A's unless every node of B's majority lost its counter
+// after A's grant raised it (see Redlock), so a resource that keeps the
+// largest token it has seen refuses the older holder's writes.
+//
+// Healing costs nothing while every node holds every lease. Re-taking a
+// node is two round trips for each lease (the acquire script, then the
+// fence raise), at most 64 leases at a time per engine.
+//
 // # Security: AUTH, ACL users and TLS
 //
 // The engine uses the go-redis client it is given, so passwords, ACL users

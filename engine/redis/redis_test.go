@@ -12,7 +12,7 @@ import (
 )
 
 // newClient connects to the test server and closes the client with t.
-func newClient(t *testing.T, addr string) *goredis.Client {
+func newClient(t testing.TB, addr string) *goredis.Client {
 	t.Helper()
 	c := goredis.NewClient(&goredis.Options{Addr: addr})
 	t.Cleanup(func() { _ = c.Close() })

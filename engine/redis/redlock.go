@@ -56,10 +56,24 @@ func WithNodeOptions(opts ...Option) RedlockOption {
 // TTL minus the time the acquisition took minus the allowed clock drift. An
 // attempt that falls short releases whatever it took on every node.
 //
-// Each node is a single-node Engine, with its own scripts and renewal loop;
-// a renewed Redlock lease is lost when fewer than a majority of its node
-// leases remain. Waiting polls with a randomised pause, since no single
-// node can announce a release for all of them.
+// Each node is a single-node Engine, with its own scripts and renewal loop.
+// Waiting polls with a randomised pause, since no single node can announce
+// a release for all of them.
+//
+// A renewed lease heals: it re-takes, with the acquisition's compare-and-set
+// (only if the key is free there), every node it does not hold, at once
+// after the grant, at once when a node's renewal finds the key gone (a node
+// restarted without persistence) or fails, and then every renewal interval
+// (TTL/3) while any node is missing. So it holds as many nodes as it can,
+// not only the ones that granted it, and outlives any number of node
+// restarts that come more than a renewal interval apart, as long as a
+// majority of the nodes keeps its key at every moment. A node held by
+// someone else does not count, nor does a node where this lease's own key
+// outlived a failed renewal, until that key expires. A lease that falls short of a majority
+// keeps its validity for one re-take round (at most three node timeouts)
+// and ends with ErrLeaseLost if that round does not bring it back
+// to a majority. Fixed-TTL leases keep the nodes that granted them. The
+// lease's Nodes method (see NodeCounter) tells how many nodes hold it.
 //
 // When too few nodes answer, Ping and Acquire return an *engine.OpError that
 // wraps engine.ErrUnavailable if a node was unavailable or gave no answer
@@ -67,14 +81,19 @@ func WithNodeOptions(opts ...Option) RedlockOption {
 // refused access; never either once the caller's context has ended.
 //
 // Token is the largest fencing counter among the granting nodes, and right
-// after each grant every granting node's counter is raised to it. Any two
-// majorities share a node, so the next grant increments a counter that
-// already holds the previous token: tokens strictly increase as long as no
-// node loses its counter. They do not survive a node restarted without
-// persistence or a failover to a replica that had not caught up; in that
-// case a later grant can carry a smaller token, and a fenced resource would
-// refuse its writes. Redis Cluster or a single node with AOF gives a firmer
-// guarantee.
+// after each grant the counter of every node that answered, granting or
+// not, is raised to it; a node re-taken later counts only once its counter
+// has been raised to the token too. The token never changes during the
+// lease. Any two majorities share a node, so the next grant increments a
+// counter that already holds the previous token: tokens strictly increase
+// unless every node of the next majority lost its counter (restarted
+// without persistence, or failed over to a replica that had not caught up)
+// after this lease raised it, or never answered it. Then a later grant can
+// carry a smaller token, and a fenced resource refuses its writes. Redis
+// Cluster or a single node with AOF gives a firmer guarantee.
+//
+// Two holders can still overlap when nodes lose their keys: see "Redlock"
+// in the package documentation for the window and its bound.
 type Redlock struct {
 	nodes   []*Engine
 	clients []Client
@@ -85,6 +104,9 @@ type Redlock struct {
 	leases  map[*redlockLease]struct{}
 	closed  bool
 	closing chan struct{}
+	bg      engine.Background // re-take rounds; Close waits for them
+
+	healSlots chan struct{} // healParallel re-take rounds at most
 }
 
 var _ engine.Engine = (*Redlock)(nil)
@@ -122,7 +144,8 @@ func NewRedlock(clients []Client, opts ...RedlockOption) (*Redlock, error) {
 		return nil, fmt.Errorf("%w: redlock: retry cap %v is under 1ms", engine.ErrInvalidRequest, o.retryMax)
 	}
 	r := &Redlock{clients: clients, quorum: len(clients)/2 + 1, opts: o,
-		leases: make(map[*redlockLease]struct{}), closing: make(chan struct{})}
+		leases: make(map[*redlockLease]struct{}), closing: make(chan struct{}),
+		healSlots: make(chan struct{}, healParallel)}
 	for i, c := range clients {
 		e, err := New(c, o.node...)
 		if err != nil {
@@ -195,17 +218,11 @@ func (r *Redlock) isClosed() bool {
 
 // each runs f for every node concurrently and returns their errors.
 func (r *Redlock) each(f func(i int) error) []error {
-	errs := make([]error, len(r.nodes))
-	var wg sync.WaitGroup
-	for i := range r.nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = f(i)
-		}()
+	all := make([]int, len(r.nodes))
+	for i := range all {
+		all[i] = i
 	}
-	wg.Wait()
-	return errs
+	return r.eachOf(all, f)
 }
 
 func countNil(errs []error) int {
@@ -254,17 +271,14 @@ func (r *Redlock) Acquire(ctx context.Context, req engine.Request) (engine.Lease
 // attempt asks every node once. It returns the lease on success, (nil, nil)
 // when the lock is held, or an error that ends the acquisition.
 func (r *Redlock) attempt(ctx context.Context, req engine.Request) (engine.Lease, error) {
-	rl := &redlockLease{r: r, key: req.Key, mode: req.Mode, sig: engine.NewSignal(req.OnLost)}
-	nodeReq := req
-	nodeReq.Wait = false
-	nodeReq.OnLost = rl.nodeLost
-	parts := make([]engine.Lease, len(r.nodes))
+	rl := newRedlockLease(r, req)
+	holds := make([]*nodeHold, len(r.nodes))
 	start := time.Now()
 	errs := r.each(func(i int) error {
 		nctx, cancel := context.WithTimeout(ctx, r.opts.nodeTimeout)
 		defer cancel()
-		l, err := r.nodes[i].Acquire(nctx, nodeReq)
-		parts[i] = l
+		var err error
+		holds[i], err = rl.acquireNode(nctx, i)
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			// The node timeout is the engine's own deadline, not the
 			// caller's: a node that did not answer in it is unavailable.
@@ -274,33 +288,25 @@ func (r *Redlock) attempt(ctx context.Context, req engine.Request) (engine.Lease
 		return err
 	})
 	validity := req.TTL - time.Since(start) - r.drift(req.TTL)
-	granted := countNil(errs)
-	if granted >= r.quorum && validity > 0 {
-		rl.mu.Lock()
-		for _, p := range parts {
-			if p != nil {
-				rl.parts = append(rl.parts, p)
-				rl.token = max(rl.token, p.Token())
-			}
-		}
-		rl.alive = len(rl.parts) - rl.lostEarly
-		rl.mu.Unlock()
+	if rl.install(holds) >= r.quorum && validity > 0 {
 		r.raise(ctx, req.Key, rl.token, errs)
 		return r.granted(rl, req, start.Add(validity))
 	}
-	// Short of a majority, or too slow: give back what was taken.
+	// Short of a majority, or too slow: give back what was taken, and let
+	// no node lease lost meanwhile start a re-take.
+	rl.markEnded()
 	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.nodeTimeout*4)
 	defer cancel()
 	r.each(func(i int) error {
-		if parts[i] != nil {
-			return parts[i].Release(cleanup)
+		if holds[i] != nil {
+			return holds[i].l.Release(cleanup)
 		}
 		return nil
 	})
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(engine.ErrNotAcquired, err)
 	}
-	refused := 0
+	granted, refused := countNil(errs), 0
 	for _, err := range errs {
 		if errors.Is(err, engine.ErrNotAcquired) {
 			refused++
@@ -312,30 +318,50 @@ func (r *Redlock) attempt(ctx context.Context, req engine.Request) (engine.Lease
 	return nil, nil
 }
 
-// raise lifts the fencing counter of every granting node to token.
+// raise lifts the fencing counter of every node that answered the
+// acquisition, granting or refusing, to token: a later grant on any
+// majority that includes one of them then carries a larger token, even one
+// that includes a node this lease never held.
 func (r *Redlock) raise(ctx context.Context, key string, token uint64, errs []error) {
 	r.each(func(i int) error {
-		if errs[i] != nil {
+		if errs[i] != nil && !errors.Is(errs[i], engine.ErrNotAcquired) {
 			return nil
 		}
-		nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.nodeTimeout)
-		defer cancel()
-		return raiseFence.Run(nctx, r.clients[i], []string{r.nodes[i].keysOf(key).f}, token).Err()
+		return r.raiseNode(ctx, i, key, token)
 	})
 }
 
+// raiseNode lifts node i's fencing counter for key to token.
+func (r *Redlock) raiseNode(ctx context.Context, i int, key string, token uint64) error {
+	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.nodeTimeout)
+	defer cancel()
+	return raiseFence.Run(nctx, r.clients[i], []string{r.nodes[i].keysOf(key).f}, token).Err()
+}
+
+// granted registers rl and arms its expiry, or for a renewed lease its
+// first re-take round, at once when some node did not grant.
 func (r *Redlock) granted(rl *redlockLease, req engine.Request, validUntil time.Time) (engine.Lease, error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
+		rl.markEnded()
 		rl.releaseParts(context.Background())
 		return nil, engine.ErrClosed
 	}
 	r.leases[rl] = struct{}{}
+	r.mu.Unlock()
+	rl.mu.Lock()
+	held := rl.held
 	if !req.Renew {
 		rl.timer = time.AfterFunc(time.Until(validUntil), func() { rl.end(engine.ErrLeaseLost) })
 	}
-	r.mu.Unlock()
+	rl.mu.Unlock()
+	switch {
+	case req.Renew && held < len(r.nodes):
+		rl.scheduleHeal(0)
+	case held < r.quorum: // nodes lost between their grant and now
+		rl.end(fmt.Errorf("%w: fewer than %d nodes still hold it", engine.ErrLeaseLost, r.quorum))
+	}
 	return rl, nil
 }
 
@@ -357,6 +383,7 @@ func (r *Redlock) Close() error {
 	for _, l := range held {
 		l.end(engine.ErrClosed)
 	}
+	r.bg.Wait() // re-take rounds in flight; each is bounded by the node timeout
 	var errs []error
 	for _, n := range r.nodes {
 		errs = append(errs, n.Close())
@@ -366,17 +393,33 @@ func (r *Redlock) Close() error {
 
 // redlockLease is a lease held on a majority of nodes.
 type redlockLease struct {
-	r     *Redlock
-	key   string
-	mode  engine.Mode
-	token uint64
-	sig   *engine.Signal
-	parts []engine.Lease // the granting nodes' leases
+	r       *Redlock
+	key     string
+	mode    engine.Mode
+	nodeReq engine.Request // what each node is asked: req without waiting
+	token   uint64
+	sig     *engine.Signal
+
+	healMu sync.Mutex // one re-take round of this lease at a time
 
 	mu        sync.Mutex
-	alive     int // node leases not yet lost
-	lostEarly int // node leases lost before the grant was complete
-	timer     *time.Timer
+	parts     []*nodeHold // by node; nil where this lease holds nothing
+	held      int         // non-nil parts
+	ended     bool        // released or lost: take nothing more
+	timer     *time.Timer // local expiry (fixed leases)
+	healTimer *time.Timer // next re-take round (renewed leases)
+}
+
+// nodeHold is one node's lease, from the moment it is asked for.
+type nodeHold struct {
+	l    engine.Lease
+	lost bool // its OnLost has run; guarded by the redlockLease's mu
+}
+
+func newRedlockLease(r *Redlock, req engine.Request) *redlockLease {
+	nodeReq := req
+	nodeReq.Wait, nodeReq.OnLost = false, nil
+	return &redlockLease{r: r, key: req.Key, mode: req.Mode, nodeReq: nodeReq, sig: engine.NewSignal(req.OnLost)}
 }
 
 func (l *redlockLease) Key() string           { return l.key }
@@ -385,31 +428,98 @@ func (l *redlockLease) Token() uint64         { return l.token }
 func (l *redlockLease) Done() <-chan struct{} { return l.sig.Done() }
 func (l *redlockLease) Err() error            { return l.sig.Err() }
 
-// nodeLost is each node lease's OnLost: below a majority, the lease is lost.
-func (l *redlockLease) nodeLost(err error) {
+// Nodes reports how many nodes hold the lease now and how many there are;
+// see NodeCounter.
+func (l *redlockLease) Nodes() (held, total int) {
 	l.mu.Lock()
-	if l.parts == nil {
-		l.lostEarly++
+	defer l.mu.Unlock()
+	if l.ended {
+		return 0, len(l.r.nodes)
 	}
-	l.alive--
-	below := l.alive < l.r.quorum && l.parts != nil
+	return l.held, len(l.r.nodes)
+}
+
+// acquireNode asks node i once for the key. A refusal returns (nil, err).
+func (l *redlockLease) acquireNode(ctx context.Context, i int) (*nodeHold, error) {
+	h := &nodeHold{}
+	req := l.nodeReq
+	req.OnLost = func(err error) { l.nodeLost(i, h, err) }
+	p, err := l.r.nodes[i].Acquire(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	h.l = p
+	return h, nil
+}
+
+// install records the grant's node leases, all but those already lost,
+// sets the token to the largest of their counters, and returns how many
+// it recorded.
+func (l *redlockLease) install(holds []*nodeHold) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.parts = make([]*nodeHold, len(holds))
+	for i, h := range holds {
+		if h != nil && !h.lost {
+			l.parts[i] = h
+			l.held++
+			l.token = max(l.token, h.l.Token())
+		}
+	}
+	return l.held
+}
+
+// nodeLost is each node lease's OnLost. A renewed lease tries at once to
+// take the node again (and any other it lacks), and ends if that leaves it
+// short of a majority; a fixed lease ends as soon as it is short.
+func (l *redlockLease) nodeLost(i int, h *nodeHold, err error) {
+	l.mu.Lock()
+	h.lost = true
+	was := l.parts != nil && l.parts[i] == h && !l.ended
+	if was {
+		l.parts[i] = nil
+		l.held--
+	}
+	below := l.held < l.r.quorum
 	l.mu.Unlock()
-	if below {
+	switch {
+	case !was:
+	case l.nodeReq.Renew:
+		l.scheduleHeal(0)
+	case below:
 		l.end(fmt.Errorf("%w: fewer than %d nodes still hold it: %w", engine.ErrLeaseLost, l.r.quorum, err))
+	}
+}
+
+// stop marks the lease ended and stops its timers. It reports whether the
+// lease was still tracked by the engine.
+func (l *redlockLease) stop() bool {
+	l.r.mu.Lock()
+	_, tracked := l.r.leases[l]
+	delete(l.r.leases, l)
+	l.r.mu.Unlock()
+	if tracked {
+		l.markEnded()
+	}
+	return tracked
+}
+
+// markEnded stops the lease's timers and any later re-take.
+func (l *redlockLease) markEnded() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ended = true
+	for _, t := range []*time.Timer{l.timer, l.healTimer} {
+		if t != nil {
+			t.Stop()
+		}
 	}
 }
 
 // end closes the lease with err, releasing what the nodes still hold.
 func (l *redlockLease) end(err error) {
-	l.r.mu.Lock()
-	_, tracked := l.r.leases[l]
-	delete(l.r.leases, l)
-	l.r.mu.Unlock()
-	if !tracked {
+	if !l.stop() {
 		return
-	}
-	if l.timer != nil {
-		l.timer.Stop()
 	}
 	if !errors.Is(err, engine.ErrClosed) {
 		ctx, cancel := context.WithTimeout(context.Background(), l.r.opts.nodeTimeout*4)
@@ -421,7 +531,12 @@ func (l *redlockLease) end(err error) {
 
 func (l *redlockLease) releaseParts(ctx context.Context) int {
 	l.mu.Lock()
-	parts := l.parts
+	var parts []engine.Lease
+	for _, h := range l.parts {
+		if h != nil {
+			parts = append(parts, h.l)
+		}
+	}
 	l.mu.Unlock()
 	released := 0
 	var mu sync.Mutex
@@ -444,13 +559,7 @@ func (l *redlockLease) releaseParts(ctx context.Context) int {
 // Release gives the key up on every node. It succeeds when a majority of
 // the node leases were still held.
 func (l *redlockLease) Release(ctx context.Context) error {
-	l.r.mu.Lock()
-	_, tracked := l.r.leases[l]
-	delete(l.r.leases, l)
-	l.r.mu.Unlock()
-	if l.timer != nil {
-		l.timer.Stop()
-	}
+	tracked := l.stop()
 	released := l.releaseParts(ctx)
 	if tracked && released >= l.r.quorum {
 		l.sig.Close(engine.ErrReleased)

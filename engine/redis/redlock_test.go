@@ -15,7 +15,7 @@ import (
 )
 
 // redlockNodes starts five private redis-servers.
-func redlockNodes(t *testing.T) ([]*privateServer, []*goredis.Client) {
+func redlockNodes(t testing.TB) ([]*privateServer, []*goredis.Client) {
 	t.Helper()
 	var servers []*privateServer
 	var admins []*goredis.Client
@@ -27,7 +27,7 @@ func redlockNodes(t *testing.T) ([]*privateServer, []*goredis.Client) {
 	return servers, admins
 }
 
-func newRedlock(t *testing.T, servers []*privateServer, opts ...RedlockOption) *Redlock {
+func newRedlock(t testing.TB, servers []*privateServer, opts ...RedlockOption) *Redlock {
 	t.Helper()
 	clients := make([]Client, len(servers))
 	for i, s := range servers {

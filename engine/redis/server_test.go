@@ -14,7 +14,7 @@ type privateServer struct {
 }
 
 // startServer starts a private redis-server that stops when the test ends.
-func startServer(t *testing.T) *privateServer {
+func startServer(t testing.TB) *privateServer {
 	t.Helper()
 	s := testenv.StartRedis(t)
 	return &privateServer{RedisServer: s, addr: s.Addr}
