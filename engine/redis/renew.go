@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -151,7 +153,7 @@ func (e *Engine) renew(batch []*lease) (timedOut bool) {
 	for i, l := range batch {
 		n, err := cmds[i].Int64()
 		switch {
-		case err != nil && errors.Is(err, context.DeadlineExceeded) && e.retryLater(l):
+		case err != nil && isTimeout(err) && e.retryLater(l):
 			timedOut = true
 		case err != nil:
 			l.lost(fmt.Errorf("%w: renewal failed: %w", engine.ErrLeaseLost, err))
@@ -164,6 +166,14 @@ func (e *Engine) renew(batch []*lease) (timedOut bool) {
 		}
 	}
 	return timedOut
+}
+
+// isTimeout reports whether err is a deadline that ran out (the engine's
+// own, as a context or a socket deadline) rather than a refused or broken
+// connection.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // retryLater schedules l's renewal again soon, no later than its validity,
