@@ -77,6 +77,22 @@ func migratedTable(t *testing.T, dsn string) string {
 	return table
 }
 
+// specClient is a Client in the test process over the engine spec
+// names, closed when the test ends.
+func specClient(t *testing.T, spec workerSpec) *cerberus.Client {
+	t.Helper()
+	e, err := dialEngine(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cerberus.New(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(); _ = e.Close() })
+	return c
+}
+
 func pausedHolder(t *testing.T, tc pausedCase) {
 	f := startFence(t)
 	dir := t.TempDir()
@@ -102,15 +118,7 @@ func pausedHolder(t *testing.T, tc pausedCase) {
 	}
 	line("held ", 20*time.Second)
 
-	e, err := dialEngine(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := cerberus.New(e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(); _ = e.Close() })
+	c := specClient(t, spec)
 	stopped := time.Now()
 	if err := holder.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -163,15 +171,7 @@ func TestPausedWaiterRowStrategy(t *testing.T) {
 	f := startFence(t)
 	spec := workerSpec{Engine: "mysql-row", Addrs: []string{dsn}, Table: table, Prefix: key, TTL: time.Second,
 		Call: time.Minute, Duration: time.Minute, Fence: f.addr, HoldOne: true}
-	e, err := dialEngine(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := cerberus.New(e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close(); _ = e.Close() })
+	c := specClient(t, spec)
 	ctx := testContext(t)
 	first, err := c.Lock(ctx, key, cerberus.WithWatchdog(time.Second))
 	if err != nil {
