@@ -27,9 +27,11 @@ const consulWait = 90 * time.Second
 // scripts/build-consul.sh caches it ($CERBERUS_CACHE, else
 // $XDG_CACHE_HOME/cerberus, else ~/.cache/cerberus; then
 // consul-$CONSUL_VERSION/consul, the version defaulting to ConsulVersion).
-// Without one the test fails naming the command that builds it.
+// Without one the test fails naming the command that builds it; under
+// -short the test is skipped.
 func ConsulBinary(t testing.TB) string {
 	t.Helper()
+	Needs(t, "a consul binary")
 	if p, err := exec.LookPath("consul"); err == nil {
 		return p
 	}

@@ -445,9 +445,11 @@ func portCeiling() int {
 }
 
 // lookBinary finds an executable on PATH, also in the sbin directories a
-// non-root PATH may lack, or fails the test naming what installs it.
+// non-root PATH may lack, or fails the test naming what installs it. Under
+// -short it skips the test: starting a server is not a quick run.
 func lookBinary(t testing.TB, names ...string) string {
 	t.Helper()
+	Needs(t, strings.Join(names, " or "))
 	for _, name := range names {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
