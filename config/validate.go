@@ -84,11 +84,20 @@ func contains(list []string, s string) bool {
 // and wrapping ErrInvalid. It never quotes a secret.
 func (c *Config) validate() []error {
 	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
-
 	if len(c.Engines) == 0 {
-		add("engines: at least one engine is required")
+		errs = append(errs, invalidf("engines: at least one engine is required"))
 	}
+	errs = append(errs, c.validateEngineKey()...)
+	errs = append(errs, c.validateEngines()...)
+	errs = append(errs, c.validatePolicy()...)
+	return append(errs, c.validateFloors()...)
+}
+
+// validateEngineKey checks engine_key, and the settings that need it or
+// contradict it.
+func (c *Config) validateEngineKey() []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
 	if k := c.EngineKey; k.Set() {
 		if err := checkAddr(k.Consul); err != nil {
 			add("engine_key.consul: %v", err)
@@ -121,6 +130,14 @@ func (c *Config) validate() []error {
 			}
 		}
 	}
+	return errs
+}
+
+// validateEngines checks each engine entry: a unique name, a known kind,
+// and the settings of that kind.
+func (c *Config) validateEngines() []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
 	seen := make(map[string]int)
 	for i := range c.Engines {
 		e := &c.Engines[i]
@@ -156,7 +173,13 @@ func (c *Config) validate() []error {
 			errs = append(errs, e.TLS.validate(p+".tls")...)
 		}
 	}
+	return errs
+}
 
+// validatePolicy checks health, failback and lease defaults.
+func (c *Config) validatePolicy() []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
 	if c.Health.Interval <= 0 {
 		add("health.interval: must be positive, got %v", c.Health.Interval)
 	}
@@ -174,7 +197,7 @@ func (c *Config) validate() []error {
 	if c.Lease.Watchdog < engine.MinTTL || c.Lease.Watchdog > engine.MaxTTL {
 		add("lease.watchdog: must be within [%v, %v], got %v", engine.MinTTL, engine.MaxTTL, c.Lease.Watchdog)
 	}
-	return append(errs, c.validateFloors()...)
+	return errs
 }
 
 // leaseKey names the lease setting in force and its period.
@@ -297,21 +320,7 @@ func (e *Engine) validateKind(p string) []error {
 			add("%s.username: needs password, password_file or password_env", p)
 		}
 	case KindZooKeeper:
-		hasPassword := e.Password != "" || e.PasswordFile != "" || e.PasswordEnv != ""
-		switch {
-		case e.Username != "" && !hasPassword:
-			add("%s.username: needs password, password_file or password_env", p)
-		case e.Username == "" && hasPassword:
-			add("%s.password: a ZooKeeper digest needs a username too", p)
-		case strings.Contains(e.Username, ":"):
-			add("%s.username: %q must not contain ':' (the digest is user:password)", p, e.Username)
-		}
-		if e.SessionTimeout < 0 {
-			add("%s.session_timeout: must be positive, got %v", p, e.SessionTimeout)
-		}
-		if e.Prefix != "" && (!strings.HasPrefix(e.Prefix, "/") || strings.HasSuffix(e.Prefix, "/") || strings.Contains(e.Prefix, "//")) {
-			add("%s.prefix: %q must be an absolute znode path without a trailing or doubled slash", p, e.Prefix)
-		}
+		errs = append(errs, e.validateZooKeeper(p)...)
 	case KindConsul:
 		if e.Prefix != "" && (!consulPrefixRE.MatchString(e.Prefix) || hasDotSegment(e.Prefix)) {
 			add("%s.prefix: %q must be ASCII letters, digits, '-', '_', '.' in '/'-separated segments, none empty, \".\" or \"..\"", p, e.Prefix)
@@ -323,27 +332,57 @@ func (e *Engine) validateKind(p string) []error {
 			add("%s.lock_delay: must be within [0s, %v], got %v", p, consulMaxLockDelay, *e.LockDelay)
 		}
 	case KindMySQL:
-		if e.DSN == "" {
-			add("%s.dsn: required for kind mysql", p)
-		} else if _, err := mysqldrv.ParseDSN(e.DSN); err != nil {
-			add("%s.dsn: does not parse: %s", p, scrub(err.Error(), []string{e.DSN, dsnPassword(e.DSN)}))
+		errs = append(errs, e.validateMySQL(p)...)
+	}
+	return errs
+}
+
+// validateZooKeeper checks the settings of a zookeeper entry.
+func (e *Engine) validateZooKeeper(p string) []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
+	hasPassword := e.Password != "" || e.PasswordFile != "" || e.PasswordEnv != ""
+	switch {
+	case e.Username != "" && !hasPassword:
+		add("%s.username: needs password, password_file or password_env", p)
+	case e.Username == "" && hasPassword:
+		add("%s.password: a ZooKeeper digest needs a username too", p)
+	case strings.Contains(e.Username, ":"):
+		add("%s.username: %q must not contain ':' (the digest is user:password)", p, e.Username)
+	}
+	if e.SessionTimeout < 0 {
+		add("%s.session_timeout: must be positive, got %v", p, e.SessionTimeout)
+	}
+	if e.Prefix != "" && (!strings.HasPrefix(e.Prefix, "/") || strings.HasSuffix(e.Prefix, "/") || strings.Contains(e.Prefix, "//")) {
+		add("%s.prefix: %q must be an absolute znode path without a trailing or doubled slash", p, e.Prefix)
+	}
+	return errs
+}
+
+// validateMySQL checks the settings of a mysql entry.
+func (e *Engine) validateMySQL(p string) []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
+	if e.DSN == "" {
+		add("%s.dsn: required for kind mysql", p)
+	} else if _, err := mysqldrv.ParseDSN(e.DSN); err != nil {
+		add("%s.dsn: does not parse: %s", p, scrub(err.Error(), []string{e.DSN, dsnPassword(e.DSN)}))
+	}
+	switch e.Strategy {
+	case "", "lease", "row":
+	default:
+		add("%s.strategy: unknown strategy %q (want \"lease\" or \"row\")", p, e.Strategy)
+	}
+	if e.Table != "" && !tableRE.MatchString(e.Table) {
+		add("%s.table: %q must be 1 to 48 ASCII letters, digits or underscores", p, e.Table)
+	}
+	if e.TLS != nil && e.DSN != "" {
+		if dc, err := mysqldrv.ParseDSN(e.DSN); err == nil && dc.TLSConfig != "" {
+			add("%s.tls: the dsn already sets tls=%s; configure TLS in one place (remove tls= from the dsn)", p, dc.TLSConfig)
 		}
-		switch e.Strategy {
-		case "", "lease", "row":
-		default:
-			add("%s.strategy: unknown strategy %q (want \"lease\" or \"row\")", p, e.Strategy)
-		}
-		if e.Table != "" && !tableRE.MatchString(e.Table) {
-			add("%s.table: %q must be 1 to 48 ASCII letters, digits or underscores", p, e.Table)
-		}
-		if e.TLS != nil && e.DSN != "" {
-			if dc, err := mysqldrv.ParseDSN(e.DSN); err == nil && dc.TLSConfig != "" {
-				add("%s.tls: the dsn already sets tls=%s; configure TLS in one place (remove tls= from the dsn)", p, dc.TLSConfig)
-			}
-		}
-		if e.MaxConns > 0 && e.MaxConns < mysqlMinConns {
-			add("%s.max_conns: must be at least %d for kind mysql, got %d", p, mysqlMinConns, e.MaxConns)
-		}
+	}
+	if e.MaxConns > 0 && e.MaxConns < mysqlMinConns {
+		add("%s.max_conns: must be at least %d for kind mysql, got %d", p, mysqlMinConns, e.MaxConns)
 	}
 	return errs
 }
