@@ -20,7 +20,7 @@ type NamedEngine struct {
 // FailoverOptions tune a Failover. The zero value is usable: manual
 // switching only, no fence, health checked every second.
 type FailoverOptions struct {
-	// Active names the engine to use (Cerberus's cerberus_engine). Empty or
+	// Active names the engine to use (config: the key engine). Empty or
 	// unknown: the first engine in order, and with Auto the first healthy
 	// one.
 	Active string

@@ -48,7 +48,7 @@ type Config struct {
 	// Engines lists the configured engines in priority order, primary
 	// first.
 	Engines []Engine `mapstructure:"engines"`
-	// Engine pins the active engine by name (Cerberus's cerberus_engine).
+	// Engine pins the active engine by name (the YAML key engine).
 	// Empty means the first healthy engine in order. A name that matches no
 	// configured engine is not an error: the first healthy engine is used
 	// and Warnings reports it.
