@@ -158,7 +158,14 @@ type Failover struct {
 	bg         sync.WaitGroup // background releases on old engines
 }
 
-var _ engine.Engine = (*Failover)(nil)
+// A Failover is an engine.Engine, and an engine.Switcher: observers name
+// its active engine. Its leases are engine.Namers: they name the engine that
+// granted them.
+var (
+	_ engine.Engine   = (*Failover)(nil)
+	_ engine.Switcher = (*Failover)(nil)
+	_ engine.Namer    = (*failoverLease)(nil)
+)
 
 // errSwitched cancels a wait on an engine that is no longer active.
 var errSwitched = errors.New("cerberus: active engine changed")
@@ -250,7 +257,7 @@ func (f *Failover) Ping(ctx context.Context) error {
 	return e.Ping(ctx)
 }
 
-// Active returns the name of the active engine.
+// Active returns the name of the active engine (engine.Switcher).
 func (f *Failover) Active() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -374,29 +381,17 @@ func (f *Failover) attempt(ctx context.Context, req engine.Request) (engine.Leas
 		cancel(nil)
 	}()
 
-	if wait := time.Until(fence); wait > 0 {
-		if !req.Wait {
-			return nil, fmt.Errorf("%w: fenced for %v after the switch to %s", engine.ErrNotAcquired, wait.Round(time.Millisecond), f.engines[idx].Name)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-actx.Done():
-			t.Stop()
-			if errors.Is(context.Cause(actx), errSwitched) {
-				return nil, errSwitched
-			}
-			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
-		}
+	if err := f.waitFence(ctx, actx, req, fence, idx); err != nil {
+		return nil, err
 	}
-
 	fl := &failoverLease{f: f, epoch: epoch, engine: f.engines[idx].Name, sig: engine.NewSignal(req.OnLost)}
 	inner := req
 	inner.OnLost = fl.innerLost
 	l, err := f.engines[idx].Engine.Acquire(actx, inner)
 	if err != nil {
-		if errors.Is(context.Cause(actx), errSwitched) && ctx.Err() == nil {
-			return nil, errSwitched
+		if cause := context.Cause(actx); ctx.Err() == nil &&
+			(errors.Is(cause, errSwitched) || errors.Is(cause, engine.ErrClosed)) {
+			return nil, cause // a switch, or Close, ended the wait
 		}
 		f.noteFailure(actx, err)
 		return nil, err
@@ -418,6 +413,34 @@ func (f *Failover) attempt(ctx context.Context, req engine.Request) (engine.Leas
 	f.maxTTL = max(f.maxTTL, req.TTL)
 	f.mu.Unlock()
 	return fl, nil
+}
+
+// waitFence waits until fence, the end of the fence after a switch to
+// engine idx, if req waits; actx is attempt's context, which a switch or
+// Close cancels.
+func (f *Failover) waitFence(ctx, actx context.Context, req engine.Request, fence time.Time, idx int) error {
+	wait := time.Until(fence)
+	if wait <= 0 {
+		return nil
+	}
+	if !req.Wait {
+		return fmt.Errorf("%w: fenced for %v after the switch to %s", engine.ErrNotAcquired,
+			wait.Round(time.Millisecond), f.engines[idx].Name)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-actx.Done():
+	}
+	switch cause := context.Cause(actx); {
+	case errors.Is(cause, errSwitched):
+		return errSwitched
+	case errors.Is(cause, engine.ErrClosed) && ctx.Err() == nil:
+		return engine.ErrClosed
+	}
+	return errors.Join(engine.ErrNotAcquired, ctx.Err())
 }
 
 // releaseLater releases l in the background, bounded, where its engine
@@ -756,7 +779,8 @@ func (l *failoverLease) Mode() engine.Mode     { return l.inner.Mode() }
 func (l *failoverLease) Token() uint64         { return l.epoch<<tokenBits | l.inner.Token() }
 func (l *failoverLease) Done() <-chan struct{} { return l.sig.Done() }
 
-// EngineName names the engine that granted the lease, for observers.
+// EngineName names the engine that granted the lease, for observers
+// (engine.Namer).
 func (l *failoverLease) EngineName() string { return l.engine }
 func (l *failoverLease) Err() error         { return l.sig.Err() }
 

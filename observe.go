@@ -45,14 +45,15 @@ type LostEvent struct {
 // covers every call; given to a call, that call. The default is none.
 func WithObserver(o Observer) Option { return func(s *settings) { s.observer = o } }
 
-// engineOf names the engine that granted l: under a Failover, the engine
-// that was active at the grant. With no lease (a refusal), it names the
+// engineOf names the engine that granted l (engine.Namer): under a
+// Failover, the engine that was active at the grant. With no lease (a
+// refusal), it names the engine that serves now (engine.Switcher), the
 // Failover's active engine.
 func engineOf(e engine.Engine, l engine.Lease) string {
-	if n, ok := l.(interface{ EngineName() string }); ok {
+	if n, ok := l.(engine.Namer); ok {
 		return n.EngineName()
 	}
-	if a, ok := e.(interface{ Active() string }); ok {
+	if a, ok := e.(engine.Switcher); ok {
 		return a.Active()
 	}
 	return e.Name()

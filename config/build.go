@@ -275,8 +275,10 @@ func (o *owned) Close() error {
 }
 
 // Unwrap returns the engine inside, for callers that need its concrete
-// type (such as *redis.Engine).
+// type (such as *redis.Engine): an owned engine is an engine.Wrapper.
 func (o *owned) Unwrap() engine.Engine { return o.Engine }
+
+var _ engine.Wrapper = (*owned)(nil)
 
 // buildError names the engine and keeps the cause for errors.Is, unless
 // the cause's text holds a secret; then only the scrubbed text is kept.
