@@ -194,44 +194,19 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	run := newRunID()
 	if cfg.failover {
-		fmt.Fprintf(stdout, "seckill demo with failover: redis, then zookeeper; %d buyers, %d products with %d stock each\n",
-			cfg.buyers, cfg.products, cfg.stock)
-		st, t, err := runFailoverDemo(ctx, cfg, stdout)
-		if err != nil {
-			fmt.Fprintf(stderr, "cerberusctl demo: %v\n", err)
-			return 1
-		}
-		return finish(stdout, stderr, cfg, func(p int) (int64, error) { return st.Read(ctx, p) }, t.failed.Load() == 0)
+		return failoverDemoMain(ctx, cfg, stdout, stderr)
 	}
 
 	fmt.Fprintf(stdout, "seckill demo: engine %s, %d buyers over %d process(es), %d products with %d stock each\n",
 		cfg.engine, cfg.buyers, cfg.procs, cfg.products, cfg.stock)
-	var (
-		st   stock
-		read func(p int) (int64, error)
-		t    tally
-	)
-	if cfg.store == "memory" {
-		ms := newMemStock(cfg.products, cfg.stock)
-		st, read = ms, func(p int) (int64, error) { return ms.Read(ctx, p) }
-	} else {
-		dir, err := os.MkdirTemp("", "cerberus-demo-")
-		if err != nil {
-			fmt.Fprintf(stderr, "cerberusctl demo: %v\n", err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		fst, err := initFileStock(dir, cfg.products, cfg.stock)
-		if err != nil {
-			fmt.Fprintf(stderr, "cerberusctl demo: %v\n", err)
-			return 1
-		}
-		st, read = fst, func(p int) (int64, error) { return fst.Read(ctx, p) }
-		cfg.storeDir = dir
+	st, read, cleanup, err := openStock(ctx, &cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "cerberusctl demo: %v\n", err)
+		return 1
 	}
-
+	defer cleanup()
+	var t tally
 	start := time.Now()
-	var err error
 	if cfg.procs == 1 {
 		err = runBuyers(ctx, cfg, st, run, 0, 1, &t)
 	} else {
@@ -250,6 +225,39 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "first error: %v\n", first)
 	}
 	return finish(stdout, stderr, cfg, read, t.failed.Load() == 0 && t.fenced.Load() == 0)
+}
+
+// failoverDemoMain is demoMain with -failover: see runFailoverDemo.
+func failoverDemoMain(ctx context.Context, cfg demoConfig, stdout, stderr io.Writer) int {
+	fmt.Fprintf(stdout, "seckill demo with failover: redis, then zookeeper; %d buyers, %d products with %d stock each\n",
+		cfg.buyers, cfg.products, cfg.stock)
+	st, t, err := runFailoverDemo(ctx, cfg, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "cerberusctl demo: %v\n", err)
+		return 1
+	}
+	return finish(stdout, stderr, cfg, func(p int) (int64, error) { return st.Read(ctx, p) }, t.failed.Load() == 0)
+}
+
+// openStock makes the stock cfg.store names, and read, which reads what is
+// left of a product. A file stock lives in a temporary directory, which
+// it sets as cfg.storeDir and cleanup removes.
+func openStock(ctx context.Context, cfg *demoConfig) (st stock, read func(p int) (int64, error), cleanup func(), err error) {
+	if cfg.store == "memory" {
+		ms := newMemStock(cfg.products, cfg.stock)
+		return ms, func(p int) (int64, error) { return ms.Read(ctx, p) }, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "cerberus-demo-")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fst, err := initFileStock(dir, cfg.products, cfg.stock)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, nil, err
+	}
+	cfg.storeDir = dir
+	return fst, func(p int) (int64, error) { return fst.Read(ctx, p) }, func() { _ = os.RemoveAll(dir) }, nil
 }
 
 // finish prints each product's stock against what it must be and the

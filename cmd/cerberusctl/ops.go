@@ -36,24 +36,7 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "cerberusctl status: %v\n", err)
 		return 1
 	}
-	type result struct {
-		err error
-		d   time.Duration
-	}
-	res := make([]result, len(named))
-	var wg sync.WaitGroup
-	for i, n := range named {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-			defer cancel()
-			start := time.Now()
-			res[i] = result{n.Engine.Ping(ctx), time.Since(start)}
-			_ = n.Engine.Close()
-		}()
-	}
-	wg.Wait()
+	res := pingAll(named, *timeout)
 	active := ""
 	if cfg.Engine != "" && cfg.Find(cfg.Engine) != nil {
 		active = cfg.Engine
@@ -65,6 +48,43 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
+	printStatus(stdout, cfg, res, active)
+	printFleet(stdout, cfg, *timeout)
+	if active == "" {
+		fmt.Fprintln(stdout, "no engine is healthy")
+		return 1
+	}
+	return 0
+}
+
+// pingResult is what one engine's Ping returned, and how long it took.
+type pingResult struct {
+	err error
+	d   time.Duration
+}
+
+// pingAll pings every engine at once, each within timeout, and closes it.
+func pingAll(named []config.Named, timeout time.Duration) []pingResult {
+	res := make([]pingResult, len(named))
+	var wg sync.WaitGroup
+	for i, n := range named {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			start := time.Now()
+			res[i] = pingResult{n.Engine.Ping(ctx), time.Since(start)}
+			_ = n.Engine.Close()
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
+// printStatus writes the table of engines: kind, health, ping time, which
+// one is active (and whether the configuration pins it), and any error.
+func printStatus(stdout io.Writer, cfg *config.Config, res []pingResult, active string) {
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ENGINE\tKIND\tHEALTH\tPING\tACTIVE\tERROR")
 	for i, r := range res {
@@ -83,12 +103,6 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Kind, health, ping, mark, msg)
 	}
 	_ = w.Flush()
-	printFleet(stdout, cfg, *timeout)
-	if active == "" {
-		fmt.Fprintln(stdout, "no engine is healthy")
-		return 1
-	}
-	return 0
 }
 
 // printFleet lists the fleet's live processes under the engine table:
