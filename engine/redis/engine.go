@@ -242,28 +242,9 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	for {
 		sent := time.Now()
 		starving := queued && !e.opts.fair && e.opts.starve > 0 && sent.Sub(waitSince) >= e.opts.starve
-		rctx, cancel := e.roundTrip(ctx)
-		ok, n, err := l.try(rctx, req.Wait, queued, starving)
-		cancel()
-		if err != nil {
-			// The reply is lost, not necessarily the write: undo whatever
-			// the script may have done under this lease's id, waiting for
-			// it no longer than engine.UndoWait.
-			e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued || req.Wait) })
-			if ctxErr := ctx.Err(); ctxErr != nil {
-				return nil, errors.Join(engine.ErrNotAcquired, ctxErr)
-			}
-			return nil, e.opError(ctx, "acquire", req.Key, err)
-		}
-		if ok {
-			if time.Since(sent) >= l.life() {
-				// The reply came after the lease's TTL had run out (the
-				// process was stopped, or the network held it): the key
-				// may be someone else's by now.
-				e.bg.RunUpTo(engine.UndoWait, func() { l.undo(false) })
-				return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out", engine.ErrNotAcquired, req.Key, l.ttl)
-			}
-			return e.granted(l, uint64(n), sent)
+		lease, n, err := e.tryOnce(ctx, l, req, queued, starving, sent)
+		if lease != nil || err != nil {
+			return lease, err
 		}
 		if !req.Wait {
 			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
@@ -278,25 +259,69 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 			w = e.hub.join(ctx, l.keys.c, l.id, req.Mode == engine.Shared)
 			continue
 		}
-		pause := e.opts.recheck
-		if n > 0 && time.Duration(n)*time.Millisecond < pause {
-			pause = time.Duration(n)*time.Millisecond + time.Millisecond // the holder's TTL runs out first
+		if err := e.await(ctx, l, w, n, queued); err != nil {
+			return nil, err
 		}
-		timer := time.NewTimer(pause)
-		select {
-		case <-w.wake:
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-			e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued) })
-			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
-		case <-e.closing:
-			timer.Stop()
-			e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued) })
-			return nil, engine.ErrClosed
-		}
-		timer.Stop()
 	}
+}
+
+// tryOnce runs the acquire script once, sent at sent. It returns the lease
+// when the key is granted; nil and no error when it is refused, with n the
+// holder's remaining TTL in milliseconds; or the error that ends the
+// Acquire.
+func (e *Engine) tryOnce(ctx context.Context, l *lease, req engine.Request, queued, starving bool,
+	sent time.Time) (engine.Lease, int64, error) {
+	rctx, cancel := e.roundTrip(ctx)
+	ok, n, err := l.try(rctx, req.Wait, queued, starving)
+	cancel()
+	if err != nil {
+		// The reply is lost, not necessarily the write: undo whatever the
+		// script may have done under this lease's id, waiting for it no
+		// longer than engine.UndoWait.
+		e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued || req.Wait) })
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, 0, errors.Join(engine.ErrNotAcquired, ctxErr)
+		}
+		return nil, 0, e.opError(ctx, "acquire", req.Key, err)
+	}
+	if !ok {
+		return nil, n, nil
+	}
+	if time.Since(sent) >= l.life() {
+		// The reply came after the lease's TTL had run out (the process
+		// was stopped, or the network held it): the key may be someone
+		// else's by now.
+		e.bg.RunUpTo(engine.UndoWait, func() { l.undo(false) })
+		return nil, 0, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out",
+			engine.ErrNotAcquired, req.Key, l.ttl)
+	}
+	lease, err := e.granted(l, uint64(n), sent)
+	return lease, 0, err
+}
+
+// await waits for a wake-up from w, the key's release as published, or
+// the re-check: sooner when n, the holder's remaining TTL in milliseconds,
+// runs out first. When ctx ends or the engine closes it undoes what the
+// wait left on the server (a waiting writer's mark, if queued) and returns
+// the error that ends the Acquire.
+func (e *Engine) await(ctx context.Context, l *lease, w *waiter, n int64, queued bool) error {
+	pause := e.opts.recheck
+	if n > 0 && time.Duration(n)*time.Millisecond < pause {
+		pause = time.Duration(n)*time.Millisecond + time.Millisecond // the holder's TTL runs out first
+	}
+	timer := time.NewTimer(pause)
+	defer timer.Stop()
+	select {
+	case <-w.wake:
+	case <-timer.C:
+	case <-ctx.Done():
+		e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued) })
+		return errors.Join(engine.ErrNotAcquired, ctx.Err())
+	case <-e.closing:
+		e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued) })
+		return engine.ErrClosed
+	}
+	return nil
 }
 
 // granted registers a new lease with the engine and arms its expiry or
