@@ -58,7 +58,7 @@ func (c *Config) Build(ctx context.Context) ([]Named, error) {
 }
 
 // build is the one switch from kind to constructor.
-func (e *Engine) build(ctx context.Context) (engine.Engine, error) {
+func (e *EngineSpec) build(ctx context.Context) (engine.Engine, error) {
 	switch e.Kind {
 	case KindMemory:
 		return memory.New(), nil
@@ -78,7 +78,7 @@ func (e *Engine) build(ctx context.Context) (engine.Engine, error) {
 
 // buildRedis builds a redis, redis-cluster or redlock engine over go-redis
 // clients of its own.
-func (e *Engine) buildRedis() (engine.Engine, error) {
+func (e *EngineSpec) buildRedis() (engine.Engine, error) {
 	var tlsConfig *tls.Config
 	if e.TLS != nil {
 		var err error
@@ -108,14 +108,14 @@ func (e *Engine) buildRedis() (engine.Engine, error) {
 }
 
 // redisClient is a go-redis client of one server at addr.
-func (e *Engine) redisClient(addr string, tlsConfig *tls.Config) *goredis.Client {
+func (e *EngineSpec) redisClient(addr string, tlsConfig *tls.Config) *goredis.Client {
 	return goredis.NewClient(&goredis.Options{Addr: addr, Username: e.Username, Password: e.password,
 		PoolSize: e.MaxConns, ClientName: e.clientName(), TLSConfig: tlsConfig})
 }
 
 // buildZooKeeper dials a zookeeper engine; the engine owns its connection:
 // Close closes it.
-func (e *Engine) buildZooKeeper() (engine.Engine, error) {
+func (e *EngineSpec) buildZooKeeper() (engine.Engine, error) {
 	timeout := e.SessionTimeout
 	if timeout == 0 {
 		timeout = DefaultZKSessionTimeout
@@ -132,7 +132,7 @@ func (e *Engine) buildZooKeeper() (engine.Engine, error) {
 }
 
 // buildConsul dials a consul engine with the options the entry sets.
-func (e *Engine) buildConsul() (engine.Engine, error) {
+func (e *EngineSpec) buildConsul() (engine.Engine, error) {
 	var opts []consul.Option
 	add := func(set bool, o consul.Option) {
 		if set {
@@ -160,7 +160,7 @@ func (e *Engine) buildConsul() (engine.Engine, error) {
 
 // buildMySQL opens a mysql engine, which owns its pool (Close closes it),
 // and migrates its table.
-func (e *Engine) buildMySQL(ctx context.Context) (engine.Engine, error) {
+func (e *EngineSpec) buildMySQL(ctx context.Context) (engine.Engine, error) {
 	var opts []mysql.Option
 	if e.Table != "" {
 		opts = append(opts, mysql.WithTable(e.Table))
@@ -193,7 +193,7 @@ func (e *Engine) buildMySQL(ctx context.Context) (engine.Engine, error) {
 // configurations of one engine name with different TLS settings do not
 // replace each other's registration; building the same one again
 // re-registers it with the files as they are now.
-func (e *Engine) mysqlDSN() (string, error) {
+func (e *EngineSpec) mysqlDSN() (string, error) {
 	if e.TLS == nil {
 		return e.DSN, nil
 	}
@@ -221,9 +221,9 @@ func (e *Engine) mysqlDSN() (string, error) {
 
 // clientName is the name the go-redis clients give their connections
 // (CLIENT SETNAME), so that operators can tell them apart in CLIENT LIST.
-func (e *Engine) clientName() string { return "cerberus-" + e.Name }
+func (e *EngineSpec) clientName() string { return "cerberus-" + e.Name }
 
-func (e *Engine) redisOptions() []redis.Option {
+func (e *EngineSpec) redisOptions() []redis.Option {
 	var opts []redis.Option
 	if e.Prefix != "" {
 		opts = append(opts, redis.WithPrefix(e.Prefix))
@@ -282,7 +282,7 @@ var _ engine.Wrapper = (*owned)(nil)
 
 // buildError names the engine and keeps the cause for errors.Is, unless
 // the cause's text holds a secret; then only the scrubbed text is kept.
-func buildError(i int, e *Engine, err error) error {
+func buildError(i int, e *EngineSpec, err error) error {
 	prefix := fmt.Sprintf("engines[%d] (%s)", i, e.Name)
 	secrets := []string{e.password, e.token, e.Password, e.Token, e.DSN, dsnPassword(e.DSN)}
 	msg := err.Error()

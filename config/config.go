@@ -47,12 +47,12 @@ const (
 type Config struct {
 	// Engines lists the configured engines in priority order, primary
 	// first.
-	Engines []Engine `mapstructure:"engines"`
-	// Engine pins the active engine by name (the YAML key engine).
+	Engines []EngineSpec `mapstructure:"engines"`
+	// Active pins the active engine by name (the YAML key engine).
 	// Empty means the first healthy engine in order. A name that matches no
 	// configured engine is not an error: the first healthy engine is used
 	// and Warnings reports it.
-	Engine string `mapstructure:"engine"`
+	Active string `mapstructure:"engine"`
 	// Health configures the health checks.
 	Health Health `mapstructure:"health"`
 	// Auto turns automatic failover on: after Health.Threshold failed checks
@@ -79,11 +79,12 @@ type Config struct {
 	// 30s without grants after a switch. Shorter leases (lease.watchdog or
 	// lease.ttl) shorten that gap. The default is true.
 	Fence bool `mapstructure:"fence"`
-	// Lease configures lease periods.
-	Lease Lease `mapstructure:"lease"`
+	// Lease holds the lease defaults every Client of this configuration
+	// uses.
+	Lease LeaseDefaults `mapstructure:"lease"`
 	// EngineKey, when set, is a Consul KV key that decides the active
 	// engine for a whole fleet: every process that Opened the
-	// configuration follows its value, which takes precedence over Engine,
+	// configuration follows its value, which takes precedence over Active,
 	// and registers itself under the key for the fleet view and the fleet's
 	// automatic decisions. See EngineKey.
 	EngineKey EngineKey `mapstructure:"engine_key"`
@@ -238,8 +239,9 @@ type Health struct {
 	Threshold int `mapstructure:"threshold"`
 }
 
-// Lease configures lease periods.
-type Lease struct {
+// LeaseDefaults are the lease periods a Client uses when a call sets none
+// (the YAML key lease).
+type LeaseDefaults struct {
 	// TTL, when positive, makes every lease a fixed lease that expires TTL
 	// after its grant. The default, 0, is automatic renewal.
 	TTL time.Duration `mapstructure:"ttl"`
@@ -248,9 +250,10 @@ type Lease struct {
 	Watchdog time.Duration `mapstructure:"watchdog"`
 }
 
-// Engine configures one engine. Which fields apply depends on Kind; a field
-// set for a kind it does not apply to is a validation error.
-type Engine struct {
+// EngineSpec configures one engine (an entry of the YAML key engines).
+// Which fields apply depends on Kind; a field set for a kind it does not
+// apply to is a validation error.
+type EngineSpec struct {
 	// Name identifies the engine: unique, made of [a-z0-9-].
 	Name string `mapstructure:"name"`
 	// Kind is one of Kinds.
@@ -333,14 +336,14 @@ type Engine struct {
 // RedisPassword returns the password resolved at load time from Password,
 // PasswordFile or PasswordEnv, or "": the Redis AUTH password, or on a
 // zookeeper engine the digest password.
-func (e *Engine) RedisPassword() string { return e.password }
+func (e *EngineSpec) RedisPassword() string { return e.password }
 
 // ConsulToken returns the Consul ACL token resolved at load time from Token,
 // TokenFile or TokenEnv, or "".
-func (e *Engine) ConsulToken() string { return e.token }
+func (e *EngineSpec) ConsulToken() string { return e.token }
 
 // Find returns the configured engine named name, or nil.
-func (c *Config) Find(name string) *Engine {
+func (c *Config) Find(name string) *EngineSpec {
 	for i := range c.Engines {
 		if c.Engines[i].Name == name {
 			return &c.Engines[i]
@@ -354,8 +357,8 @@ func (c *Config) Find(name string) *Engine {
 // never contains secrets.
 func (c *Config) Warnings() []string {
 	var w []string
-	if c.Engine != "" && c.Find(c.Engine) == nil {
-		w = append(w, fmt.Sprintf("engine: %q names no configured engine; the first healthy engine in order is used", c.Engine))
+	if c.Active != "" && c.Find(c.Active) == nil {
+		w = append(w, fmt.Sprintf("engine: %q names no configured engine; the first healthy engine in order is used", c.Active))
 	}
 	if c.EngineKey.Quorum == 1 && c.Auto {
 		w = append(w, "engine_key.quorum: 1 lets one process that alone loses an engine move the whole fleet")
@@ -380,7 +383,7 @@ func (c *Config) Warnings() []string {
 // zkFloor bounds how long a silent holder keeps its keys on a zookeeper
 // engine: the session timeout, plus up to one server tickTime, which is at
 // most half the negotiated timeout.
-func (e *Engine) zkFloor() time.Duration {
+func (e *EngineSpec) zkFloor() time.Duration {
 	t := e.SessionTimeout
 	if t == 0 {
 		t = DefaultZKSessionTimeout
@@ -394,7 +397,7 @@ func defaults() Config {
 		Health:   Health{Interval: DefaultHealthInterval, Threshold: DefaultHealthThreshold},
 		Failback: DefaultFailback,
 		Fence:    true,
-		Lease:    Lease{Watchdog: DefaultLeaseWatchdog},
+		Lease:    LeaseDefaults{Watchdog: DefaultLeaseWatchdog},
 	}
 }
 
@@ -411,7 +414,7 @@ func (c Config) String() string {
 		b.WriteString(e.String())
 	}
 	fmt.Fprintf(&b, "], engine: %q, health: {interval: %v, threshold: %d}, auto: %t, failback: %q, fence: %t, lease: {ttl: %v, watchdog: %v}",
-		c.Engine, c.Health.Interval, c.Health.Threshold, c.Auto, c.Failback, c.Fence, c.Lease.TTL, c.Lease.Watchdog)
+		c.Active, c.Health.Interval, c.Health.Threshold, c.Auto, c.Failback, c.Fence, c.Lease.TTL, c.Lease.Watchdog)
 	if c.SingleProcess {
 		b.WriteString(", single_process: true")
 	}
@@ -427,7 +430,7 @@ func (c Config) GoString() string { return c.String() }
 
 // String describes the engine without any secret: passwords and tokens
 // show as <redacted>, a DSN with its password replaced.
-func (e Engine) String() string {
+func (e EngineSpec) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s(%s", e.Name, e.Kind)
 	if len(e.Addrs) > 0 {
@@ -482,7 +485,7 @@ func (e Engine) String() string {
 }
 
 // GoString is String, so that %#v hides secrets too.
-func (e Engine) GoString() string { return e.String() }
+func (e EngineSpec) GoString() string { return e.String() }
 
 // RedactDSN returns a go-sql-driver/mysql DSN with its password replaced
 // by <redacted>. A DSN that does not parse is replaced whole.

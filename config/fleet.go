@@ -154,8 +154,8 @@ func newFleet(cfg *Config, f *cerberus.Failover, kv *api.Client, log *slog.Logge
 // defaultEngine is the engine an empty engine key means: the file's
 // engine setting, or the first engine in order.
 func (c *Config) defaultEngine() string {
-	if c.Engine != "" && c.Find(c.Engine) != nil {
-		return c.Engine
+	if c.Active != "" && c.Find(c.Active) != nil {
+		return c.Active
 	}
 	return c.Engines[0].Name
 }

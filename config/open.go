@@ -23,7 +23,7 @@ import (
 // here.
 func (c *Config) FailoverOptions() cerberus.FailoverOptions {
 	o := cerberus.FailoverOptions{
-		Active:    c.Engine,
+		Active:    c.Active,
 		Interval:  c.Health.Interval,
 		Threshold: c.Health.Threshold,
 		Auto:      c.Auto,

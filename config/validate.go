@@ -40,7 +40,7 @@ const (
 // field is one optional engine setting and the kinds it applies to.
 type field struct {
 	key   string
-	set   func(e *Engine) bool
+	set   func(e *EngineSpec) bool
 	kinds []string
 }
 
@@ -50,25 +50,25 @@ var redisKinds = []string{KindRedis, KindRedisCluster, KindRedlock}
 var passwordKinds = append(slices.Clone(redisKinds), KindZooKeeper)
 
 var fields = []field{
-	{"dsn", func(e *Engine) bool { return e.DSN != "" }, []string{KindMySQL}},
-	{"username", func(e *Engine) bool { return e.Username != "" }, passwordKinds},
-	{"password", func(e *Engine) bool { return e.Password != "" }, passwordKinds},
-	{"password_file", func(e *Engine) bool { return e.PasswordFile != "" }, passwordKinds},
-	{"password_env", func(e *Engine) bool { return e.PasswordEnv != "" }, passwordKinds},
-	{"token", func(e *Engine) bool { return e.Token != "" }, []string{KindConsul}},
-	{"token_file", func(e *Engine) bool { return e.TokenFile != "" }, []string{KindConsul}},
-	{"token_env", func(e *Engine) bool { return e.TokenEnv != "" }, []string{KindConsul}},
-	{"prefix", func(e *Engine) bool { return e.Prefix != "" }, []string{KindRedis, KindRedisCluster, KindRedlock, KindZooKeeper, KindConsul}},
-	{"fair", func(e *Engine) bool { return e.Fair }, []string{KindRedis, KindRedisCluster, KindConsul}},
-	{"starvation", func(e *Engine) bool { return e.Starvation != nil }, []string{KindRedis, KindRedisCluster, KindConsul}},
-	{"strategy", func(e *Engine) bool { return e.Strategy != "" }, []string{KindMySQL}},
-	{"table", func(e *Engine) bool { return e.Table != "" }, []string{KindMySQL}},
-	{"session_timeout", func(e *Engine) bool { return e.SessionTimeout != 0 }, []string{KindZooKeeper}},
-	{"session_ttl", func(e *Engine) bool { return e.SessionTTL != 0 }, []string{KindConsul}},
-	{"lock_delay", func(e *Engine) bool { return e.LockDelay != nil }, []string{KindConsul}},
-	{"datacenter", func(e *Engine) bool { return e.Datacenter != "" }, []string{KindConsul}},
-	{"max_conns", func(e *Engine) bool { return e.MaxConns != 0 }, []string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
-	{"tls", func(e *Engine) bool { return e.TLS != nil }, []string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
+	{"dsn", func(e *EngineSpec) bool { return e.DSN != "" }, []string{KindMySQL}},
+	{"username", func(e *EngineSpec) bool { return e.Username != "" }, passwordKinds},
+	{"password", func(e *EngineSpec) bool { return e.Password != "" }, passwordKinds},
+	{"password_file", func(e *EngineSpec) bool { return e.PasswordFile != "" }, passwordKinds},
+	{"password_env", func(e *EngineSpec) bool { return e.PasswordEnv != "" }, passwordKinds},
+	{"token", func(e *EngineSpec) bool { return e.Token != "" }, []string{KindConsul}},
+	{"token_file", func(e *EngineSpec) bool { return e.TokenFile != "" }, []string{KindConsul}},
+	{"token_env", func(e *EngineSpec) bool { return e.TokenEnv != "" }, []string{KindConsul}},
+	{"prefix", func(e *EngineSpec) bool { return e.Prefix != "" }, []string{KindRedis, KindRedisCluster, KindRedlock, KindZooKeeper, KindConsul}},
+	{"fair", func(e *EngineSpec) bool { return e.Fair }, []string{KindRedis, KindRedisCluster, KindConsul}},
+	{"starvation", func(e *EngineSpec) bool { return e.Starvation != nil }, []string{KindRedis, KindRedisCluster, KindConsul}},
+	{"strategy", func(e *EngineSpec) bool { return e.Strategy != "" }, []string{KindMySQL}},
+	{"table", func(e *EngineSpec) bool { return e.Table != "" }, []string{KindMySQL}},
+	{"session_timeout", func(e *EngineSpec) bool { return e.SessionTimeout != 0 }, []string{KindZooKeeper}},
+	{"session_ttl", func(e *EngineSpec) bool { return e.SessionTTL != 0 }, []string{KindConsul}},
+	{"lock_delay", func(e *EngineSpec) bool { return e.LockDelay != nil }, []string{KindConsul}},
+	{"datacenter", func(e *EngineSpec) bool { return e.Datacenter != "" }, []string{KindConsul}},
+	{"max_conns", func(e *EngineSpec) bool { return e.MaxConns != 0 }, []string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
+	{"tls", func(e *EngineSpec) bool { return e.TLS != nil }, []string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
 }
 
 func contains(list []string, s string) bool {
@@ -226,14 +226,14 @@ func (c *Config) validateFloors() []error {
 	return errs
 }
 
-func (e *Engine) sessionTTL() time.Duration {
+func (e *EngineSpec) sessionTTL() time.Duration {
 	if e.SessionTTL > 0 {
 		return e.SessionTTL
 	}
 	return consul.DefaultSessionTTL
 }
 
-func (e *Engine) lockDelay() time.Duration {
+func (e *EngineSpec) lockDelay() time.Duration {
 	if e.LockDelay != nil {
 		return *e.LockDelay
 	}
@@ -241,10 +241,10 @@ func (e *Engine) lockDelay() time.Duration {
 }
 
 // consulFloor is a consul engine's floor (consul.Floor).
-func (e *Engine) consulFloor() time.Duration { return consul.Floor(e.sessionTTL(), e.lockDelay()) }
+func (e *EngineSpec) consulFloor() time.Duration { return consul.Floor(e.sessionTTL(), e.lockDelay()) }
 
 // validateAddrs checks the number and form of e.Addrs for its kind.
-func (e *Engine) validateAddrs(p string) []error {
+func (e *EngineSpec) validateAddrs(p string) []error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
 	n := len(e.Addrs)
@@ -302,7 +302,7 @@ func checkAddr(a string) error {
 }
 
 // validateKind checks the settings specific to e's kind.
-func (e *Engine) validateKind(p string) []error {
+func (e *EngineSpec) validateKind(p string) []error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
 	if e.MaxConns < 0 {
@@ -338,7 +338,7 @@ func (e *Engine) validateKind(p string) []error {
 }
 
 // validateZooKeeper checks the settings of a zookeeper entry.
-func (e *Engine) validateZooKeeper(p string) []error {
+func (e *EngineSpec) validateZooKeeper(p string) []error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
 	hasPassword := e.Password != "" || e.PasswordFile != "" || e.PasswordEnv != ""
@@ -360,7 +360,7 @@ func (e *Engine) validateZooKeeper(p string) []error {
 }
 
 // validateMySQL checks the settings of a mysql entry.
-func (e *Engine) validateMySQL(p string) []error {
+func (e *EngineSpec) validateMySQL(p string) []error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
 	if e.DSN == "" {

@@ -46,8 +46,8 @@ func (o owned) Close() error {
 // demoEngine describes the named engine as configuration, so the demo
 // builds it with config.Build, the constructors a service's config file
 // reaches.
-func demoEngine(name string) (config.Engine, bool) {
-	e := config.Engine{Name: name}
+func demoEngine(name string) (config.EngineSpec, bool) {
+	e := config.EngineSpec{Name: name}
 	switch name {
 	case "memory":
 		e.Kind = config.KindMemory
@@ -82,7 +82,7 @@ func newEngine(name string) (engine.Engine, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // the mysql table's migration
 	defer cancel()
-	cfg := config.Config{Engines: []config.Engine{e}}
+	cfg := config.Config{Engines: []config.EngineSpec{e}}
 	built, err := cfg.Build(ctx)
 	if err != nil {
 		return nil, err

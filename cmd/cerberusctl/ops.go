@@ -38,8 +38,8 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 	}
 	res := pingAll(named, *timeout)
 	active := ""
-	if cfg.Engine != "" && cfg.Find(cfg.Engine) != nil {
-		active = cfg.Engine
+	if cfg.Active != "" && cfg.Find(cfg.Active) != nil {
+		active = cfg.Active
 	} else {
 		for i, r := range res {
 			if r.err == nil {
@@ -96,7 +96,7 @@ func printStatus(stdout io.Writer, cfg *config.Config, res []pingResult, active 
 		mark := ""
 		if e.Name == active {
 			mark = "*"
-			if cfg.Engine == e.Name {
+			if cfg.Active == e.Name {
 				mark = "* (pinned)"
 			}
 		}
