@@ -83,14 +83,7 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 			return nil, e.opErr(ctx, "acquire", req.Key, err)
 		}
 		if ok {
-			if time.Since(start) >= life(req.TTL) {
-				// The answer came after the lease's TTL had run out (the
-				// process was stopped, or the network held it): the row
-				// may be someone else's by now.
-				e.laterUpTo(func() { e.undoGrant(req, owner) })
-				return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out", engine.ErrNotAcquired, req.Key, req.TTL)
-			}
-			return e.granted(req, owner, token, start)
+			return e.grantInTime(req, owner, token, start)
 		}
 		if !req.Wait {
 			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
@@ -109,24 +102,43 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 			kick, delay = k, e.cfg.minBackoff
 			continue // try at once: the key may have come free meanwhile
 		}
-		// Full jitter in [delay/2, delay], so that waiters released by the
-		// same event do not come back in lockstep.
-		d := delay/2 + rand.N(delay/2+1)
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-kick:
-			delay = e.cfg.minBackoff // released here: try at once
-		case <-ctx.Done():
-			t.Stop()
-			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
-		case <-e.closing:
-			t.Stop()
-			return nil, engine.ErrClosed
+		if delay, err = e.pause(ctx, kick, delay); err != nil {
+			return nil, err
 		}
-		t.Stop()
-		delay = min(2*delay, e.cfg.maxBackoff)
 	}
+}
+
+// grantInTime makes the lease of a grant the server made for a request
+// sent at start, unless the answer came after the lease's TTL had run out
+// (the process was stopped, or the network held it): the row may be
+// someone else's by now.
+func (e *Engine) grantInTime(req engine.Request, owner string, token uint64, start time.Time) (engine.Lease, error) {
+	if time.Since(start) >= life(req.TTL) {
+		e.laterUpTo(func() { e.undoGrant(req, owner) })
+		return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out",
+			engine.ErrNotAcquired, req.Key, req.TTL)
+	}
+	return e.granted(req, owner, token, start)
+}
+
+// pause waits between delay/2 and delay (full jitter, so that waiters
+// released by the same event do not come back in lockstep), or until kick
+// says the key was released here, ctx ends or the engine closes. It
+// returns the next delay: twice this one, up to the maximum backoff, or
+// after a kick twice the minimum.
+func (e *Engine) pause(ctx context.Context, kick <-chan struct{}, delay time.Duration) (time.Duration, error) {
+	t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-kick:
+		delay = e.cfg.minBackoff // released here: try at once
+	case <-ctx.Done():
+		return 0, errors.Join(engine.ErrNotAcquired, ctx.Err())
+	case <-e.closing:
+		return 0, engine.ErrClosed
+	}
+	return min(2*delay, e.cfg.maxBackoff), nil
 }
 
 // grantOnce makes one attempt, bounded by ctx and the engine's op timeout.

@@ -222,63 +222,86 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 		q = e.q.rowTryLock
 	}
 	for try := 0; try < maxRowTries; try++ {
-		if err := ctx.Err(); err != nil {
-			e.putConn(rc)
-			return nil, errors.Join(engine.ErrNotAcquired, err)
-		}
-		if err := e.sessionFor(ctx, rc, req); err != nil {
-			e.discard(rc)
-			return nil, e.opErr(ctx, "acquire", req.Key, err)
-		}
-		if err := e.exec(rc, "START TRANSACTION"); err != nil {
-			e.discard(rc)
-			return nil, e.opErr(ctx, "acquire", req.Key, err)
-		}
-		var version uint64
-		err, killed := e.killable(ctx, rc, func(qctx context.Context) error {
-			return rc.conn.QueryRowContext(qctx, q, req.Key).Scan(&version)
-		})
-		if killed {
-			// The KILL may come after the grant; either way the caller
-			// asked to stop. killable drops the connection, which rolls
-			// back and leaves no queued request behind.
-			return nil, e.stopErr(ctx)
-		}
-		if err == nil {
-			return e.grantedRow(req, rc)
-		}
-		if rerr := e.exec(rc, "ROLLBACK"); rerr != nil {
-			e.discard(rc)
-			return nil, e.opErr(ctx, "acquire", req.Key, rerr)
-		}
-		switch n := errNumber(err); {
-		case errors.Is(err, sql.ErrNoRows):
-			// First use of the key: create its row, outside the
-			// transaction, and lock it on the next turn.
-			err, killed := e.killable(ctx, rc, func(qctx context.Context) error {
-				_, err := rc.conn.ExecContext(qctx, e.q.rowEnsure, req.Key)
-				return err
-			})
-			if killed {
-				return nil, e.stopErr(ctx)
-			}
-			if err != nil {
-				e.discard(rc)
-				return nil, e.opErr(ctx, "acquire", req.Key, err)
-			}
-		case n == errLockWaitTimeout || n == errLockNowait:
-			if !req.Wait {
-				e.putConn(rc)
-				return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
-			}
-		case n == errDeadlock:
-		default:
-			e.discard(rc)
-			return nil, e.opErr(ctx, "acquire", req.Key, err)
+		l, again, err := e.tryRow(ctx, rc, req, q)
+		if !again {
+			return l, err
 		}
 	}
 	e.discard(rc)
 	return nil, e.opErr(ctx, "acquire", req.Key, fmt.Errorf("%w after %d attempts", errGaveUp, maxRowTries))
+}
+
+// tryRow is one transaction on rc that locks the key's row with the query
+// q. again is true when the next try should follow; otherwise it returns
+// the lease or the error that ends the Acquire, and has put rc back or
+// dropped it.
+func (e *Engine) tryRow(ctx context.Context, rc *rowConn, req engine.Request, q string) (l engine.Lease, again bool, err error) {
+	if err := ctx.Err(); err != nil {
+		e.putConn(rc)
+		return nil, false, errors.Join(engine.ErrNotAcquired, err)
+	}
+	if err := e.sessionFor(ctx, rc, req); err != nil {
+		e.discard(rc)
+		return nil, false, e.opErr(ctx, "acquire", req.Key, err)
+	}
+	if err := e.exec(rc, "START TRANSACTION"); err != nil {
+		e.discard(rc)
+		return nil, false, e.opErr(ctx, "acquire", req.Key, err)
+	}
+	var version uint64
+	err, killed := e.killable(ctx, rc, func(qctx context.Context) error {
+		return rc.conn.QueryRowContext(qctx, q, req.Key).Scan(&version)
+	})
+	if killed {
+		// The KILL may come after the grant; either way the caller asked
+		// to stop. killable drops the connection, which rolls back and
+		// leaves no queued request behind.
+		return nil, false, e.stopErr(ctx)
+	}
+	if err == nil {
+		l, err := e.grantedRow(req, rc)
+		return l, false, err
+	}
+	if rerr := e.exec(rc, "ROLLBACK"); rerr != nil {
+		e.discard(rc)
+		return nil, false, e.opErr(ctx, "acquire", req.Key, rerr)
+	}
+	if err := e.rowRefused(ctx, rc, req, err); err != nil {
+		return nil, false, err
+	}
+	return nil, true, nil
+}
+
+// rowRefused handles err, why the row lock failed after the rollback: a
+// missing row is created, a timeout ends a TryLock, a deadlock is tried
+// again. A non-nil result ends the Acquire, with rc put back or dropped.
+func (e *Engine) rowRefused(ctx context.Context, rc *rowConn, req engine.Request, err error) error {
+	switch n := errNumber(err); {
+	case errors.Is(err, sql.ErrNoRows):
+		// First use of the key: create its row, outside the transaction,
+		// and lock it on the next turn.
+		err, killed := e.killable(ctx, rc, func(qctx context.Context) error {
+			_, err := rc.conn.ExecContext(qctx, e.q.rowEnsure, req.Key)
+			return err
+		})
+		if killed {
+			return e.stopErr(ctx)
+		}
+		if err != nil {
+			e.discard(rc)
+			return e.opErr(ctx, "acquire", req.Key, err)
+		}
+	case n == errLockWaitTimeout || n == errLockNowait:
+		if !req.Wait {
+			e.putConn(rc)
+			return fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
+		}
+	case n == errDeadlock:
+	default:
+		e.discard(rc)
+		return e.opErr(ctx, "acquire", req.Key, err)
+	}
+	return nil
 }
 
 // grantedRow finishes a row grant: it draws the fencing token and starts
