@@ -229,7 +229,7 @@ func (e *EngineSpec) redisOptions() []redis.Option {
 		opts = append(opts, redis.WithPrefix(e.Prefix))
 	}
 	if e.Fair {
-		opts = append(opts, redis.WithFair())
+		opts = append(opts, redis.WithFair(true))
 	}
 	if e.Starvation != nil {
 		opts = append(opts, redis.WithStarvation(*e.Starvation))

@@ -42,11 +42,11 @@ type options struct {
 // uses. It must not contain '{' or '}'. The default is "cerberus:".
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
-// WithFair grants waiting writers the lock in arrival order, as Redisson's
-// fair lock does. The default is unordered, bounded by WithStarvation:
-// whoever tries first after a release wins, which is faster under light
-// contention.
-func WithFair() Option { return func(o *options) { o.fair = true } }
+// WithFair turns fair mode on or off. In fair mode waiting writers get the
+// lock in arrival order, as Redisson's fair lock does. The default is off:
+// unordered, bounded by WithStarvation, whoever tries first after a
+// release wins, which is faster under light contention.
+func WithFair(on bool) Option { return func(o *options) { o.fair = on } }
 
 // WithStarvation sets how long a writer waits in the default (unordered)
 // mode before it takes a place in the key's arrival-order queue. From then
