@@ -109,10 +109,11 @@ func WithLockDelay(d time.Duration) Option { return func(c *config) { c.lockDela
 // missed change costs at most this delay. The default is 5s.
 func WithWaitTime(d time.Duration) Option { return func(c *config) { c.waitTime = d } }
 
-// WithOwner sets the owner recorded in the value of every key the engine
-// holds, for operators reading the KV store. The default is
-// "hostname:pid".
-func WithOwner(owner string) Option { return func(c *config) { c.owner = owner } }
+// WithHolderLabel sets the label recorded as the holder (the Owner field)
+// in the value of every key the engine holds, for operators reading the KV
+// store. It is only a label: reentrancy follows cerberus.WithOwner. The
+// default is "hostname:pid".
+func WithHolderLabel(label string) Option { return func(c *config) { c.owner = label } }
 
 // WithToken sets the ACL token sent with every request, overriding the
 // client's own. The token is sent in a header and never appears in errors
