@@ -17,6 +17,27 @@ type NamedEngine struct {
 	Engine engine.Engine
 }
 
+// Defaults of FailoverOptions: what a zero Interval or Threshold means.
+const (
+	// DefaultInterval is how often a Failover pings every engine.
+	DefaultInterval = time.Second
+	// DefaultThreshold is how many failed pings in a row mark an engine
+	// down.
+	DefaultThreshold = 3
+)
+
+// withDefaults returns o with a zero Interval or Threshold set to its
+// default.
+func (o FailoverOptions) withDefaults() FailoverOptions {
+	if o.Interval == 0 {
+		o.Interval = DefaultInterval
+	}
+	if o.Threshold == 0 {
+		o.Threshold = DefaultThreshold
+	}
+	return o
+}
+
 // FailoverOptions tune a Failover. The zero value is usable: manual
 // switching only, no fence, health checked every second.
 type FailoverOptions struct {
@@ -24,10 +45,11 @@ type FailoverOptions struct {
 	// unknown: the first engine in order, and with Auto the first healthy
 	// one.
 	Active string
-	// Interval is how often every engine is pinged. The default is 1s.
+	// Interval is how often every engine is pinged. The default is
+	// DefaultInterval (1s).
 	Interval time.Duration
 	// Threshold is how many failed pings in a row mark an engine down. The
-	// default is 3.
+	// default is DefaultThreshold (3).
 	Threshold int
 	// Auto moves to the next healthy engine, in order, when the active one
 	// is down. The default is off: only SetActive switches.
@@ -188,12 +210,7 @@ func NewFailover(engines []NamedEngine, opts FailoverOptions) (*Failover, error)
 		}
 		seen[ne.Name] = true
 	}
-	if opts.Interval == 0 {
-		opts.Interval = time.Second
-	}
-	if opts.Threshold == 0 {
-		opts.Threshold = 3
-	}
+	opts = opts.withDefaults()
 	if opts.Interval < 0 || opts.Threshold < 0 {
 		return nil, fmt.Errorf("%w: failover: interval %v and threshold %d must be positive", engine.ErrInvalidRequest, opts.Interval, opts.Threshold)
 	}
@@ -686,12 +703,7 @@ func (f *Failover) probeActive() {
 // Active clears the override, as an unknown one at start does, and
 // Configure returns ErrUnknownEngine after applying the rest.
 func (f *Failover) Configure(opts FailoverOptions) error {
-	if opts.Interval == 0 {
-		opts.Interval = time.Second
-	}
-	if opts.Threshold == 0 {
-		opts.Threshold = 3
-	}
+	opts = opts.withDefaults()
 	if opts.Interval < 0 || opts.Threshold < 0 || opts.Epoch >= 1<<(64-tokenBits) {
 		return fmt.Errorf("%w: failover: interval %v, threshold %d, epoch %d", engine.ErrInvalidRequest, opts.Interval, opts.Threshold, opts.Epoch)
 	}

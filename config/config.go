@@ -7,6 +7,8 @@ import (
 	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
+
+	"github.com/cerberus-go/cerberus"
 )
 
 // ErrInvalid is wrapped by every error Load, Parse and Watch report for a
@@ -33,11 +35,12 @@ const (
 	FailbackAuto = "auto" // return to a preferred engine once it is healthy
 )
 
-// Defaults applied to keys the configuration leaves out.
+// Defaults applied to keys the configuration leaves out. Those the root
+// package also has are its own: one place sets each.
 const (
-	DefaultHealthInterval   = time.Second
-	DefaultHealthThreshold  = 3
-	DefaultLeaseWatchdog    = 30 * time.Second
+	DefaultHealthInterval   = cerberus.DefaultInterval
+	DefaultHealthThreshold  = cerberus.DefaultThreshold
+	DefaultLeaseWatchdog    = cerberus.DefaultWatchdog
 	DefaultFailback         = FailbackOff
 	DefaultZKSessionTimeout = 4 * time.Second
 )
