@@ -166,7 +166,7 @@ func (e *EngineSpec) buildMySQL(ctx context.Context) (engine.Engine, error) {
 		opts = append(opts, mysql.WithTable(e.Table))
 	}
 	if e.Strategy != "" {
-		opts = append(opts, mysql.WithStrategy(e.Strategy))
+		opts = append(opts, mysql.WithStrategy(mysql.Strategy(e.Strategy)))
 	}
 	if e.MaxConns != 0 {
 		opts = append(opts, mysql.WithMaxConns(e.MaxConns))

@@ -60,9 +60,9 @@ func demoEngine(name string) (config.EngineSpec, bool) {
 		e.Kind, e.Addrs, e.MaxConns = config.KindConsul, []string{envOr("CERBERUS_CONSUL_ADDR", "127.0.0.1:8500")}, 16
 	case "mysql", "mysql-row":
 		e.Kind, e.DSN, e.Table = config.KindMySQL, envOr("CERBERUS_MYSQL_DSN", "root:@tcp(127.0.0.1:3306)/test?parseTime=true"), "cerberus_demo_locks"
-		e.Strategy = mysql.StrategyLease
+		e.Strategy = string(mysql.StrategyLease)
 		if name == "mysql-row" {
-			e.Strategy = mysql.StrategyRow
+			e.Strategy = string(mysql.StrategyRow)
 		}
 		e.MaxConns = 24 // four demo processes stay well under MySQL's default max_connections (151)
 	default:

@@ -17,15 +17,18 @@ import (
 	"github.com/cerberus-go/cerberus/engine"
 )
 
-// Strategy names accepted by WithStrategy.
+// Strategy is how the engine holds locks: StrategyLease or StrategyRow.
+type Strategy string
+
+// The strategies WithStrategy accepts.
 const (
 	// StrategyLease keeps each lock as a lease row with an owner, a version
 	// and an expiry computed by the server. It is the default.
-	StrategyLease = "lease"
+	StrategyLease Strategy = "lease"
 	// StrategyRow holds each lock as an InnoDB row lock (SELECT ... FOR
 	// UPDATE or LOCK IN SHARE MODE) inside a transaction on a pinned
 	// connection, until Release ends the transaction.
-	StrategyRow = "row"
+	StrategyRow Strategy = "row"
 )
 
 // DefaultTable is the lock table's name unless WithTable says otherwise.
@@ -51,7 +54,7 @@ type Option func(*config)
 
 type config struct {
 	table      string
-	strategy   string
+	strategy   Strategy
 	minBackoff time.Duration
 	maxBackoff time.Duration
 	connCheck  time.Duration
@@ -79,7 +82,7 @@ func WithTable(table string) Option { return func(c *config) { c.table = table }
 
 // WithStrategy picks how locks are held: StrategyLease or StrategyRow. New
 // refuses any other name before any I/O. The default is StrategyLease.
-func WithStrategy(s string) Option { return func(c *config) { c.strategy = s } }
+func WithStrategy(s Strategy) Option { return func(c *config) { c.strategy = s } }
 
 // WithBackoff sets the polling delays of a waiting lease Acquire: the first
 // re-check comes after min, each later one after twice the previous delay,
@@ -240,7 +243,7 @@ func newEngine(cfg config, db *sql.DB, owned bool) *Engine {
 func (e *Engine) Name() string { return name }
 
 // Strategy returns StrategyLease or StrategyRow.
-func (e *Engine) Strategy() string { return e.cfg.strategy }
+func (e *Engine) Strategy() Strategy { return e.cfg.strategy }
 
 // Table returns the lock table's name.
 func (e *Engine) Table() string { return e.cfg.table }
