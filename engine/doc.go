@@ -17,6 +17,13 @@
 // engines, which the conformance suite in engine/enginetest and the
 // failover manager rely on.
 //
+// # Constructors
+//
+// Engines follow one rule: New takes a client the caller made (a go-redis
+// client, a *consul/api.Client, a ZooKeeper connection, a database pool),
+// which Close leaves open; Dial or Open takes an address or a DSN, makes
+// the connection itself, and closes it on Close.
+//
 // # Semantics every engine meets
 //
 //   - Mutual exclusion: at most one Exclusive lease per key at a time, across
