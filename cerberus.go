@@ -112,7 +112,8 @@ func (c *Client) request(key string, mode engine.Mode, wait bool, s settings) en
 }
 
 // acquire is every Lock variant: validation, reentrancy, then the engine.
-func (c *Client) acquire(ctx context.Context, key string, mode engine.Mode, wait bool, opts []Option) (*Lease, error) {
+func (c *Client) acquire(ctx context.Context, key string, mode engine.Mode, wait bool,
+	opts []Option) (*Lease, error) {
 	s := c.defaults.with(opts)
 	req := c.request(key, mode, wait, s)
 	if err := c.eng.Validate(req); err != nil {
@@ -134,7 +135,8 @@ func (c *Client) acquire(ctx context.Context, key string, mode engine.Mode, wait
 		return l, err
 	}
 	// c.mu is locked, and the owner has no live hold of the key.
-	h := &hold{c: c, key: key, mode: mode, owner: owner, count: 1, ready: make(chan struct{}), obs: s.observer}
+	h := &hold{c: c, key: key, mode: mode, owner: owner, count: 1, ready: make(chan struct{}),
+		obs: s.observer}
 	c.holds[k] = h
 	c.mu.Unlock()
 	err := h.acquire(ctx, req)

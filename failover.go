@@ -204,7 +204,8 @@ func NewFailover(engines []NamedEngine, opts FailoverOptions) (*Failover, error)
 		case ne.Name == "":
 			return nil, fmt.Errorf("%w: engines[%d]: empty name", engine.ErrInvalidRequest, i)
 		case seen[ne.Name]:
-			return nil, fmt.Errorf("%w: engines[%d]: duplicate name %q", engine.ErrInvalidRequest, i, ne.Name)
+			return nil, fmt.Errorf("%w: engines[%d]: duplicate name %q", engine.ErrInvalidRequest, i,
+				ne.Name)
 		case ne.Engine == nil:
 			return nil, fmt.Errorf("%w: engines[%d] (%s): nil engine", engine.ErrInvalidRequest, i, ne.Name)
 		}
@@ -212,10 +213,12 @@ func NewFailover(engines []NamedEngine, opts FailoverOptions) (*Failover, error)
 	}
 	opts = opts.withDefaults()
 	if opts.Interval < 0 || opts.Threshold < 0 {
-		return nil, fmt.Errorf("%w: failover: interval %v and threshold %d must be positive", engine.ErrInvalidRequest, opts.Interval, opts.Threshold)
+		return nil, fmt.Errorf("%w: failover: interval %v and threshold %d must be positive",
+			engine.ErrInvalidRequest, opts.Interval, opts.Threshold)
 	}
 	if opts.Epoch >= 1<<(64-tokenBits) {
-		return nil, fmt.Errorf("%w: failover: epoch %d does not fit in %d bits", engine.ErrInvalidRequest, opts.Epoch, 64-tokenBits)
+		return nil, fmt.Errorf("%w: failover: epoch %d does not fit in %d bits", engine.ErrInvalidRequest,
+			opts.Epoch, 64-tokenBits)
 	}
 	f := &Failover{
 		engines: engines, opts: opts, epoch: opts.Epoch,
@@ -340,7 +343,8 @@ func (f *Failover) Follow(name string, epoch uint64, reason string) error {
 			continue
 		}
 		if epoch >= 1<<(64-tokenBits) {
-			return fmt.Errorf("%w: failover: epoch %d does not fit in %d bits", engine.ErrInvalidRequest, epoch, 64-tokenBits)
+			return fmt.Errorf("%w: failover: epoch %d does not fit in %d bits", engine.ErrInvalidRequest,
+				epoch, 64-tokenBits)
 		}
 		f.mu.Lock()
 		f.override = name
@@ -401,7 +405,8 @@ func (f *Failover) attempt(ctx context.Context, req engine.Request) (engine.Leas
 	if err := f.waitFence(ctx, actx, req, fence, idx); err != nil {
 		return nil, err
 	}
-	fl := &failoverLease{f: f, epoch: epoch, engine: f.engines[idx].Name, sig: engine.NewSignal(req.OnLost)}
+	fl := &failoverLease{f: f, epoch: epoch, engine: f.engines[idx].Name,
+		sig: engine.NewSignal(req.OnLost)}
 	inner := req
 	inner.OnLost = fl.innerLost
 	l, err := f.engines[idx].Engine.Acquire(actx, inner)
@@ -435,7 +440,8 @@ func (f *Failover) attempt(ctx context.Context, req engine.Request) (engine.Leas
 // waitFence waits until fence, the end of the fence after a switch to
 // engine idx, if req waits; actx is attempt's context, which a switch or
 // Close cancels.
-func (f *Failover) waitFence(ctx, actx context.Context, req engine.Request, fence time.Time, idx int) error {
+func (f *Failover) waitFence(ctx, actx context.Context, req engine.Request, fence time.Time,
+	idx int) error {
 	wait := time.Until(fence)
 	if wait <= 0 {
 		return nil
@@ -565,10 +571,12 @@ func (f *Failover) pingAll(idx []int, budget time.Duration) []pingResult {
 	waiting := 0
 	for j, i := range idx {
 		if !f.pinging[i].CompareAndSwap(false, true) {
-			res[j] = pingResult{err: fmt.Errorf("%w: the previous ping has not answered", engine.ErrUnavailable)}
+			res[j] = pingResult{err: fmt.Errorf("%w: the previous ping has not answered",
+				engine.ErrUnavailable)}
 			continue
 		}
-		res[j] = pingResult{err: fmt.Errorf("%w: no answer to ping within %v", engine.ErrUnavailable, budget)}
+		res[j] = pingResult{err: fmt.Errorf("%w: no answer to ping within %v", engine.ErrUnavailable,
+			budget)}
 		waiting++
 		go func() {
 			defer f.pinging[i].Store(false)
@@ -705,7 +713,8 @@ func (f *Failover) probeActive() {
 func (f *Failover) Configure(opts FailoverOptions) error {
 	opts = opts.withDefaults()
 	if opts.Interval < 0 || opts.Threshold < 0 || opts.Epoch >= 1<<(64-tokenBits) {
-		return fmt.Errorf("%w: failover: interval %v, threshold %d, epoch %d", engine.ErrInvalidRequest, opts.Interval, opts.Threshold, opts.Epoch)
+		return fmt.Errorf("%w: failover: interval %v, threshold %d, epoch %d", engine.ErrInvalidRequest,
+			opts.Interval, opts.Threshold, opts.Epoch)
 	}
 	f.mu.Lock()
 	f.opts.Interval, f.opts.Threshold = opts.Interval, opts.Threshold

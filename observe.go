@@ -67,19 +67,22 @@ func LogObserver(l *slog.Logger) Observer { return logObserver{l} }
 type logObserver struct{ l *slog.Logger }
 
 func (o logObserver) Acquired(e AcquireEvent) {
-	attrs := []any{slog.String("engine", e.Engine), slog.String("key", e.Key), slog.Bool("shared", e.Shared), slog.Duration("took", e.Duration)}
+	attrs := []any{slog.String("engine", e.Engine), slog.String("key", e.Key),
+		slog.Bool("shared", e.Shared), slog.Duration("took", e.Duration)}
 	switch {
 	case e.Err == nil:
 		o.l.Debug("cerberus: lock granted", append(attrs, slog.Uint64("token", e.Token))...)
 	case errorsIsCtx(e.Err):
-		o.l.Info("cerberus: lock wait ended with its context", append(attrs, slog.String("err", e.Err.Error()))...)
+		o.l.Info("cerberus: lock wait ended with its context",
+			append(attrs, slog.String("err", e.Err.Error()))...)
 	default:
 		o.l.Warn("cerberus: lock not acquired", append(attrs, slog.String("err", e.Err.Error()))...)
 	}
 }
 
 func (o logObserver) Lost(e LostEvent) {
-	o.l.Warn("cerberus: lease lost", slog.String("engine", e.Engine), slog.String("key", e.Key), slog.String("err", e.Err.Error()))
+	o.l.Warn("cerberus: lease lost", slog.String("engine", e.Engine), slog.String("key", e.Key),
+		slog.String("err", e.Err.Error()))
 }
 
 func errorsIsCtx(err error) bool {

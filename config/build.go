@@ -73,7 +73,8 @@ func (e *EngineSpec) build(ctx context.Context) (engine.Engine, error) {
 	}
 	// validate refuses unknown kinds; a Config built by hand may still
 	// hold one.
-	return nil, fmt.Errorf("%w: unknown kind %q (want one of %s)", ErrInvalid, e.Kind, strings.Join(Kinds, ", "))
+	return nil, fmt.Errorf("%w: unknown kind %q (want one of %s)", ErrInvalid, e.Kind,
+		strings.Join(Kinds, ", "))
 }
 
 // buildRedis builds a redis, redis-cluster or redlock engine over go-redis
@@ -213,7 +214,8 @@ func (e *EngineSpec) mysqlDSN() (string, error) {
 		return "", fmt.Errorf("%w: dsn: %w", ErrInvalid, err)
 	}
 	if dc.TLSConfig != "" {
-		return "", fmt.Errorf("%w: tls: the dsn already sets tls=%s; configure TLS in one place", ErrInvalid, dc.TLSConfig)
+		return "", fmt.Errorf("%w: tls: the dsn already sets tls=%s; configure TLS in one place",
+			ErrInvalid, dc.TLSConfig)
 	}
 	dc.TLSConfig = name
 	return dc.FormatDSN(), nil

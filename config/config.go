@@ -27,7 +27,8 @@ const (
 )
 
 // Kinds lists every engine kind, in the order error messages name them.
-var Kinds = []string{KindMemory, KindRedis, KindRedisCluster, KindRedlock, KindZooKeeper, KindConsul, KindMySQL}
+var Kinds = []string{KindMemory, KindRedis, KindRedisCluster, KindRedlock, KindZooKeeper,
+	KindConsul, KindMySQL}
 
 // Failback modes.
 const (
@@ -221,7 +222,8 @@ func (t *TLS) String() string {
 		return "off"
 	}
 	var parts []string
-	for _, kv := range []struct{ k, v string }{{"ca_file", t.CAFile}, {"cert_file", t.CertFile}, {"key_file", t.KeyFile}, {"server_name", t.ServerName}} {
+	for _, kv := range []struct{ k, v string }{{"ca_file", t.CAFile}, {"cert_file", t.CertFile},
+		{"key_file", t.KeyFile}, {"server_name", t.ServerName}} {
 		if kv.v != "" {
 			parts = append(parts, fmt.Sprintf("%s: %q", kv.k, kv.v))
 		}
@@ -361,19 +363,23 @@ func (c *Config) Find(name string) *EngineSpec {
 func (c *Config) Warnings() []string {
 	var w []string
 	if c.Active != "" && c.Find(c.Active) == nil {
-		w = append(w, fmt.Sprintf("engine: %q names no configured engine; the first healthy engine in order is used", c.Active))
+		w = append(w, fmt.Sprintf("engine: %q names no configured engine; the first healthy engine in "+
+			"order is used", c.Active))
 	}
 	if c.EngineKey.Quorum == 1 && c.Auto {
-		w = append(w, "engine_key.quorum: 1 lets one process that alone loses an engine move the whole fleet")
+		w = append(w, "engine_key.quorum: 1 lets one process that alone loses an engine move the whole "+
+			"fleet")
 	}
 	key, period := c.leaseKey()
 	for i, e := range c.Engines {
 		switch {
 		case e.Kind == KindZooKeeper && period < e.zkFloor():
-			w = append(w, fmt.Sprintf("%s: %v is below engines[%d] (%s)'s session timeout: a crashed or paused holder keeps its keys until the server expires its session, within %v",
+			w = append(w, fmt.Sprintf("%s: %v is below engines[%d] (%s)'s session timeout: a crashed or "+
+				"paused holder keeps its keys until the server expires its session, within %v",
 				key, period, i, e.Name, e.zkFloor()))
 		case e.Kind == KindMySQL && e.Strategy == "row" && period < time.Second:
-			w = append(w, fmt.Sprintf("%s: %v is below engines[%d] (%s)'s floor of 1s: the server ends a silent holder's session after a wait_timeout of whole seconds",
+			w = append(w, fmt.Sprintf("%s: %v is below engines[%d] (%s)'s floor of 1s: the server ends a "+
+				"silent holder's session after a wait_timeout of whole seconds",
 				key, period, i, e.Name))
 		}
 	}
@@ -416,8 +422,10 @@ func (c Config) String() string {
 		}
 		b.WriteString(e.String())
 	}
-	fmt.Fprintf(&b, "], engine: %q, health: {interval: %v, threshold: %d}, auto: %t, failback: %q, fence: %t, lease: {ttl: %v, watchdog: %v}",
-		c.Active, c.Health.Interval, c.Health.Threshold, c.Auto, c.Failback, c.Fence, c.Lease.TTL, c.Lease.Watchdog)
+	fmt.Fprintf(&b, "], engine: %q, health: {interval: %v, threshold: %d}, auto: %t, failback: %q, "+
+		"fence: %t, lease: {ttl: %v, watchdog: %v}",
+		c.Active, c.Health.Interval, c.Health.Threshold, c.Auto, c.Failback, c.Fence, c.Lease.TTL,
+		c.Lease.Watchdog)
 	if c.SingleProcess {
 		b.WriteString(", single_process: true")
 	}

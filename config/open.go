@@ -82,7 +82,8 @@ type Service struct {
 // list or to lease defaults need a restart; they are logged to log (nil:
 // slog.Default()) and not applied, as is a file that no longer validates.
 // extra options are passed to the Client after the configured ones.
-func Open(ctx context.Context, path string, log *slog.Logger, extra ...cerberus.Option) (*Service, error) {
+func Open(ctx context.Context, path string, log *slog.Logger,
+	extra ...cerberus.Option) (*Service, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -152,7 +153,8 @@ func newFailover(ctx context.Context, cfg *Config, named []Named, fl *atomic.Poi
 			return nil, nil, nil, err
 		}
 		startOnKey(ctx, cfg, kv, &fo, log)
-		fo.Switch = func(ctx context.Context, name string, wait time.Duration) (cerberus.SwitchReport, error) {
+		fo.Switch = func(ctx context.Context, name string,
+			wait time.Duration) (cerberus.SwitchReport, error) {
 			return Switch(ctx, cfg, name, wait, nil)
 		}
 		fo.OnHealth = func([]cerberus.EngineStatus) {
@@ -194,7 +196,8 @@ func watchFile(ctx context.Context, path string, started *Config, f *cerberus.Fa
 		log.Info("cerberus config reloaded", slog.String("path", path), slog.String("active", f.Active()))
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
-		log.Warn("cerberus config watch stopped", slog.String("path", path), slog.String("err", err.Error()))
+		log.Warn("cerberus config watch stopped", slog.String("path", path),
+			slog.String("err", err.Error()))
 	}
 }
 
@@ -202,13 +205,15 @@ func watchFile(ctx context.Context, path string, started *Config, f *cerberus.Fa
 // starts on the fleet's engine and epoch rather than switching (and
 // fencing) right after it starts. If the key cannot be read in time, the
 // process starts as the file says and the follower catches up.
-func startOnKey(ctx context.Context, cfg *Config, kv *api.Client, fo *cerberus.FailoverOptions, log *slog.Logger) {
+func startOnKey(ctx context.Context, cfg *Config, kv *api.Client, fo *cerberus.FailoverOptions,
+	log *slog.Logger) {
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	fl := &fleet{k: cfg.EngineKey, kv: kv, def: cfg.defaultEngine()}
 	v, _, _, err := fl.readKey(rctx, &api.QueryOptions{})
 	if err != nil {
-		log.Warn("cerberus engine key unreadable at start; starting as the file says", slog.String("key", cfg.EngineKey.Key), slog.String("err", err.Error()))
+		log.Warn("cerberus engine key unreadable at start; starting as the file says",
+			slog.String("key", cfg.EngineKey.Key), slog.String("err", err.Error()))
 		return
 	}
 	if cfg.Find(v.Engine) != nil && v.Epoch < 1<<16 {
@@ -227,14 +232,16 @@ func closeNamed(named []Named) {
 // wait for them and reports who followed); without it, this process only
 // (Failover.SetActive), and the report's scope says so. name "" means the
 // default engine with engine_key, and clears this process's pin without.
-func (s *Service) Use(ctx context.Context, name string, wait time.Duration) (cerberus.SwitchReport, error) {
+func (s *Service) Use(ctx context.Context, name string,
+	wait time.Duration) (cerberus.SwitchReport, error) {
 	if s.cfg.EngineKey.Set() {
 		return Switch(ctx, s.cfg, name, wait, nil)
 	}
 	if err := s.Failover.SetActive(name); err != nil {
 		return cerberus.SwitchReport{}, err
 	}
-	return cerberus.SwitchReport{Scope: cerberus.ScopeProcess, Engine: s.Failover.Active(), Epoch: s.Failover.Epoch()}, nil
+	return cerberus.SwitchReport{Scope: cerberus.ScopeProcess, Engine: s.Failover.Active(),
+		Epoch: s.Failover.Epoch()}, nil
 }
 
 // sameEngines reports whether two configurations list the same engines.

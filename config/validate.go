@@ -58,17 +58,23 @@ var fields = []field{
 	{"token", func(e *EngineSpec) bool { return e.Token != "" }, []string{KindConsul}},
 	{"token_file", func(e *EngineSpec) bool { return e.TokenFile != "" }, []string{KindConsul}},
 	{"token_env", func(e *EngineSpec) bool { return e.TokenEnv != "" }, []string{KindConsul}},
-	{"prefix", func(e *EngineSpec) bool { return e.Prefix != "" }, []string{KindRedis, KindRedisCluster, KindRedlock, KindZooKeeper, KindConsul}},
-	{"fair", func(e *EngineSpec) bool { return e.Fair }, []string{KindRedis, KindRedisCluster, KindConsul}},
-	{"starvation", func(e *EngineSpec) bool { return e.Starvation != nil }, []string{KindRedis, KindRedisCluster, KindConsul}},
+	{"prefix", func(e *EngineSpec) bool { return e.Prefix != "" },
+		[]string{KindRedis, KindRedisCluster, KindRedlock, KindZooKeeper, KindConsul}},
+	{"fair", func(e *EngineSpec) bool { return e.Fair },
+		[]string{KindRedis, KindRedisCluster, KindConsul}},
+	{"starvation", func(e *EngineSpec) bool { return e.Starvation != nil },
+		[]string{KindRedis, KindRedisCluster, KindConsul}},
 	{"strategy", func(e *EngineSpec) bool { return e.Strategy != "" }, []string{KindMySQL}},
 	{"table", func(e *EngineSpec) bool { return e.Table != "" }, []string{KindMySQL}},
-	{"session_timeout", func(e *EngineSpec) bool { return e.SessionTimeout != 0 }, []string{KindZooKeeper}},
+	{"session_timeout", func(e *EngineSpec) bool { return e.SessionTimeout != 0 },
+		[]string{KindZooKeeper}},
 	{"session_ttl", func(e *EngineSpec) bool { return e.SessionTTL != 0 }, []string{KindConsul}},
 	{"lock_delay", func(e *EngineSpec) bool { return e.LockDelay != nil }, []string{KindConsul}},
 	{"datacenter", func(e *EngineSpec) bool { return e.Datacenter != "" }, []string{KindConsul}},
-	{"max_conns", func(e *EngineSpec) bool { return e.MaxConns != 0 }, []string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
-	{"tls", func(e *EngineSpec) bool { return e.TLS != nil }, []string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
+	{"max_conns", func(e *EngineSpec) bool { return e.MaxConns != 0 },
+		[]string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
+	{"tls", func(e *EngineSpec) bool { return e.TLS != nil },
+		[]string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
 }
 
 func contains(list []string, s string) bool {
@@ -110,20 +116,24 @@ func (c *Config) validateEngineKey() []error {
 			add("engine_key.quorum: must be 0 (a majority) or a number of processes, got %d", k.Quorum)
 		}
 		if k.MemberTTL != 0 && (k.MemberTTL < 10*time.Second || k.MemberTTL > time.Hour) {
-			add("engine_key.member_ttl: must be within [10s, 1h] (Consul's session TTL range), got %v", k.MemberTTL)
+			add("engine_key.member_ttl: must be within [10s, 1h] (Consul's session TTL range), got %v",
+				k.MemberTTL)
 		}
 		if c.SingleProcess {
 			add("single_process: true contradicts engine_key, which serves a fleet; remove one")
 		}
 	} else {
 		if c.Auto && !c.SingleProcess {
-			add("auto: true without engine_key lets each process switch engines alone, and two processes on two engines grant the same key; " +
-				"set engine_key so the fleet decides together, or single_process: true if one process only uses this configuration")
+			add("auto: true without engine_key lets each process switch engines alone, and two processes " +
+				"on two engines grant the same key; " +
+				"set engine_key so the fleet decides together, or single_process: true if one process only " +
+				"uses this configuration")
 		}
 		for _, s := range []struct {
 			key string
 			set bool
-		}{{"token", k.Token != ""}, {"token_file", k.TokenFile != ""}, {"token_env", k.TokenEnv != ""}, {"tls", k.TLS != nil},
+		}{{"token", k.Token != ""}, {"token_file", k.TokenFile != ""}, {"token_env",
+			k.TokenEnv != ""}, {"tls", k.TLS != nil},
 			{"quorum", k.Quorum != 0}, {"member_ttl", k.MemberTTL != 0}} {
 			if s.set {
 				add("engine_key.%s: set engine_key.consul and engine_key.key too, or remove it", s.key)
@@ -192,10 +202,12 @@ func (c *Config) validatePolicy() []error {
 		add("failback: unknown mode %q (want %q or %q)", c.Failback, FailbackOff, FailbackAuto)
 	}
 	if c.Lease.TTL != 0 && (c.Lease.TTL < engine.MinTTL || c.Lease.TTL > engine.MaxTTL) {
-		add("lease.ttl: must be 0 (renewed leases) or within [%v, %v], got %v", engine.MinTTL, engine.MaxTTL, c.Lease.TTL)
+		add("lease.ttl: must be 0 (renewed leases) or within [%v, %v], got %v", engine.MinTTL,
+			engine.MaxTTL, c.Lease.TTL)
 	}
 	if c.Lease.Watchdog < engine.MinTTL || c.Lease.Watchdog > engine.MaxTTL {
-		add("lease.watchdog: must be within [%v, %v], got %v", engine.MinTTL, engine.MaxTTL, c.Lease.Watchdog)
+		add("lease.watchdog: must be within [%v, %v], got %v", engine.MinTTL, engine.MaxTTL,
+			c.Lease.Watchdog)
 	}
 	return errs
 }
@@ -219,7 +231,9 @@ func (c *Config) validateFloors() []error {
 			continue
 		}
 		if floor := e.consulFloor(); period < floor {
-			errs = append(errs, invalidf("%s: %v is below engines[%d] (%s)'s floor of %v (2 x session_ttl %v + lock_delay %v): a crashed or paused holder keeps its keys that long; raise %s, or lower session_ttl or lock_delay",
+			errs = append(errs, invalidf("%s: %v is below engines[%d] (%s)'s floor of %v (2 x session_ttl "+
+				"%v + lock_delay %v): a crashed or paused holder keeps its keys that long; raise %s, or lower "+
+				"session_ttl or lock_delay",
 				key, period, i, e.Name, floor, e.sessionTTL(), e.lockDelay(), key))
 		}
 	}
@@ -241,7 +255,9 @@ func (e *EngineSpec) lockDelay() time.Duration {
 }
 
 // consulFloor is a consul engine's floor (consul.Floor).
-func (e *EngineSpec) consulFloor() time.Duration { return consul.Floor(e.sessionTTL(), e.lockDelay()) }
+func (e *EngineSpec) consulFloor() time.Duration {
+	return consul.Floor(e.sessionTTL(), e.lockDelay())
+}
 
 // validateAddrs checks the number and form of e.Addrs for its kind.
 func (e *EngineSpec) validateAddrs(p string) []error {
@@ -323,10 +339,13 @@ func (e *EngineSpec) validateKind(p string) []error {
 		errs = append(errs, e.validateZooKeeper(p)...)
 	case KindConsul:
 		if e.Prefix != "" && (!consulPrefixRE.MatchString(e.Prefix) || hasDotSegment(e.Prefix)) {
-			add("%s.prefix: %q must be ASCII letters, digits, '-', '_', '.' in '/'-separated segments, none empty, \".\" or \"..\"", p, e.Prefix)
+			add("%s.prefix: %q must be ASCII letters, digits, '-', '_', '.' in '/'-separated segments, "+
+				"none empty, \".\" or \"..\"", p, e.Prefix)
 		}
-		if e.SessionTTL != 0 && (e.SessionTTL < consulMinSessionTTL || e.SessionTTL > consulMaxSessionTTL) {
-			add("%s.session_ttl: must be within [%v, %v], got %v", p, consulMinSessionTTL, consulMaxSessionTTL, e.SessionTTL)
+		if e.SessionTTL != 0 &&
+			(e.SessionTTL < consulMinSessionTTL || e.SessionTTL > consulMaxSessionTTL) {
+			add("%s.session_ttl: must be within [%v, %v], got %v", p, consulMinSessionTTL,
+				consulMaxSessionTTL, e.SessionTTL)
 		}
 		if e.LockDelay != nil && (*e.LockDelay < 0 || *e.LockDelay > consulMaxLockDelay) {
 			add("%s.lock_delay: must be within [0s, %v], got %v", p, consulMaxLockDelay, *e.LockDelay)
@@ -353,8 +372,10 @@ func (e *EngineSpec) validateZooKeeper(p string) []error {
 	if e.SessionTimeout < 0 {
 		add("%s.session_timeout: must be positive, got %v", p, e.SessionTimeout)
 	}
-	if e.Prefix != "" && (!strings.HasPrefix(e.Prefix, "/") || strings.HasSuffix(e.Prefix, "/") || strings.Contains(e.Prefix, "//")) {
-		add("%s.prefix: %q must be an absolute znode path without a trailing or doubled slash", p, e.Prefix)
+	if e.Prefix != "" && (!strings.HasPrefix(e.Prefix, "/") || strings.HasSuffix(e.Prefix, "/") ||
+		strings.Contains(e.Prefix, "//")) {
+		add("%s.prefix: %q must be an absolute znode path without a trailing or doubled slash", p,
+			e.Prefix)
 	}
 	return errs
 }
@@ -378,7 +399,8 @@ func (e *EngineSpec) validateMySQL(p string) []error {
 	}
 	if e.TLS != nil && e.DSN != "" {
 		if dc, err := mysqldrv.ParseDSN(e.DSN); err == nil && dc.TLSConfig != "" {
-			add("%s.tls: the dsn already sets tls=%s; configure TLS in one place (remove tls= from the dsn)", p, dc.TLSConfig)
+			add("%s.tls: the dsn already sets tls=%s; configure TLS in one place (remove tls= from the dsn)",
+				p, dc.TLSConfig)
 		}
 	}
 	if e.MaxConns > 0 && e.MaxConns < mysqlMinConns {
@@ -409,7 +431,8 @@ func (t *TLS) validate(p string) []error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
 	if t.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != "") {
-		add("%s.insecure_skip_verify: turns off the server verification that ca_file and server_name configure; set one or the other", p)
+		add("%s.insecure_skip_verify: turns off the server verification that ca_file and server_name "+
+			"configure; set one or the other", p)
 	}
 	switch {
 	case t.CertFile != "" && t.KeyFile == "":
@@ -445,9 +468,10 @@ func loadCAs(path string) (*x509.CertPool, error) {
 // clientConfig builds the *tls.Config for t, reading its files again.
 func (t *TLS) clientConfig() (*tls.Config, error) {
 	c := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		ServerName:         t.ServerName,
-		InsecureSkipVerify: t.InsecureSkipVerify, // the user's explicit choice; refused with ca_file or server_name
+		MinVersion: tls.VersionTLS12,
+		ServerName: t.ServerName,
+		// The user's explicit choice; refused with ca_file or server_name.
+		InsecureSkipVerify: t.InsecureSkipVerify,
 	}
 	if t.CAFile != "" {
 		pool, err := loadCAs(t.CAFile)

@@ -114,7 +114,8 @@ func (o *lostCounter) Lost(cerberus.LostEvent) { o.n.Add(1) }
 // runFailoverDemo runs the seckill demo on Redis (through a relay) with
 // ZooKeeper as the secondary, blocks Redis when half the sales are done, and
 // shows the switch, the lost leases and the final stock.
-func runFailoverDemo(ctx context.Context, cfg demoConfig, stdout io.Writer) (*memStock, *tally, error) {
+func runFailoverDemo(ctx context.Context, cfg demoConfig,
+	stdout io.Writer) (*memStock, *tally, error) {
 	r, err := startRelay(envOr("CERBERUS_REDIS_ADDR", "127.0.0.1:6379"))
 	if err != nil {
 		return nil, nil, err
@@ -130,7 +131,10 @@ func runFailoverDemo(ctx context.Context, cfg demoConfig, stdout io.Writer) (*me
 	)
 	f, err := cerberus.NewFailover(engines,
 		cerberus.FailoverOptions{Auto: true, Interval: 200 * time.Millisecond, Threshold: 3, Fence: true,
-			OnSwitch: func(ev cerberus.SwitchEvent) { switched.Store(&ev); switchAt.Store(time.Now().UnixNano()) }})
+			OnSwitch: func(ev cerberus.SwitchEvent) {
+				switched.Store(&ev)
+				switchAt.Store(time.Now().UnixNano())
+			}})
 	if err != nil {
 		for _, ne := range engines {
 			_ = ne.Engine.Close()
@@ -165,10 +169,13 @@ func runFailoverDemo(ctx context.Context, cfg demoConfig, stdout io.Writer) (*me
 	if ev == nil {
 		return nil, nil, fmt.Errorf("the manager never switched away from redis")
 	}
-	fmt.Fprintf(stdout, "blocked redis after %d sales; switched %s -> %s (epoch %d, reason %s) %v later; leases lost: %d\n",
-		half, ev.From, ev.To, ev.Epoch, ev.Reason, time.Duration(switchAt.Load()-cutAt.Load()).Round(time.Millisecond),
+	fmt.Fprintf(stdout, "blocked redis after %d sales; switched %s -> %s (epoch %d, reason %s) %v "+
+		"later; leases lost: %d\n",
+		half, ev.From, ev.To, ev.Epoch, ev.Reason,
+		time.Duration(switchAt.Load()-cutAt.Load()).Round(time.Millisecond),
 		lost.n.Load())
-	fmt.Fprintf(stdout, "detection: health 200ms x 3 (at most 600ms), quicker when sales hit the outage; "+
+	fmt.Fprintf(stdout, "detection: health 200ms x 3 (at most 600ms), quicker when sales hit the "+
+		"outage; "+
 		"first grant on zookeeper %v after the switch (the fence: 2s leases)\n",
 		time.Duration(lost.firstZK.Load()-switchAt.Load()).Round(time.Millisecond))
 	fmt.Fprintf(stdout, "%d acquisitions in %v; fenced writes refused and retried: %d; retries: %d\n",
@@ -183,7 +190,8 @@ func failoverEngines(r *relay) ([]cerberus.NamedEngine, error) {
 	// reports the outage itself.
 	goredis.SetLogger(quietLogger{})
 	rc := goredis.NewClient(&goredis.Options{Addr: r.addr(), MaxRetries: -1, DialerRetries: 1,
-		DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond,
+		WriteTimeout: 500 * time.Millisecond})
 	re, err := redis.New(rc, redis.WithTimeout(500*time.Millisecond))
 	if err != nil {
 		_ = rc.Close()
@@ -195,13 +203,15 @@ func failoverEngines(r *relay) ([]cerberus.NamedEngine, error) {
 		_ = rc.Close()
 		return nil, err
 	}
-	return []cerberus.NamedEngine{{Name: "redis", Engine: owned{re, rc.Close}}, {Name: "zookeeper", Engine: ze}}, nil
+	return []cerberus.NamedEngine{{Name: "redis", Engine: owned{re, rc.Close}},
+		{Name: "zookeeper", Engine: ze}}, nil
 }
 
 // buyAll runs cfg.buyers buyers over cfg.products products (keys made
 // unique by start) until each has bought or ctx ends, and returns how many
 // times a buyer tried again.
-func buyAll(ctx context.Context, c *cerberus.Client, st *memStock, cfg demoConfig, t *tally, start time.Time) int64 {
+func buyAll(ctx context.Context, c *cerberus.Client, st *memStock, cfg demoConfig, t *tally,
+	start time.Time) int64 {
 	var retries atomic.Int64
 	var wg sync.WaitGroup
 	for i := range cfg.buyers {
@@ -228,7 +238,8 @@ func buyAll(ctx context.Context, c *cerberus.Client, st *memStock, cfg demoConfi
 
 // buyOnce is one attempt of a buyer; it reports whether the buyer is done
 // (bought, or found the product sold out).
-func buyOnce(ctx context.Context, c *cerberus.Client, st stock, key string, product int, t *tally) bool {
+func buyOnce(ctx context.Context, c *cerberus.Client, st stock, key string, product int,
+	t *tally) bool {
 	l, err := c.Lock(ctx, key)
 	if err != nil {
 		return false

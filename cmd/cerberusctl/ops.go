@@ -120,7 +120,8 @@ func printFleet(stdout io.Writer, cfg *config.Config, timeout time.Duration) {
 		fmt.Fprintf(stdout, "fleet: %v\n", err)
 		return
 	}
-	fmt.Fprintf(stdout, "fleet: key %s says %s (epoch %d); %s\n", fl.Key, fl.Engine, fl.Epoch, fleetSummary(fl))
+	fmt.Fprintf(stdout, "fleet: key %s says %s (epoch %d); %s\n", fl.Key, fl.Engine, fl.Epoch,
+		fleetSummary(fl))
 	if len(fl.Members) == 0 {
 		return
 	}
@@ -131,7 +132,8 @@ func printFleet(stdout io.Writer, cfg *config.Config, timeout time.Duration) {
 		if down == "" {
 			down = "-"
 		}
-		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\n", m.Host, m.PID, m.Active, m.Epoch, m.Since.Format(time.RFC3339), down)
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\n", m.Host, m.PID, m.Active, m.Epoch,
+			m.Since.Format(time.RFC3339), down)
 	}
 	_ = w.Flush()
 }
@@ -169,12 +171,14 @@ func useMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("use", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "cerberus.yaml", "configuration file")
-	wait := fs.Duration("wait", cerberus.DefaultFleetWait, "with engine_key: how long to wait for every live process to follow (0: do not wait)")
+	wait := fs.Duration("wait", cerberus.DefaultFleetWait,
+		"with engine_key: how long to wait for every live process to follow (0: do not wait)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, `usage: cerberusctl use [-config FILE] [-wait D] ENGINE   ("" for the default engine)`)
+		fmt.Fprintln(stderr,
+			`usage: cerberusctl use [-config FILE] [-wait D] ENGINE   ("" for the default engine)`)
 		return 2
 	}
 	name := fs.Arg(0)
@@ -191,9 +195,11 @@ func useMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if name == "" {
-		fmt.Fprintf(stdout, "unpinned the engine in %s: every process following it takes the first healthy engine\n", *path)
+		fmt.Fprintf(stdout, "unpinned the engine in %s: every process following it takes the first "+
+			"healthy engine\n", *path)
 	} else {
-		fmt.Fprintf(stdout, "pinned %s in %s: every process following it switches now; locks held on the old engine are lost\n", name, *path)
+		fmt.Fprintf(stdout, "pinned %s in %s: every process following it switches now; locks held on "+
+			"the old engine are lost\n", name, *path)
 	}
 	return 0
 }
@@ -211,7 +217,8 @@ func useFleet(cfg *config.Config, name string, wait time.Duration, stdout, stder
 	rep, err := config.Switch(ctx, cfg, name, wait, func(r cerberus.SwitchReport) {
 		if !wrote {
 			wrote = true
-			fmt.Fprintf(stdout, "wrote %s (epoch %d) to Consul key %s: locks held on the old engine are lost\n", r.Engine, r.Epoch, cfg.EngineKey.Key)
+			fmt.Fprintf(stdout, "wrote %s (epoch %d) to Consul key %s: locks held on the old engine are "+
+				"lost\n", r.Engine, r.Epoch, cfg.EngineKey.Key)
 		}
 		fmt.Fprintln(stdout, r)
 	})

@@ -197,7 +197,8 @@ func (a *acquisition) await(ctx context.Context, st *state, out outcome) (done b
 	e, l := a.e, a.l
 	if a.waitSince.IsZero() {
 		a.waitSince = time.Now()
-	} else if e.cfg.starve > 0 && l.mode == engine.Exclusive && time.Since(a.waitSince) >= e.cfg.starve {
+	} else if e.cfg.starve > 0 && l.mode == engine.Exclusive &&
+		time.Since(a.waitSince) >= e.cfg.starve {
 		// Starving: from here on, arrival order (see WithStarvation).
 		if done, err := a.queue(ctx); done {
 			return true, err
@@ -280,7 +281,8 @@ func (e *Engine) waitChange(ctx context.Context, l *lease, st *state) (*state, e
 		if err != nil {
 			return nil, err
 		}
-		if next.index == st.index || !blocks(next, l.mode) || (l.mode == engine.Exclusive && next.prunable()) {
+		if next.index == st.index || !blocks(next, l.mode) ||
+			(l.mode == engine.Exclusive && next.prunable()) {
 			return next, nil
 		}
 		if next.index < st.index {
@@ -305,7 +307,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // txn runs a KV transaction. ok is false when a check or lock failed; then
 // out says how.
-func (e *Engine) txn(ctx context.Context, ops api.KVTxnOps) (ok bool, resp *api.KVTxnResponse, out outcome, err error) {
+func (e *Engine) txn(ctx context.Context,
+	ops api.KVTxnOps) (ok bool, resp *api.KVTxnResponse, out outcome, err error) {
 	ok, resp, _, err = e.kv.Txn(ops, e.query(ctx))
 	if err != nil {
 		return false, nil, 0, err

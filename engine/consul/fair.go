@@ -251,7 +251,8 @@ func (f *fairWait) takeTurn(ctx context.Context, s *session, st *state) (done bo
 
 // waitTurn blocks on the key l waits for (see state.watched) until it
 // changes or the wait time passes.
-func (f *fairWait) waitTurn(ctx context.Context, s *session, st *state, me waiter) (done bool, err error) {
+func (f *fairWait) waitTurn(ctx context.Context, s *session, st *state,
+	me waiter) (done bool, err error) {
 	e, l := f.e, f.l
 	watched := st.watched(l.mode, me, l.doc)
 	exists, err := e.waitKey(ctx, watched, st.index)

@@ -19,8 +19,10 @@ func checkValidation(h *harness) {
 	e := h.engine()
 	lim := e.Limits()
 	// An engine may refuse lease periods below its Floor, and only those.
-	if lim.MaxKeyLen < engine.MaxKeyLen || (lim.MinTTL > engine.MinTTL && lim.MinTTL != lim.Floor) || lim.MaxTTL < engine.MaxTTL {
-		h.t.Errorf("Limits %+v are narrower than the common bounds (key %d, ttl %v..%v, or a MinTTL at the Floor)",
+	if lim.MaxKeyLen < engine.MaxKeyLen || (lim.MinTTL > engine.MinTTL && lim.MinTTL != lim.Floor) ||
+		lim.MaxTTL < engine.MaxTTL {
+		h.t.Errorf("Limits %+v are narrower than the common bounds (key %d, ttl %v..%v, or a MinTTL at "+
+			"the Floor)",
 			lim, engine.MaxKeyLen, engine.MinTTL, engine.MaxTTL)
 	}
 	good := hold(h.key())
@@ -31,15 +33,24 @@ func checkValidation(h *harness) {
 		want error
 	}{
 		{"empty key", with(func(r *engine.Request) { r.Key = "" }), engine.ErrInvalidKey},
-		{"key over MaxKeyLen", with(func(r *engine.Request) { r.Key = strings.Repeat("k", lim.MaxKeyLen+1) }), engine.ErrInvalidKey},
-		{"invalid UTF-8", with(func(r *engine.Request) { r.Key = good.Key + "\xff" }), engine.ErrInvalidKey},
-		{"NUL in key", with(func(r *engine.Request) { r.Key = good.Key + "\x00x" }), engine.ErrInvalidKey},
-		{"newline in key", with(func(r *engine.Request) { r.Key = good.Key + "\nx" }), engine.ErrInvalidKey},
+		{"key over MaxKeyLen",
+			with(func(r *engine.Request) {
+				r.Key = strings.Repeat("k",
+					lim.MaxKeyLen+1)
+			}), engine.ErrInvalidKey},
+		{"invalid UTF-8", with(func(r *engine.Request) { r.Key = good.Key + "\xff" }),
+			engine.ErrInvalidKey},
+		{"NUL in key", with(func(r *engine.Request) { r.Key = good.Key + "\x00x" }),
+			engine.ErrInvalidKey},
+		{"newline in key", with(func(r *engine.Request) { r.Key = good.Key + "\nx" }),
+			engine.ErrInvalidKey},
 		{"unknown mode", with(func(r *engine.Request) { r.Mode = 7 }), engine.ErrInvalidRequest},
 		{"zero TTL", with(func(r *engine.Request) { r.TTL = 0 }), engine.ErrInvalidTTL},
 		{"negative TTL", with(func(r *engine.Request) { r.TTL = -time.Second }), engine.ErrInvalidTTL},
-		{"TTL under MinTTL", with(func(r *engine.Request) { r.TTL = lim.MinTTL - time.Nanosecond }), engine.ErrInvalidTTL},
-		{"TTL over MaxTTL", with(func(r *engine.Request) { r.TTL = lim.MaxTTL + time.Nanosecond }), engine.ErrInvalidTTL},
+		{"TTL under MinTTL", with(func(r *engine.Request) { r.TTL = lim.MinTTL - time.Nanosecond }),
+			engine.ErrInvalidTTL},
+		{"TTL over MaxTTL", with(func(r *engine.Request) { r.TTL = lim.MaxTTL + time.Nanosecond }),
+			engine.ErrInvalidTTL},
 	}
 	closed := h.engine()
 	_ = closed.Close()
@@ -60,7 +71,8 @@ func checkValidation(h *harness) {
 		for _, tg := range targets {
 			l, err := tg.e.Acquire(h.ctx(), b.req)
 			if !errors.Is(err, b.want) {
-				h.t.Errorf("Acquire(%s) on the %s engine: want %v before any I/O, got %v", b.name, tg.name, b.want, err)
+				h.t.Errorf("Acquire(%s) on the %s engine: want %v before any I/O, got %v", b.name, tg.name,
+					b.want, err)
 			}
 			if l != nil {
 				h.t.Errorf("Acquire(%s) on the %s engine returned a lease", b.name, tg.name)
@@ -75,7 +87,8 @@ func checkValidation(h *harness) {
 	// round-trip unchanged.
 	long := h.key() + "/"
 	long += strings.Repeat("x", lim.MaxKeyLen-len(long))
-	for _, key := range []string{long, h.key() + "/订单:42 a%2F/b\\*?.. ", h.key() + "/../.", h.key() + "/"} {
+	for _, key := range []string{long, h.key() + "/订单:42 a%2F/b\\*?.. ", h.key() + "/../.", h.key() +
+		"/"} {
 		l := h.acquire(e, hold(key))
 		if l.Key() != key {
 			h.t.Errorf("Key() = %q, want %q", l.Key(), key)
@@ -102,7 +115,8 @@ func checkLeaseFields(h *harness) {
 		req.Mode = mode
 		l := h.acquire(e, req)
 		if l.Key() != key || l.Mode() != mode || l.Token() == 0 || l.Err() != nil || isDone(l) {
-			h.t.Errorf("fresh %v lease: key %q mode %v token %d err %v done %v", mode, l.Key(), l.Mode(), l.Token(), l.Err(), isDone(l))
+			h.t.Errorf("fresh %v lease: key %q mode %v token %d err %v done %v", mode, l.Key(), l.Mode(),
+				l.Token(), l.Err(), isDone(l))
 		}
 		h.release(l)
 		if !isDone(l) || !errors.Is(l.Err(), engine.ErrReleased) {
@@ -346,14 +360,16 @@ func checkCancelledBefore(h *harness) {
 			_ = l.Release(context.Background())
 		}
 		if !errors.Is(err, context.Canceled) || errors.Is(err, engine.ErrUnavailable) {
-			h.t.Errorf("Acquire with a cancelled context (wait=%v): want context.Canceled and not ErrUnavailable, got %v", req.Wait, err)
+			h.t.Errorf("Acquire with a cancelled context (wait=%v): want context.Canceled and not "+
+				"ErrUnavailable, got %v", req.Wait, err)
 		}
 	}
 	expired, cancelExpired := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancelExpired()
 	for _, ctx := range []context.Context{ctx, expired} {
 		if err := e.Ping(ctx); errors.Is(err, engine.ErrUnavailable) {
-			h.t.Errorf("Ping with an ended context: the caller's %v is not ErrUnavailable, got %v", ctx.Err(), err)
+			h.t.Errorf("Ping with an ended context: the caller's %v is not ErrUnavailable, got %v",
+				ctx.Err(), err)
 		}
 	}
 	h.mustBeFree(e, key)
@@ -724,14 +740,16 @@ func checkFairness(h *harness) {
 		lo, hi = min(lo, c), max(hi, c)
 	}
 	if h.opts.Unordered != "" {
-		h.t.Logf("grants per client %v (min/max %.2f); arrival order is not kept: %s", counts, float64(lo)/float64(max(hi, 1)), h.opts.Unordered)
+		h.t.Logf("grants per client %v (min/max %.2f); arrival order is not kept: %s", counts,
+			float64(lo)/float64(max(hi, 1)), h.opts.Unordered)
 		if lo == 0 {
 			h.t.Errorf("grants per client %v: a client was never served", counts)
 		}
 		return
 	}
 	if hi == 0 || float64(lo)/float64(hi) < fairMinMax {
-		h.t.Errorf("grants per client %v: min/max %.2f, want at least %.1f", counts, float64(lo)/float64(max(hi, 1)), fairMinMax)
+		h.t.Errorf("grants per client %v: min/max %.2f, want at least %.1f", counts,
+			float64(lo)/float64(max(hi, 1)), fairMinMax)
 		return
 	}
 	h.t.Logf("grants per client %v: min/max %.2f", counts, float64(lo)/float64(hi))

@@ -171,13 +171,15 @@ func Open(dsn string, opts ...Option) (*Engine, error) {
 	if err != nil {
 		// The driver's parse errors name the problem, not the DSN; strip
 		// it anyway in case a future version quotes it.
-		return nil, fmt.Errorf("%w: mysql: bad DSN: %s", engine.ErrInvalidRequest, redact(err.Error(), dsn))
+		return nil, fmt.Errorf("%w: mysql: bad DSN: %s", engine.ErrInvalidRequest,
+			redact(err.Error(), dsn))
 	}
 	dc.InterpolateParams = true
 	dc.ParseTime = true
 	conn, err := mysqldrv.NewConnector(dc)
 	if err != nil {
-		return nil, fmt.Errorf("%w: mysql: bad DSN: %s", engine.ErrInvalidRequest, redact(err.Error(), dsn))
+		return nil, fmt.Errorf("%w: mysql: bad DSN: %s", engine.ErrInvalidRequest,
+			redact(err.Error(), dsn))
 	}
 	sqlDB := sql.OpenDB(conn)
 	sqlDB.SetMaxIdleConns(8)
@@ -208,16 +210,20 @@ func buildConfig(opts []Option) (config, error) {
 	switch cfg.strategy {
 	case StrategyLease, StrategyRow:
 	default:
-		return cfg, fmt.Errorf("%w: mysql: unknown strategy %q (want %q or %q)", engine.ErrInvalidRequest, cfg.strategy, StrategyLease, StrategyRow)
+		return cfg, fmt.Errorf("%w: mysql: unknown strategy %q (want %q or %q)", engine.ErrInvalidRequest,
+			cfg.strategy, StrategyLease, StrategyRow)
 	}
 	if cfg.minBackoff <= 0 || cfg.maxBackoff < cfg.minBackoff {
-		return cfg, fmt.Errorf("%w: mysql: backoff %v..%v", engine.ErrInvalidRequest, cfg.minBackoff, cfg.maxBackoff)
+		return cfg, fmt.Errorf("%w: mysql: backoff %v..%v", engine.ErrInvalidRequest, cfg.minBackoff,
+			cfg.maxBackoff)
 	}
 	if cfg.maxConns < 3 {
-		return cfg, fmt.Errorf("%w: mysql: max conns %d is under 3", engine.ErrInvalidRequest, cfg.maxConns)
+		return cfg, fmt.Errorf("%w: mysql: max conns %d is under 3", engine.ErrInvalidRequest,
+			cfg.maxConns)
 	}
 	if cfg.connCheck <= 0 || cfg.opTimeout <= 0 {
-		return cfg, fmt.Errorf("%w: mysql: conn check and op timeout must be positive", engine.ErrInvalidRequest)
+		return cfg, fmt.Errorf("%w: mysql: conn check and op timeout must be positive",
+			engine.ErrInvalidRequest)
 	}
 	return cfg, nil
 }

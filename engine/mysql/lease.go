@@ -112,7 +112,8 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 // sent at start, unless the answer came after the lease's TTL had run out
 // (the process was stopped, or the network held it): the row may be
 // someone else's by now.
-func (e *Engine) grantInTime(req engine.Request, owner string, token uint64, start time.Time) (engine.Lease, error) {
+func (e *Engine) grantInTime(req engine.Request, owner string, token uint64,
+	start time.Time) (engine.Lease, error) {
 	if time.Since(start) >= life(req.TTL) {
 		e.laterUpTo(func() { e.undoGrant(req, owner) })
 		return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out",
@@ -126,7 +127,8 @@ func (e *Engine) grantInTime(req engine.Request, owner string, token uint64, sta
 // says the key was released here, ctx ends or the engine closes. It
 // returns the next delay: twice this one, up to the maximum backoff, or
 // after a kick twice the minimum.
-func (e *Engine) pause(ctx context.Context, kick <-chan struct{}, delay time.Duration) (time.Duration, error) {
+func (e *Engine) pause(ctx context.Context, kick <-chan struct{},
+	delay time.Duration) (time.Duration, error) {
 	t := time.NewTimer(delay/2 + rand.N(delay/2+1))
 	defer t.Stop()
 	select {
@@ -144,7 +146,8 @@ func (e *Engine) pause(ctx context.Context, kick <-chan struct{}, delay time.Dur
 // grantOnce makes one attempt, bounded by ctx and the engine's op timeout.
 // exists records that the key's row is known to exist, which saves the
 // INSERT on later attempts.
-func (e *Engine) grantOnce(ctx context.Context, req engine.Request, owner string, exists *bool) (uint64, bool, error) {
+func (e *Engine) grantOnce(ctx context.Context, req engine.Request, owner string,
+	exists *bool) (uint64, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
 	defer cancel()
 	ttl := req.TTL.Microseconds()
@@ -176,7 +179,8 @@ func (e *Engine) grantOnce(ctx context.Context, req engine.Request, owner string
 // grantShared is one shared attempt: a short transaction that bumps the key
 // row's version if no unexpired writer holds it, adds this reader's row and
 // clears readers that expired.
-func (e *Engine) grantShared(ctx context.Context, key, owner string, ttl int64) (uint64, bool, error) {
+func (e *Engine) grantShared(ctx context.Context, key, owner string,
+	ttl int64) (uint64, bool, error) {
 	tx, err := e.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, false, err
@@ -222,16 +226,20 @@ func (e *Engine) undoGrant(req engine.Request, owner string) {
 	ctx, cancel := e.opCtx()
 	defer cancel()
 	if req.Mode == engine.Shared {
-		_, _ = e.db.ExecContext(ctx, "DELETE FROM `"+e.cfg.table+"_readers` WHERE `lock_key` = ? AND `owner` = ?", req.Key, owner)
+		_, _ = e.db.ExecContext(ctx,
+			"DELETE FROM `"+e.cfg.table+"_readers` WHERE `lock_key` = ? AND `owner` = ?", req.Key, owner)
 		return
 	}
-	_, _ = e.db.ExecContext(ctx, "UPDATE `"+e.cfg.table+"` SET `owner` = NULL, `expires_at` = NULL WHERE `lock_key` = ? AND `owner` = ?", req.Key, owner)
+	_, _ = e.db.ExecContext(ctx,
+		"UPDATE `"+e.cfg.table+"` SET `owner` = NULL, `expires_at` = NULL WHERE `lock_key` = ? AND "+
+			"`owner` = ?", req.Key, owner)
 }
 
 // granted registers a new lease, or gives it back if the engine closed
 // meanwhile. start was taken before the grant statement was sent, so it is
 // no later than the server's NOW(6) in that statement.
-func (e *Engine) granted(req engine.Request, owner string, token uint64, start time.Time) (engine.Lease, error) {
+func (e *Engine) granted(req engine.Request, owner string, token uint64,
+	start time.Time) (engine.Lease, error) {
 	l := &lease{
 		e: e, key: req.Key, mode: req.Mode, token: token, owner: owner,
 		ttl: req.TTL, renew: req.Renew, sig: engine.NewSignal(req.OnLost), validFrom: start,
@@ -247,7 +255,8 @@ func (e *Engine) granted(req engine.Request, owner string, token uint64, start t
 		// The server expires the row at its NOW(6)+TTL; this timer, started
 		// before the statement was sent, fires a margin before that.
 		l.mu.Lock()
-		l.timer = time.AfterFunc(life(req.TTL)-time.Since(start), func() { l.end(engine.ErrLeaseLost, false) })
+		l.timer = time.AfterFunc(life(req.TTL)-time.Since(start),
+			func() { l.end(engine.ErrLeaseLost, false) })
 		l.mu.Unlock()
 	}
 	e.mu.Unlock()

@@ -48,7 +48,8 @@ func idleTimeout(period time.Duration) int {
 // stale reports whether the server may already have ended rc's session for
 // idling past its wait_timeout while rc sat unused.
 func (rc *rowConn) stale() bool {
-	return rc.idleMax > 0 && time.Since(rc.used) > time.Duration(rc.idleMax)*time.Second-200*time.Millisecond
+	return rc.idleMax > 0 &&
+		time.Since(rc.used) > time.Duration(rc.idleMax)*time.Second-200*time.Millisecond
 }
 
 // getConn takes an idle pinned connection or pins a new one.
@@ -150,7 +151,8 @@ func lockWaitFor(ctx context.Context, wait bool) int {
 // whatever it held. A statement that never returns (its connection is cut
 // off without a reset) keeps that goroutine until the connection dies; it
 // keeps the caller no longer than engine.UndoWait.
-func (e *Engine) killable(ctx context.Context, rc *rowConn, fn func(context.Context) error) (error, bool) {
+func (e *Engine) killable(ctx context.Context, rc *rowConn,
+	fn func(context.Context) error) (error, bool) {
 	res := make(chan error, 1)
 	go func() { res <- fn(context.Background()) }()
 	select {
@@ -228,14 +230,16 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 		}
 	}
 	e.discard(rc)
-	return nil, e.opErr(ctx, "acquire", req.Key, fmt.Errorf("%w after %d attempts", errGaveUp, maxRowTries))
+	return nil, e.opErr(ctx, "acquire", req.Key,
+		fmt.Errorf("%w after %d attempts", errGaveUp, maxRowTries))
 }
 
 // tryRow is one transaction on rc that locks the key's row with the query
 // q. again is true when the next try should follow; otherwise it returns
 // the lease or the error that ends the Acquire, and has put rc back or
 // dropped it.
-func (e *Engine) tryRow(ctx context.Context, rc *rowConn, req engine.Request, q string) (l engine.Lease, again bool, err error) {
+func (e *Engine) tryRow(ctx context.Context, rc *rowConn, req engine.Request,
+	q string) (l engine.Lease, again bool, err error) {
 	if err := ctx.Err(); err != nil {
 		e.putConn(rc)
 		return nil, false, errors.Join(engine.ErrNotAcquired, err)

@@ -108,21 +108,27 @@ func New(c Client, opts ...Option) (*Engine, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: redis: nil client", engine.ErrInvalidRequest)
 	}
-	o := options{prefix: "cerberus:", starve: DefaultStarvation, recheck: 500 * time.Millisecond, queueTTL: 5 * time.Second, timeout: 2 * time.Second}
+	o := options{prefix: "cerberus:", starve: DefaultStarvation, recheck: 500 * time.Millisecond,
+		queueTTL: 5 * time.Second, timeout: 2 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	switch {
 	case strings.ContainsAny(o.prefix, "{}"):
-		return nil, fmt.Errorf("%w: redis: prefix %q contains a brace", engine.ErrInvalidRequest, o.prefix)
+		return nil, fmt.Errorf("%w: redis: prefix %q contains a brace", engine.ErrInvalidRequest,
+			o.prefix)
 	case o.queueTTL < 30*time.Millisecond:
-		return nil, fmt.Errorf("%w: redis: queue TTL %v is under 30ms", engine.ErrInvalidRequest, o.queueTTL)
+		return nil, fmt.Errorf("%w: redis: queue TTL %v is under 30ms", engine.ErrInvalidRequest,
+			o.queueTTL)
 	case o.recheck < 10*time.Millisecond || o.recheck > o.queueTTL/3:
-		return nil, fmt.Errorf("%w: redis: recheck %v must be between 10ms and a third of the queue TTL (%v)", engine.ErrInvalidRequest, o.recheck, o.queueTTL)
+		return nil, fmt.Errorf("%w: redis: recheck %v must be between 10ms and a third of the queue TTL "+
+			"(%v)", engine.ErrInvalidRequest, o.recheck, o.queueTTL)
 	case o.starve < 0:
-		return nil, fmt.Errorf("%w: redis: starvation threshold %v is negative", engine.ErrInvalidRequest, o.starve)
+		return nil, fmt.Errorf("%w: redis: starvation threshold %v is negative", engine.ErrInvalidRequest,
+			o.starve)
 	case o.timeout <= 0:
-		return nil, fmt.Errorf("%w: redis: timeout %v is not positive", engine.ErrInvalidRequest, o.timeout)
+		return nil, fmt.Errorf("%w: redis: timeout %v is not positive", engine.ErrInvalidRequest,
+			o.timeout)
 	}
 	var b [9]byte
 	_, _ = rand.Read(b[:])
@@ -186,7 +192,8 @@ func (e *Engine) isClosed() bool {
 // opError wraps a Redis failure of a call made for a caller whose context
 // is ctx, classified by engine.Classify with denied and down.
 func (e *Engine) opError(ctx context.Context, op, key string, err error) error {
-	return &engine.OpError{Engine: "redis", Op: op, Key: key, Err: engine.Classify(ctx, err, denied, down)}
+	return &engine.OpError{Engine: "redis", Op: op, Key: key,
+		Err: engine.Classify(ctx, err, denied, down)}
 }
 
 // denied reports an access-control refusal: NOAUTH, WRONGPASS, NOPERM, or
@@ -206,8 +213,10 @@ func down(err error) bool {
 	if !errors.As(err, &re) {
 		return !errors.Is(err, context.Canceled)
 	}
-	return goredis.IsLoadingError(err) || goredis.IsMasterDownError(err) || goredis.IsTryAgainError(err) ||
-		goredis.IsClusterDownError(err) || goredis.IsReadOnlyError(err) || goredis.IsMaxClientsError(err) ||
+	return goredis.IsLoadingError(err) || goredis.IsMasterDownError(err) ||
+		goredis.IsTryAgainError(err) ||
+		goredis.IsClusterDownError(err) || goredis.IsReadOnlyError(err) ||
+		goredis.IsMaxClientsError(err) ||
 		goredis.HasErrorPrefix(err, "BUSY ")
 }
 

@@ -267,7 +267,8 @@ func (q *queued) await(ctx context.Context, block string, ahead int) (head bool,
 
 // grant turns a node at the head of the queue into a lease, unless the
 // engine closed or the session's epoch ended meanwhile.
-func (e *Engine) grant(req engine.Request, own, parent string, token uint64, ep epochState) (*lease, error) {
+func (e *Engine) grant(req engine.Request, own, parent string, token uint64,
+	ep epochState) (*lease, error) {
 	l := &lease{
 		eng: e, key: req.Key, mode: req.Mode, token: token,
 		path: own, parent: parent, sid: ep.sid,
@@ -323,7 +324,8 @@ func (e *Engine) createNode(parent, guid, kind string) (string, *zk.Stat, error)
 		switch {
 		case err == nil:
 			if len(res) != 2 || res[0].String == "" {
-				return "", nil, fmt.Errorf("zookeeper: malformed reply to the create of a queue node under %s", parent)
+				return "", nil, fmt.Errorf("zookeeper: malformed reply to the create of a queue node under %s",
+					parent)
 			}
 			return res[0].String, res[1].Stat, nil
 		case errors.Is(err, zk.ErrNoNode):

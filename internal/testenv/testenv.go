@@ -159,7 +159,8 @@ func RedlockAddrs(t testing.TB) []string {
 		MinRedlockNodes, probeRedis)
 }
 
-func lookupList(t testing.TB, server, env, def string, atLeast int, probe func(net.Conn, string) error) []string {
+func lookupList(t testing.TB, server, env, def string, atLeast int,
+	probe func(net.Conn, string) error) []string {
 	t.Helper()
 	Needs(t, server)
 	list := fromEnv(env, def)
@@ -280,7 +281,8 @@ func requireLoopback(addr string) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("%q is not a loopback address; only 127.0.0.0/8, ::1 or localhost may be used", host)
+	return fmt.Errorf("%q is not a loopback address; only 127.0.0.0/8, ::1 or localhost may be used",
+		host)
 }
 
 // probeRedis sends an inline PING and expects +PONG.
@@ -330,7 +332,8 @@ func probeRedisCluster(conn net.Conn, _ string) error {
 	case "":
 		return fmt.Errorf("CLUSTER INFO has no cluster_state: %q", firstLine(info))
 	default:
-		return fmt.Errorf("cluster_state:%s (%s known nodes, %s of 16384 slots assigned); the cluster is not formed or has lost a node",
+		return fmt.Errorf("cluster_state:%s (%s known nodes, %s of 16384 slots assigned); the cluster "+
+			"is not formed or has lost a node",
 			state, fields["cluster_known_nodes"], fields["cluster_slots_assigned"])
 	}
 }

@@ -83,7 +83,8 @@ func newCA(t testing.TB, notBefore time.Time) testCA {
 		NotAfter:              notBefore.Add(time.Hour),
 		IsCA:                  true,
 		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign |
+			x509.KeyUsageDigitalSignature,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
