@@ -169,18 +169,27 @@ func runFailoverDemo(ctx context.Context, cfg demoConfig,
 	if ev == nil {
 		return nil, nil, fmt.Errorf("the manager never switched away from redis")
 	}
+	cut := time.Unix(0, cutAt.Load())
+	reportFailover(stdout, ev, half, cut, time.Unix(0, switchAt.Load()), lost, t, elapsed, retries)
+	return st, t, nil
+}
+
+// reportFailover prints what the failover demo saw: the switch ev, after
+// half sales, cut the time Redis was cut off, switchAt the time of the
+// switch; the leases lost and the first grant on ZooKeeper (lost); and the
+// buyers' figures.
+func reportFailover(stdout io.Writer, ev *cerberus.SwitchEvent, half int64,
+	cut, switchAt time.Time, lost *lostCounter, t *tally, elapsed time.Duration, retries int64) {
 	fmt.Fprintf(stdout, "blocked redis after %d sales; switched %s -> %s (epoch %d, reason %s) %v "+
 		"later; leases lost: %d\n",
-		half, ev.From, ev.To, ev.Epoch, ev.Reason,
-		time.Duration(switchAt.Load()-cutAt.Load()).Round(time.Millisecond),
+		half, ev.From, ev.To, ev.Epoch, ev.Reason, switchAt.Sub(cut).Round(time.Millisecond),
 		lost.n.Load())
-	fmt.Fprintf(stdout, "detection: health 200ms x 3 (at most 600ms), quicker when sales hit the "+
-		"outage; "+
+	fmt.Fprintf(stdout, "detection: health 200ms x 3 (at most 600ms), "+
+		"quicker when sales hit the outage; "+
 		"first grant on zookeeper %v after the switch (the fence: 2s leases)\n",
-		time.Duration(lost.firstZK.Load()-switchAt.Load()).Round(time.Millisecond))
+		time.Duration(lost.firstZK.Load()-switchAt.UnixNano()).Round(time.Millisecond))
 	fmt.Fprintf(stdout, "%d acquisitions in %v; fenced writes refused and retried: %d; retries: %d\n",
 		t.acquisitions.Load(), elapsed.Round(time.Millisecond), t.fenced.Load(), retries)
-	return st, t, nil
 }
 
 // failoverEngines are the demo's two engines: Redis behind the relay r,
