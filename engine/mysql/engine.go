@@ -86,8 +86,9 @@ func WithStrategy(s Strategy) Option { return func(c *config) { c.strategy = s }
 
 // WithBackoff sets the polling delays of a waiting lease Acquire: the first
 // re-check comes after min, each later one after twice the previous delay,
-// capped at max, with jitter in [d/2, d]. The default is 5ms to 200ms. The
-// row strategy does not poll: its waiters queue inside InnoDB.
+// capped at max, with jitter in [d/2, d]. The default is DefaultMinBackoff
+// to DefaultMaxBackoff. The row strategy does not poll: its waiters queue
+// inside InnoDB.
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *config) { c.minBackoff, c.maxBackoff = min, max }
 }

@@ -39,7 +39,7 @@ type options struct {
 }
 
 // WithPrefix sets the prefix of every Redis key and channel the engine
-// uses. It must not contain '{' or '}'. The default is "cerberus:".
+// uses. It must not contain '{' or '}'. The default is DefaultPrefix.
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
 // WithFair turns fair mode on or off. In fair mode waiting writers get the
@@ -58,17 +58,30 @@ func WithFair(on bool) Option { return func(o *options) { o.fair = on } }
 // DefaultStarvation.
 func WithStarvation(d time.Duration) Option { return func(o *options) { o.starve = d } }
 
-// DefaultStarvation is the default WithStarvation threshold.
-const DefaultStarvation = 10 * time.Millisecond
+// Defaults of the engine's options.
+const (
+	// DefaultPrefix is the default WithPrefix.
+	DefaultPrefix = "cerberus:"
+	// DefaultStarvation is the default WithStarvation threshold.
+	DefaultStarvation = 10 * time.Millisecond
+	// DefaultRecheck is the default WithRecheck.
+	DefaultRecheck = 500 * time.Millisecond
+	// DefaultQueueTTL is the default WithQueueTTL.
+	DefaultQueueTTL = 5 * time.Second
+	// DefaultTimeout is the default WithTimeout.
+	DefaultTimeout = 2 * time.Second
+)
 
 // WithRecheck bounds how long a waiter sleeps without a notification before
 // it tries again: the most a lost pub/sub message can cost. It must be
-// between 10ms and a third of the queue TTL. The default is 500ms.
+// between 10ms and a third of the queue TTL. The default is
+// DefaultRecheck.
 func WithRecheck(d time.Duration) Option { return func(o *options) { o.recheck = d } }
 
 // WithQueueTTL sets how long a waiting writer keeps its place (in the fair
 // queue, and ahead of new readers) without refreshing it; a waiter refreshes
-// it on every attempt, so only a crashed waiter loses it. The default is 5s.
+// it on every attempt, so only a crashed waiter loses it. The default is
+// DefaultQueueTTL.
 func WithQueueTTL(d time.Duration) Option { return func(o *options) { o.queueTTL = d } }
 
 // WithTimeout bounds each Redis round trip: those made outside a caller's
@@ -76,7 +89,7 @@ func WithQueueTTL(d time.Duration) Option { return func(o *options) { o.queueTTL
 // Ping, each acquire attempt and Release. A round trip that runs out of it
 // while the caller's context is live fails with engine.ErrUnavailable: a
 // server, or a Sentinel client that finds none, that cannot answer in time
-// is not serving. The default is 2s.
+// is not serving. The default is DefaultTimeout.
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // Engine is the Redis engine.Engine. Create it with New.
@@ -108,8 +121,8 @@ func New(c Client, opts ...Option) (*Engine, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: redis: nil client", engine.ErrInvalidRequest)
 	}
-	o := options{prefix: "cerberus:", starve: DefaultStarvation, recheck: 500 * time.Millisecond,
-		queueTTL: 5 * time.Second, timeout: 2 * time.Second}
+	o := options{prefix: DefaultPrefix, starve: DefaultStarvation, recheck: DefaultRecheck,
+		queueTTL: DefaultQueueTTL, timeout: DefaultTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -24,21 +24,31 @@ type redlockOptions struct {
 	node        []Option
 }
 
+// Defaults of the Redlock options.
+const (
+	// DefaultNodeTimeout is the default WithNodeTimeout.
+	DefaultNodeTimeout = 50 * time.Millisecond
+	// DefaultDriftFactor is the default WithDriftFactor.
+	DefaultDriftFactor = 0.01
+	// DefaultRetryMax is the default WithRetryMax.
+	DefaultRetryMax = 50 * time.Millisecond
+)
+
 // WithNodeTimeout bounds each node's answer to an acquire; a slower node
 // counts as refusing. It should be small against the TTL. The default is
-// 50ms.
+// DefaultNodeTimeout.
 func WithNodeTimeout(d time.Duration) RedlockOption {
 	return func(o *redlockOptions) { o.nodeTimeout = d }
 }
 
 // WithDriftFactor sets the clock drift allowed between nodes, as a fraction
-// of the TTL; 2ms is added to it. The default is 0.01.
+// of the TTL; 2ms is added to it. The default is DefaultDriftFactor.
 func WithDriftFactor(f float64) RedlockOption {
 	return func(o *redlockOptions) { o.driftFactor = f }
 }
 
 // WithRetryMax caps the randomised pause between attempts of a waiting
-// acquire. The default is 50ms.
+// acquire. The default is DefaultRetryMax.
 func WithRetryMax(d time.Duration) RedlockOption {
 	return func(o *redlockOptions) { o.retryMax = d }
 }
@@ -104,8 +114,8 @@ func NewRedlock(clients []Client, opts ...RedlockOption) (*Redlock, error) {
 		return nil, fmt.Errorf("%w: redlock: %d nodes; use at least 3 (an odd number)",
 			engine.ErrInvalidRequest, len(clients))
 	}
-	o := redlockOptions{nodeTimeout: 50 * time.Millisecond, driftFactor: 0.01,
-		retryMax: 50 * time.Millisecond}
+	o := redlockOptions{nodeTimeout: DefaultNodeTimeout, driftFactor: DefaultDriftFactor,
+		retryMax: DefaultRetryMax}
 	for _, opt := range opts {
 		opt(&o)
 	}
