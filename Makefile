@@ -10,7 +10,7 @@ SHELL := bash
 GO ?= go
 SERVICES := scripts/services.sh
 
-.PHONY: demo services status env test bench fuzz soak vet fmt fmt-check down
+.PHONY: demo services status env test test-short bench fuzz soak vet fmt fmt-check down
 
 ## demo: run the cerberusctl demo
 demo:
@@ -31,6 +31,11 @@ env:
 ## test: servers up, then go test -race over the whole module
 test: services
 	eval "$$($(SERVICES) env)" && $(GO) test -race -count=1 ./...
+
+## test-short: a quick run that needs no server: go test -short skips every
+## test that needs one
+test-short:
+	$(GO) test -short ./...
 
 ## bench: side-by-side figures against the peer libraries (bench/ is its own
 ## module); writes bench/results.txt (BENCH lines) and bench/chart.svg

@@ -112,7 +112,8 @@ func (c *Client) request(key string, mode engine.Mode, wait bool, s settings) en
 }
 
 // acquire is every Lock variant: validation, reentrancy, then the engine.
-func (c *Client) acquire(ctx context.Context, key string, mode engine.Mode, wait bool, opts []Option) (*Lease, error) {
+func (c *Client) acquire(ctx context.Context, key string, mode engine.Mode, wait bool,
+	opts []Option) (*Lease, error) {
 	s := c.defaults.with(opts)
 	req := c.request(key, mode, wait, s)
 	if err := c.eng.Validate(req); err != nil {
@@ -130,42 +131,12 @@ func (c *Client) acquire(ctx context.Context, key string, mode engine.Mode, wait
 		return &Lease{h: h}, nil
 	}
 	k := holdKey{owner, key}
-	for {
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			return nil, engine.ErrClosed
-		}
-		h := c.holds[k]
-		if h == nil {
-			break // c.mu stays locked for the insert below
-		}
-		select {
-		case <-h.ready:
-		default:
-			// Another goroutine of this owner is acquiring the key: wait for
-			// its outcome instead of queueing behind ourselves.
-			c.mu.Unlock()
-			select {
-			case <-h.ready:
-				continue
-			case <-ctx.Done():
-				return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
-			}
-		}
-		if h.sig.Closed() {
-			delete(c.holds, k) // lost: take the key afresh
-			break
-		}
-		if h.mode == engine.Shared && mode == engine.Exclusive {
-			c.mu.Unlock()
-			return nil, fmt.Errorf("%w: %q", ErrUpgrade, key)
-		}
-		h.count++
-		c.mu.Unlock()
-		return &Lease{h: h}, nil
+	if l, err := c.reenter(ctx, k, mode); l != nil || err != nil {
+		return l, err
 	}
-	h := &hold{c: c, key: key, mode: mode, owner: owner, count: 1, ready: make(chan struct{}), obs: s.observer}
+	// c.mu is locked, and the owner has no live hold of the key.
+	h := &hold{c: c, key: key, mode: mode, owner: owner, count: 1, ready: make(chan struct{}),
+		obs: s.observer}
 	c.holds[k] = h
 	c.mu.Unlock()
 	err := h.acquire(ctx, req)
@@ -179,6 +150,49 @@ func (c *Client) acquire(ctx context.Context, key string, mode engine.Mode, wait
 		return nil, err
 	}
 	return &Lease{h: h}, nil
+}
+
+// reenter counts up the owner's hold of k (reentrancy, no round trip) and
+// returns a lease of it, waiting while another goroutine of the owner is
+// acquiring the key. It returns neither lease nor error when the owner has
+// no live hold of k, and then leaves c.mu locked for the caller to insert
+// one.
+func (c *Client) reenter(ctx context.Context, k holdKey, mode engine.Mode) (*Lease, error) {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, engine.ErrClosed
+		}
+		h := c.holds[k]
+		if h == nil {
+			return nil, nil // c.mu stays locked for the insert
+		}
+		select {
+		case <-h.ready:
+		default:
+			// Another goroutine of this owner is acquiring the key: wait
+			// for its outcome instead of queueing behind ourselves.
+			c.mu.Unlock()
+			select {
+			case <-h.ready:
+				continue
+			case <-ctx.Done():
+				return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
+			}
+		}
+		if h.sig.Closed() {
+			delete(c.holds, k) // lost: take the key afresh
+			return nil, nil
+		}
+		if h.mode == engine.Shared && mode == engine.Exclusive {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("%w: %q", ErrUpgrade, k.key)
+		}
+		h.count++
+		c.mu.Unlock()
+		return &Lease{h: h}, nil
+	}
 }
 
 func (c *Client) isClosed() bool {

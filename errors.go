@@ -28,6 +28,9 @@ var (
 	ErrInvalidKey = engine.ErrInvalidKey
 	// ErrInvalidTTL: a TTL outside the engine's limits.
 	ErrInvalidTTL = engine.ErrInvalidTTL
+	// ErrInvalidRequest: any other malformed request or setting, such as an
+	// unknown mode, or a Failover given no engine or a duplicate name.
+	ErrInvalidRequest = engine.ErrInvalidRequest
 	// ErrUnavailable: the engine is not serving now (unreachable, broken
 	// connection, shutting down, overloaded); another engine might. It is
 	// never the result of the caller's context ending, nor of a refusal by
@@ -40,3 +43,12 @@ var (
 	// ErrUpgrade: an owner holding a key shared asked for it exclusively.
 	ErrUpgrade = errors.New("cerberus: cannot upgrade a shared hold to exclusive")
 )
+
+// OpError reports a failed operation on an engine's server: the engine, the
+// operation, the key and the cause, which errors.Is and errors.As reach
+// (ErrUnavailable, ErrAccessDenied, and the server's own error). It is
+// engine.OpError, so errors.As with either name matches:
+//
+//	var oe *cerberus.OpError
+//	if errors.As(err, &oe) { log.Printf("engine %s failed at %s", oe.Engine, oe.Op) }
+type OpError = engine.OpError

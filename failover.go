@@ -17,17 +17,39 @@ type NamedEngine struct {
 	Engine engine.Engine
 }
 
+// Defaults of FailoverOptions: what a zero Interval or Threshold means.
+const (
+	// DefaultInterval is how often a Failover pings every engine.
+	DefaultInterval = time.Second
+	// DefaultThreshold is how many failed pings in a row mark an engine
+	// down.
+	DefaultThreshold = 3
+)
+
+// withDefaults returns o with a zero Interval or Threshold set to its
+// default.
+func (o FailoverOptions) withDefaults() FailoverOptions {
+	if o.Interval == 0 {
+		o.Interval = DefaultInterval
+	}
+	if o.Threshold == 0 {
+		o.Threshold = DefaultThreshold
+	}
+	return o
+}
+
 // FailoverOptions tune a Failover. The zero value is usable: manual
 // switching only, no fence, health checked every second.
 type FailoverOptions struct {
-	// Active names the engine to use (Cerberus's cerberus_engine). Empty or
+	// Active names the engine to use (config: the key engine). Empty or
 	// unknown: the first engine in order, and with Auto the first healthy
 	// one.
 	Active string
-	// Interval is how often every engine is pinged. The default is 1s.
+	// Interval is how often every engine is pinged. The default is
+	// DefaultInterval (1s).
 	Interval time.Duration
 	// Threshold is how many failed pings in a row mark an engine down. The
-	// default is 3.
+	// default is DefaultThreshold (3).
 	Threshold int
 	// Auto moves to the next healthy engine, in order, when the active one
 	// is down. The default is off: only SetActive switches.
@@ -158,7 +180,14 @@ type Failover struct {
 	bg         sync.WaitGroup // background releases on old engines
 }
 
-var _ engine.Engine = (*Failover)(nil)
+// A Failover is an engine.Engine, and an engine.Switcher: observers name
+// its active engine. Its leases are engine.Namers: they name the engine that
+// granted them.
+var (
+	_ engine.Engine   = (*Failover)(nil)
+	_ engine.Switcher = (*Failover)(nil)
+	_ engine.Namer    = (*failoverLease)(nil)
+)
 
 // errSwitched cancels a wait on an engine that is no longer active.
 var errSwitched = errors.New("cerberus: active engine changed")
@@ -175,23 +204,21 @@ func NewFailover(engines []NamedEngine, opts FailoverOptions) (*Failover, error)
 		case ne.Name == "":
 			return nil, fmt.Errorf("%w: engines[%d]: empty name", engine.ErrInvalidRequest, i)
 		case seen[ne.Name]:
-			return nil, fmt.Errorf("%w: engines[%d]: duplicate name %q", engine.ErrInvalidRequest, i, ne.Name)
+			return nil, fmt.Errorf("%w: engines[%d]: duplicate name %q", engine.ErrInvalidRequest, i,
+				ne.Name)
 		case ne.Engine == nil:
 			return nil, fmt.Errorf("%w: engines[%d] (%s): nil engine", engine.ErrInvalidRequest, i, ne.Name)
 		}
 		seen[ne.Name] = true
 	}
-	if opts.Interval == 0 {
-		opts.Interval = time.Second
-	}
-	if opts.Threshold == 0 {
-		opts.Threshold = 3
-	}
+	opts = opts.withDefaults()
 	if opts.Interval < 0 || opts.Threshold < 0 {
-		return nil, fmt.Errorf("%w: failover: interval %v and threshold %d must be positive", engine.ErrInvalidRequest, opts.Interval, opts.Threshold)
+		return nil, fmt.Errorf("%w: failover: interval %v and threshold %d must be positive",
+			engine.ErrInvalidRequest, opts.Interval, opts.Threshold)
 	}
 	if opts.Epoch >= 1<<(64-tokenBits) {
-		return nil, fmt.Errorf("%w: failover: epoch %d does not fit in %d bits", engine.ErrInvalidRequest, opts.Epoch, 64-tokenBits)
+		return nil, fmt.Errorf("%w: failover: epoch %d does not fit in %d bits", engine.ErrInvalidRequest,
+			opts.Epoch, 64-tokenBits)
 	}
 	f := &Failover{
 		engines: engines, opts: opts, epoch: opts.Epoch,
@@ -250,7 +277,7 @@ func (f *Failover) Ping(ctx context.Context) error {
 	return e.Ping(ctx)
 }
 
-// Active returns the name of the active engine.
+// Active returns the name of the active engine (engine.Switcher).
 func (f *Failover) Active() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -316,7 +343,8 @@ func (f *Failover) Follow(name string, epoch uint64, reason string) error {
 			continue
 		}
 		if epoch >= 1<<(64-tokenBits) {
-			return fmt.Errorf("%w: failover: epoch %d does not fit in %d bits", engine.ErrInvalidRequest, epoch, 64-tokenBits)
+			return fmt.Errorf("%w: failover: epoch %d does not fit in %d bits", engine.ErrInvalidRequest,
+				epoch, 64-tokenBits)
 		}
 		f.mu.Lock()
 		f.override = name
@@ -374,29 +402,18 @@ func (f *Failover) attempt(ctx context.Context, req engine.Request) (engine.Leas
 		cancel(nil)
 	}()
 
-	if wait := time.Until(fence); wait > 0 {
-		if !req.Wait {
-			return nil, fmt.Errorf("%w: fenced for %v after the switch to %s", engine.ErrNotAcquired, wait.Round(time.Millisecond), f.engines[idx].Name)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-actx.Done():
-			t.Stop()
-			if errors.Is(context.Cause(actx), errSwitched) {
-				return nil, errSwitched
-			}
-			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
-		}
+	if err := f.waitFence(ctx, actx, req, fence, idx); err != nil {
+		return nil, err
 	}
-
-	fl := &failoverLease{f: f, epoch: epoch, engine: f.engines[idx].Name, sig: engine.NewSignal(req.OnLost)}
+	fl := &failoverLease{f: f, epoch: epoch, engine: f.engines[idx].Name,
+		sig: engine.NewSignal(req.OnLost)}
 	inner := req
 	inner.OnLost = fl.innerLost
 	l, err := f.engines[idx].Engine.Acquire(actx, inner)
 	if err != nil {
-		if errors.Is(context.Cause(actx), errSwitched) && ctx.Err() == nil {
-			return nil, errSwitched
+		if cause := context.Cause(actx); ctx.Err() == nil &&
+			(errors.Is(cause, errSwitched) || errors.Is(cause, engine.ErrClosed)) {
+			return nil, cause // a switch, or Close, ended the wait
 		}
 		f.noteFailure(actx, err)
 		return nil, err
@@ -418,6 +435,35 @@ func (f *Failover) attempt(ctx context.Context, req engine.Request) (engine.Leas
 	f.maxTTL = max(f.maxTTL, req.TTL)
 	f.mu.Unlock()
 	return fl, nil
+}
+
+// waitFence waits until fence, the end of the fence after a switch to
+// engine idx, if req waits; actx is attempt's context, which a switch or
+// Close cancels.
+func (f *Failover) waitFence(ctx, actx context.Context, req engine.Request, fence time.Time,
+	idx int) error {
+	wait := time.Until(fence)
+	if wait <= 0 {
+		return nil
+	}
+	if !req.Wait {
+		return fmt.Errorf("%w: fenced for %v after the switch to %s", engine.ErrNotAcquired,
+			wait.Round(time.Millisecond), f.engines[idx].Name)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-actx.Done():
+	}
+	switch cause := context.Cause(actx); {
+	case errors.Is(cause, errSwitched):
+		return errSwitched
+	case errors.Is(cause, engine.ErrClosed) && ctx.Err() == nil:
+		return engine.ErrClosed
+	}
+	return errors.Join(engine.ErrNotAcquired, ctx.Err())
 }
 
 // releaseLater releases l in the background, bounded, where its engine
@@ -525,10 +571,12 @@ func (f *Failover) pingAll(idx []int, budget time.Duration) []pingResult {
 	waiting := 0
 	for j, i := range idx {
 		if !f.pinging[i].CompareAndSwap(false, true) {
-			res[j] = pingResult{err: fmt.Errorf("%w: the previous ping has not answered", engine.ErrUnavailable)}
+			res[j] = pingResult{err: fmt.Errorf("%w: the previous ping has not answered",
+				engine.ErrUnavailable)}
 			continue
 		}
-		res[j] = pingResult{err: fmt.Errorf("%w: no answer to ping within %v", engine.ErrUnavailable, budget)}
+		res[j] = pingResult{err: fmt.Errorf("%w: no answer to ping within %v", engine.ErrUnavailable,
+			budget)}
 		waiting++
 		go func() {
 			defer f.pinging[i].Store(false)
@@ -663,14 +711,10 @@ func (f *Failover) probeActive() {
 // Active clears the override, as an unknown one at start does, and
 // Configure returns ErrUnknownEngine after applying the rest.
 func (f *Failover) Configure(opts FailoverOptions) error {
-	if opts.Interval == 0 {
-		opts.Interval = time.Second
-	}
-	if opts.Threshold == 0 {
-		opts.Threshold = 3
-	}
+	opts = opts.withDefaults()
 	if opts.Interval < 0 || opts.Threshold < 0 || opts.Epoch >= 1<<(64-tokenBits) {
-		return fmt.Errorf("%w: failover: interval %v, threshold %d, epoch %d", engine.ErrInvalidRequest, opts.Interval, opts.Threshold, opts.Epoch)
+		return fmt.Errorf("%w: failover: interval %v, threshold %d, epoch %d", engine.ErrInvalidRequest,
+			opts.Interval, opts.Threshold, opts.Epoch)
 	}
 	f.mu.Lock()
 	f.opts.Interval, f.opts.Threshold = opts.Interval, opts.Threshold
@@ -756,7 +800,8 @@ func (l *failoverLease) Mode() engine.Mode     { return l.inner.Mode() }
 func (l *failoverLease) Token() uint64         { return l.epoch<<tokenBits | l.inner.Token() }
 func (l *failoverLease) Done() <-chan struct{} { return l.sig.Done() }
 
-// EngineName names the engine that granted the lease, for observers.
+// EngineName names the engine that granted the lease, for observers
+// (engine.Namer).
 func (l *failoverLease) EngineName() string { return l.engine }
 func (l *failoverLease) Err() error         { return l.sig.Err() }
 

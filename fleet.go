@@ -114,7 +114,8 @@ func (r SwitchReport) String() string {
 		return fmt.Sprintf("only this process switched to %s (epoch %d)", r.Engine, r.Epoch)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d of %d processes on %s (epoch %d)", len(r.Followed), len(r.Followed)+len(r.Stragglers), r.Engine, r.Epoch)
+	fmt.Fprintf(&b, "%d of %d processes on %s (epoch %d)", len(r.Followed),
+		len(r.Followed)+len(r.Stragglers), r.Engine, r.Epoch)
 	for i, m := range r.Stragglers {
 		if i == 0 {
 			b.WriteString("; not yet: ")

@@ -1,6 +1,6 @@
 module github.com/cerberus-go/cerberus
 
-go 1.26.7
+go 1.26.0
 
 require (
 	github.com/Shopify/toxiproxy/v2 v2.12.0
@@ -8,7 +8,7 @@ require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/go-viper/mapstructure/v2 v2.5.0
 	github.com/go-zookeeper/zk v1.0.4
-	github.com/hashicorp/consul/api v1.34.5
+	github.com/hashicorp/consul/api v1.34.4
 	github.com/prometheus/client_golang v1.23.2
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/rs/zerolog v1.33.0

@@ -79,7 +79,8 @@ func switchErrCode(err error) int {
 func (f *Failover) handleSwitch(r *http.Request) (SwitchReport, error) {
 	name := r.FormValue("engine")
 	if name == "" {
-		return SwitchReport{}, errors.Join(errBadSwitch, errors.New("cerberus: name the engine: ?engine=NAME"))
+		return SwitchReport{}, errors.Join(errBadSwitch,
+			errors.New("cerberus: name the engine: ?engine=NAME"))
 	}
 	if !f.has(name) {
 		return SwitchReport{}, errors.Join(ErrUnknownEngine, errors.New("cerberus: unknown engine "+name))
@@ -88,7 +89,8 @@ func (f *Failover) handleSwitch(r *http.Request) (SwitchReport, error) {
 	if s := r.FormValue("wait"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 || d > time.Minute {
-			return SwitchReport{}, errors.Join(errBadSwitch, errors.New("cerberus: wait must be a duration within [0, 1m], such as 5s"))
+			return SwitchReport{}, errors.Join(errBadSwitch,
+				errors.New("cerberus: wait must be a duration within [0, 1m], such as 5s"))
 		}
 		wait = d
 	}
@@ -148,8 +150,10 @@ func (f *Failover) statusDoc() statusDoc {
 		doc.Fleet = &fl
 	}
 	for _, s := range f.Status() {
-		doc.Engines = append(doc.Engines, engineDocItem{Name: s.Name, Active: s.Active, Healthy: s.Healthy,
-			Failures: s.Failures, LatencyMS: float64(s.Latency.Microseconds()) / 1000, LastError: s.LastErr})
+		doc.Engines = append(doc.Engines,
+			engineDocItem{Name: s.Name, Active: s.Active, Healthy: s.Healthy,
+				Failures: s.Failures, LatencyMS: float64(s.Latency.Microseconds()) / 1000,
+				LastError: s.LastErr})
 	}
 	return doc
 }

@@ -37,7 +37,8 @@ func (h *hold) acquire(ctx context.Context, req engine.Request) error {
 	start := time.Now()
 	l, err := h.c.eng.Acquire(ctx, req)
 	if h.obs != nil {
-		ev := AcquireEvent{Engine: engineOf(h.c.eng, nil), Key: h.key, Shared: h.mode == engine.Shared, Wait: req.Wait, Duration: time.Since(start), Err: err}
+		ev := AcquireEvent{Engine: engineOf(h.c.eng, nil), Key: h.key, Shared: h.mode == engine.Shared,
+			Wait: req.Wait, Duration: time.Since(start), Err: err}
 		if err == nil {
 			ev.Engine, ev.Token = engineOf(h.c.eng, l), l.Token()
 			h.granter.Store(&ev.Engine)
@@ -228,9 +229,11 @@ func newMulti(parts []*Lease) *Lease {
 func (l *Lease) watchParts() {
 	l.once.Do(func() {
 		cases := make([]reflect.SelectCase, 0, len(l.parts)+1)
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(l.multi.Done())})
+		cases = append(cases,
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(l.multi.Done())})
 		for _, p := range l.parts {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.h.sig.Done())})
+			cases = append(cases,
+				reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.h.sig.Done())})
 		}
 		go func() {
 			i, _, _ := reflect.Select(cases)

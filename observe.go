@@ -45,14 +45,15 @@ type LostEvent struct {
 // covers every call; given to a call, that call. The default is none.
 func WithObserver(o Observer) Option { return func(s *settings) { s.observer = o } }
 
-// engineOf names the engine that granted l: under a Failover, the engine
-// that was active at the grant. With no lease (a refusal), it names the
+// engineOf names the engine that granted l (engine.Namer): under a
+// Failover, the engine that was active at the grant. With no lease (a
+// refusal), it names the engine that serves now (engine.Switcher), the
 // Failover's active engine.
 func engineOf(e engine.Engine, l engine.Lease) string {
-	if n, ok := l.(interface{ EngineName() string }); ok {
+	if n, ok := l.(engine.Namer); ok {
 		return n.EngineName()
 	}
-	if a, ok := e.(interface{ Active() string }); ok {
+	if a, ok := e.(engine.Switcher); ok {
 		return a.Active()
 	}
 	return e.Name()
@@ -66,19 +67,22 @@ func LogObserver(l *slog.Logger) Observer { return logObserver{l} }
 type logObserver struct{ l *slog.Logger }
 
 func (o logObserver) Acquired(e AcquireEvent) {
-	attrs := []any{slog.String("engine", e.Engine), slog.String("key", e.Key), slog.Bool("shared", e.Shared), slog.Duration("took", e.Duration)}
+	attrs := []any{slog.String("engine", e.Engine), slog.String("key", e.Key),
+		slog.Bool("shared", e.Shared), slog.Duration("took", e.Duration)}
 	switch {
 	case e.Err == nil:
 		o.l.Debug("cerberus: lock granted", append(attrs, slog.Uint64("token", e.Token))...)
 	case errorsIsCtx(e.Err):
-		o.l.Info("cerberus: lock wait ended with its context", append(attrs, slog.String("err", e.Err.Error()))...)
+		o.l.Info("cerberus: lock wait ended with its context",
+			append(attrs, slog.String("err", e.Err.Error()))...)
 	default:
 		o.l.Warn("cerberus: lock not acquired", append(attrs, slog.String("err", e.Err.Error()))...)
 	}
 }
 
 func (o logObserver) Lost(e LostEvent) {
-	o.l.Warn("cerberus: lease lost", slog.String("engine", e.Engine), slog.String("key", e.Key), slog.String("err", e.Err.Error()))
+	o.l.Warn("cerberus: lease lost", slog.String("engine", e.Engine), slog.String("key", e.Key),
+		slog.String("err", e.Err.Error()))
 }
 
 func errorsIsCtx(err error) bool {

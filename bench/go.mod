@@ -1,6 +1,6 @@
 module github.com/cerberus-go/cerberus/bench
 
-go 1.26.7
+go 1.26.0
 
 require (
 	github.com/bsm/redislock v0.9.4
@@ -8,7 +8,7 @@ require (
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/go-zookeeper/zk v1.0.4
-	github.com/hashicorp/consul/api v1.34.5
+	github.com/hashicorp/consul/api v1.34.4
 	github.com/redis/go-redis/v9 v9.23.0
 )
 

@@ -183,7 +183,8 @@ func Interleaved(n int, libs ...Cycle) ([]Latencies, error) {
 		for _, d := range c {
 			total += d
 		}
-		out[i] = Latencies{Name: lib.Name, Cycles: len(c), Total: total, P50: c[len(c)*50/100], P99: c[min(len(c)-1, len(c)*99/100)]}
+		out[i] = Latencies{Name: lib.Name, Cycles: len(c), Total: total, P50: c[len(c)*50/100],
+			P99: c[min(len(c)-1, len(c)*99/100)]}
 	}
 	return out, nil
 }
@@ -194,8 +195,10 @@ func (l Latencies) Rate() float64 { return float64(l.Cycles) / l.Total.Seconds()
 // Report prints the machine-readable lines of the uncontended figure.
 func (l Latencies) Report(w io.Writer) {
 	fmt.Fprintf(w, "BENCH uncontended %s cycles_per_s=%.1f\n", l.Name, l.Rate())
-	fmt.Fprintf(w, "BENCH uncontended %s p50_us=%.1f\n", l.Name, float64(l.P50)/float64(time.Microsecond))
-	fmt.Fprintf(w, "BENCH uncontended %s p99_us=%.1f\n", l.Name, float64(l.P99)/float64(time.Microsecond))
+	fmt.Fprintf(w, "BENCH uncontended %s p50_us=%.1f\n", l.Name,
+		float64(l.P50)/float64(time.Microsecond))
+	fmt.Fprintf(w, "BENCH uncontended %s p99_us=%.1f\n", l.Name,
+		float64(l.P99)/float64(time.Microsecond))
 }
 
 // Ratio prints "BENCH ratio <figure> <a>/<b>=<x>".

@@ -65,7 +65,7 @@ type mysqlLocker struct {
 // locks (GET_LOCK/RELEASE_LOCK on a pinned connection), which wake waiters
 // inside the server: the baseline.
 func mysqlLibraries(dsn, table string) []mysqlLocker {
-	cerb := func(strategy string) func(b *testing.B, key string) LockFunc {
+	cerb := func(strategy mysql.Strategy) func(b *testing.B, key string) LockFunc {
 		return func(b *testing.B, key string) LockFunc {
 			e, err := mysql.Open(dsn, mysql.WithTable(table), mysql.WithStrategy(strategy))
 			if err != nil {

@@ -85,7 +85,7 @@ func redisLibraries(addr, prefix string) []redisLockers {
 			}
 		}},
 		{"cerberus-fair", func(b *testing.B, key string) LockFunc {
-			c := newCerberusRedis(b, addr, prefix, redis.WithFair())
+			c := newCerberusRedis(b, addr, prefix, redis.WithFair(true))
 			return func(ctx context.Context) (func() error, error) {
 				l, err := c.Lock(ctx, key)
 				if err != nil {

@@ -58,115 +58,135 @@ func (c *Config) Build(ctx context.Context) ([]Named, error) {
 }
 
 // build is the one switch from kind to constructor.
-func (e *Engine) build(ctx context.Context) (engine.Engine, error) {
-	var tlsConfig *tls.Config // for the go-redis clients
-	if e.TLS != nil && contains(redisKinds, e.Kind) {
+func (e *EngineSpec) build(ctx context.Context) (engine.Engine, error) {
+	switch e.Kind {
+	case KindMemory:
+		return memory.New(), nil
+	case KindRedis, KindRedisCluster, KindRedlock:
+		return e.buildRedis()
+	case KindZooKeeper:
+		return e.buildZooKeeper()
+	case KindConsul:
+		return e.buildConsul()
+	case KindMySQL:
+		return e.buildMySQL(ctx)
+	}
+	// validate refuses unknown kinds; a Config built by hand may still
+	// hold one.
+	return nil, fmt.Errorf("%w: unknown kind %q (want one of %s)", ErrInvalid, e.Kind,
+		strings.Join(Kinds, ", "))
+}
+
+// buildRedis builds a redis, redis-cluster or redlock engine over go-redis
+// clients of its own.
+func (e *EngineSpec) buildRedis() (engine.Engine, error) {
+	var tlsConfig *tls.Config
+	if e.TLS != nil {
 		var err error
 		if tlsConfig, err = e.TLS.clientConfig(); err != nil {
 			return nil, err
 		}
 	}
 	switch e.Kind {
-	case KindMemory:
-		return memory.New(), nil
-
-	case KindRedis:
-		client := goredis.NewClient(&goredis.Options{Addr: e.Addrs[0], Username: e.Username, Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName(), TLSConfig: tlsConfig, ContextTimeoutEnabled: true})
-		eng, err := redis.New(client, e.redisOptions()...)
-		return own(eng, err, client.Close)
-
 	case KindRedisCluster:
-		client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: e.Addrs, Username: e.Username, Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName(), TLSConfig: tlsConfig, ContextTimeoutEnabled: true})
+		client := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: e.Addrs, Username: e.Username,
+			Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName(), TLSConfig: tlsConfig, ContextTimeoutEnabled: true})
 		eng, err := redis.New(client, e.redisOptions()...)
 		return own(eng, err, client.Close)
-
 	case KindRedlock:
 		clients := make([]redis.Client, len(e.Addrs))
 		closers := make([]func() error, len(e.Addrs))
 		for i, a := range e.Addrs {
-			c := goredis.NewClient(&goredis.Options{Addr: a, Username: e.Username, Password: e.password, PoolSize: e.MaxConns, ClientName: e.clientName(), TLSConfig: tlsConfig, ContextTimeoutEnabled: true})
+			c := e.redisClient(a, tlsConfig)
 			clients[i], closers[i] = c, c.Close
 		}
 		eng, err := redis.NewRedlock(clients, redis.WithNodeOptions(e.redisOptions()...))
 		return own(eng, err, closers...)
-
-	case KindZooKeeper:
-		timeout := e.SessionTimeout
-		if timeout == 0 {
-			timeout = DefaultZKSessionTimeout
-		}
-		var opts []zookeeper.Option
-		if e.Prefix != "" {
-			opts = append(opts, zookeeper.WithBasePath(e.Prefix))
-		}
-		if e.Username != "" {
-			opts = append(opts, zookeeper.WithDigest(e.Username, e.password))
-		}
-		// Dial's engine owns its connection: Close closes it.
-		eng, err := zookeeper.Dial(e.Addrs, timeout, opts...)
-		return own(eng, err)
-
-	case KindConsul:
-		var opts []consul.Option
-		if e.token != "" {
-			opts = append(opts, consul.WithToken(e.token))
-		}
-		if e.Datacenter != "" {
-			opts = append(opts, consul.WithDatacenter(e.Datacenter))
-		}
-		if e.SessionTTL != 0 {
-			opts = append(opts, consul.WithSessionTTL(e.SessionTTL))
-		}
-		if e.LockDelay != nil {
-			opts = append(opts, consul.WithLockDelay(*e.LockDelay))
-		}
-		if e.Fair {
-			opts = append(opts, consul.WithFair(true))
-		}
-		if e.Starvation != nil {
-			opts = append(opts, consul.WithStarvation(*e.Starvation))
-		}
-		if e.MaxConns != 0 {
-			opts = append(opts, consul.WithMaxConns(e.MaxConns))
-		}
-		if e.Prefix != "" {
-			opts = append(opts, consul.WithPrefix(e.Prefix))
-		}
-		if e.TLS != nil {
-			opts = append(opts, consul.WithTLS(e.TLS.consulConfig()))
-		}
-		eng, err := consul.Dial(e.Addrs[0], opts...)
-		return own(eng, err)
-
-	case KindMySQL:
-		var opts []mysql.Option
-		if e.Table != "" {
-			opts = append(opts, mysql.WithTable(e.Table))
-		}
-		if e.Strategy != "" {
-			opts = append(opts, mysql.WithStrategy(e.Strategy))
-		}
-		if e.MaxConns != 0 {
-			opts = append(opts, mysql.WithMaxConns(e.MaxConns))
-		}
-		dsn, err := e.mysqlDSN()
-		if err != nil {
-			return nil, err
-		}
-		// Open's engine owns its pool: Close closes it.
-		eng, err := mysql.Open(dsn, opts...)
-		if err != nil {
-			return nil, err
-		}
-		if err := eng.Migrate(ctx); err != nil {
-			_ = eng.Close()
-			return nil, fmt.Errorf("migrate: %w", err)
-		}
-		return eng, nil
 	}
-	// validate refuses unknown kinds; a Config built by hand may still
-	// hold one.
-	return nil, fmt.Errorf("%w: unknown kind %q (want one of %s)", ErrInvalid, e.Kind, strings.Join(Kinds, ", "))
+	client := e.redisClient(e.Addrs[0], tlsConfig)
+	eng, err := redis.New(client, e.redisOptions()...)
+	return own(eng, err, client.Close)
+}
+
+// redisClient is a go-redis client of one server at addr.
+func (e *EngineSpec) redisClient(addr string, tlsConfig *tls.Config) *goredis.Client {
+	// ContextTimeoutEnabled: the engine's own deadlines (a renewal's, a
+	// round trip's) bound reads on a hung server too.
+	return goredis.NewClient(&goredis.Options{Addr: addr, Username: e.Username, Password: e.password,
+		PoolSize: e.MaxConns, ClientName: e.clientName(), TLSConfig: tlsConfig, ContextTimeoutEnabled: true})
+}
+
+// buildZooKeeper dials a zookeeper engine; the engine owns its connection:
+// Close closes it.
+func (e *EngineSpec) buildZooKeeper() (engine.Engine, error) {
+	timeout := e.SessionTimeout
+	if timeout == 0 {
+		timeout = DefaultZKSessionTimeout
+	}
+	var opts []zookeeper.Option
+	if e.Prefix != "" {
+		opts = append(opts, zookeeper.WithBasePath(e.Prefix))
+	}
+	if e.Username != "" {
+		opts = append(opts, zookeeper.WithDigest(e.Username, e.password))
+	}
+	eng, err := zookeeper.Dial(e.Addrs, timeout, opts...)
+	return own(eng, err)
+}
+
+// buildConsul dials a consul engine with the options the entry sets.
+func (e *EngineSpec) buildConsul() (engine.Engine, error) {
+	var opts []consul.Option
+	add := func(set bool, o consul.Option) {
+		if set {
+			opts = append(opts, o)
+		}
+	}
+	add(e.token != "", consul.WithToken(e.token))
+	add(e.Datacenter != "", consul.WithDatacenter(e.Datacenter))
+	add(e.SessionTTL != 0, consul.WithSessionTTL(e.SessionTTL))
+	if e.LockDelay != nil {
+		opts = append(opts, consul.WithLockDelay(*e.LockDelay))
+	}
+	add(e.Fair, consul.WithFair(true))
+	if e.Starvation != nil {
+		opts = append(opts, consul.WithStarvation(*e.Starvation))
+	}
+	add(e.MaxConns != 0, consul.WithMaxConns(e.MaxConns))
+	add(e.Prefix != "", consul.WithPrefix(e.Prefix))
+	if e.TLS != nil {
+		opts = append(opts, consul.WithTLS(e.TLS.consulConfig()))
+	}
+	eng, err := consul.Dial(e.Addrs[0], opts...)
+	return own(eng, err)
+}
+
+// buildMySQL opens a mysql engine, which owns its pool (Close closes it),
+// and migrates its table.
+func (e *EngineSpec) buildMySQL(ctx context.Context) (engine.Engine, error) {
+	var opts []mysql.Option
+	if e.Table != "" {
+		opts = append(opts, mysql.WithTable(e.Table))
+	}
+	if e.Strategy != "" {
+		opts = append(opts, mysql.WithStrategy(mysql.Strategy(e.Strategy)))
+	}
+	if e.MaxConns != 0 {
+		opts = append(opts, mysql.WithMaxConns(e.MaxConns))
+	}
+	dsn, err := e.mysqlDSN()
+	if err != nil {
+		return nil, err
+	}
+	eng, err := mysql.Open(dsn, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := eng.Migrate(ctx); err != nil {
+		_ = eng.Close()
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	return eng, nil
 }
 
 // mysqlDSN returns the DSN a mysql engine opens: e.DSN, plus tls=<name>
@@ -176,7 +196,7 @@ func (e *Engine) build(ctx context.Context) (engine.Engine, error) {
 // configurations of one engine name with different TLS settings do not
 // replace each other's registration; building the same one again
 // re-registers it with the files as they are now.
-func (e *Engine) mysqlDSN() (string, error) {
+func (e *EngineSpec) mysqlDSN() (string, error) {
 	if e.TLS == nil {
 		return e.DSN, nil
 	}
@@ -196,7 +216,8 @@ func (e *Engine) mysqlDSN() (string, error) {
 		return "", fmt.Errorf("%w: dsn: %w", ErrInvalid, err)
 	}
 	if dc.TLSConfig != "" {
-		return "", fmt.Errorf("%w: tls: the dsn already sets tls=%s; configure TLS in one place", ErrInvalid, dc.TLSConfig)
+		return "", fmt.Errorf("%w: tls: the dsn already sets tls=%s; configure TLS in one place",
+			ErrInvalid, dc.TLSConfig)
 	}
 	dc.TLSConfig = name
 	return dc.FormatDSN(), nil
@@ -204,15 +225,15 @@ func (e *Engine) mysqlDSN() (string, error) {
 
 // clientName is the name the go-redis clients give their connections
 // (CLIENT SETNAME), so that operators can tell them apart in CLIENT LIST.
-func (e *Engine) clientName() string { return "cerberus-" + e.Name }
+func (e *EngineSpec) clientName() string { return "cerberus-" + e.Name }
 
-func (e *Engine) redisOptions() []redis.Option {
+func (e *EngineSpec) redisOptions() []redis.Option {
 	var opts []redis.Option
 	if e.Prefix != "" {
 		opts = append(opts, redis.WithPrefix(e.Prefix))
 	}
 	if e.Fair {
-		opts = append(opts, redis.WithFair())
+		opts = append(opts, redis.WithFair(true))
 	}
 	if e.Starvation != nil {
 		opts = append(opts, redis.WithStarvation(*e.Starvation))
@@ -258,12 +279,14 @@ func (o *owned) Close() error {
 }
 
 // Unwrap returns the engine inside, for callers that need its concrete
-// type (such as *redis.Engine).
+// type (such as *redis.Engine): an owned engine is an engine.Wrapper.
 func (o *owned) Unwrap() engine.Engine { return o.Engine }
+
+var _ engine.Wrapper = (*owned)(nil)
 
 // buildError names the engine and keeps the cause for errors.Is, unless
 // the cause's text holds a secret; then only the scrubbed text is kept.
-func buildError(i int, e *Engine, err error) error {
+func buildError(i int, e *EngineSpec, err error) error {
 	prefix := fmt.Sprintf("engines[%d] (%s)", i, e.Name)
 	secrets := []string{e.password, e.token, e.Password, e.Token, e.DSN, dsnPassword(e.DSN)}
 	msg := err.Error()

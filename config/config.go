@@ -7,6 +7,8 @@ import (
 	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
+
+	"github.com/cerberus-go/cerberus"
 )
 
 // ErrInvalid is wrapped by every error Load, Parse and Watch report for a
@@ -25,7 +27,8 @@ const (
 )
 
 // Kinds lists every engine kind, in the order error messages name them.
-var Kinds = []string{KindMemory, KindRedis, KindRedisCluster, KindRedlock, KindZooKeeper, KindConsul, KindMySQL}
+var Kinds = []string{KindMemory, KindRedis, KindRedisCluster, KindRedlock, KindZooKeeper,
+	KindConsul, KindMySQL}
 
 // Failback modes.
 const (
@@ -33,11 +36,12 @@ const (
 	FailbackAuto = "auto" // return to a preferred engine once it is healthy
 )
 
-// Defaults applied to keys the configuration leaves out.
+// Defaults applied to keys the configuration leaves out. Those the root
+// package also has are its own: one place sets each.
 const (
-	DefaultHealthInterval   = time.Second
-	DefaultHealthThreshold  = 3
-	DefaultLeaseWatchdog    = 30 * time.Second
+	DefaultHealthInterval   = cerberus.DefaultInterval
+	DefaultHealthThreshold  = cerberus.DefaultThreshold
+	DefaultLeaseWatchdog    = cerberus.DefaultWatchdog
 	DefaultFailback         = FailbackOff
 	DefaultZKSessionTimeout = 4 * time.Second
 )
@@ -47,12 +51,12 @@ const (
 type Config struct {
 	// Engines lists the configured engines in priority order, primary
 	// first.
-	Engines []Engine `mapstructure:"engines"`
-	// Engine pins the active engine by name (Cerberus's cerberus_engine).
+	Engines []EngineSpec `mapstructure:"engines"`
+	// Active pins the active engine by name (the YAML key engine).
 	// Empty means the first healthy engine in order. A name that matches no
 	// configured engine is not an error: the first healthy engine is used
 	// and Warnings reports it.
-	Engine string `mapstructure:"engine"`
+	Active string `mapstructure:"engine"`
 	// Health configures the health checks.
 	Health Health `mapstructure:"health"`
 	// Auto turns automatic failover on: after Health.Threshold failed checks
@@ -79,11 +83,12 @@ type Config struct {
 	// 30s without grants after a switch. Shorter leases (lease.watchdog or
 	// lease.ttl) shorten that gap. The default is true.
 	Fence bool `mapstructure:"fence"`
-	// Lease configures lease periods.
-	Lease Lease `mapstructure:"lease"`
+	// Lease holds the lease defaults every Client of this configuration
+	// uses.
+	Lease LeaseDefaults `mapstructure:"lease"`
 	// EngineKey, when set, is a Consul KV key that decides the active
 	// engine for a whole fleet: every process that Opened the
-	// configuration follows its value, which takes precedence over Engine,
+	// configuration follows its value, which takes precedence over Active,
 	// and registers itself under the key for the fleet view and the fleet's
 	// automatic decisions. See EngineKey.
 	EngineKey EngineKey `mapstructure:"engine_key"`
@@ -217,7 +222,8 @@ func (t *TLS) String() string {
 		return "off"
 	}
 	var parts []string
-	for _, kv := range []struct{ k, v string }{{"ca_file", t.CAFile}, {"cert_file", t.CertFile}, {"key_file", t.KeyFile}, {"server_name", t.ServerName}} {
+	for _, kv := range []struct{ k, v string }{{"ca_file", t.CAFile}, {"cert_file", t.CertFile},
+		{"key_file", t.KeyFile}, {"server_name", t.ServerName}} {
 		if kv.v != "" {
 			parts = append(parts, fmt.Sprintf("%s: %q", kv.k, kv.v))
 		}
@@ -238,8 +244,9 @@ type Health struct {
 	Threshold int `mapstructure:"threshold"`
 }
 
-// Lease configures lease periods.
-type Lease struct {
+// LeaseDefaults are the lease periods a Client uses when a call sets none
+// (the YAML key lease).
+type LeaseDefaults struct {
 	// TTL, when positive, makes every lease a fixed lease that expires TTL
 	// after its grant. The default, 0, is automatic renewal.
 	TTL time.Duration `mapstructure:"ttl"`
@@ -248,9 +255,10 @@ type Lease struct {
 	Watchdog time.Duration `mapstructure:"watchdog"`
 }
 
-// Engine configures one engine. Which fields apply depends on Kind; a field
-// set for a kind it does not apply to is a validation error.
-type Engine struct {
+// EngineSpec configures one engine (an entry of the YAML key engines).
+// Which fields apply depends on Kind; a field set for a kind it does not
+// apply to is a validation error.
+type EngineSpec struct {
 	// Name identifies the engine: unique, made of [a-z0-9-].
 	Name string `mapstructure:"name"`
 	// Kind is one of Kinds.
@@ -333,14 +341,14 @@ type Engine struct {
 // RedisPassword returns the password resolved at load time from Password,
 // PasswordFile or PasswordEnv, or "": the Redis AUTH password, or on a
 // zookeeper engine the digest password.
-func (e *Engine) RedisPassword() string { return e.password }
+func (e *EngineSpec) RedisPassword() string { return e.password }
 
 // ConsulToken returns the Consul ACL token resolved at load time from Token,
 // TokenFile or TokenEnv, or "".
-func (e *Engine) ConsulToken() string { return e.token }
+func (e *EngineSpec) ConsulToken() string { return e.token }
 
 // Find returns the configured engine named name, or nil.
-func (c *Config) Find(name string) *Engine {
+func (c *Config) Find(name string) *EngineSpec {
 	for i := range c.Engines {
 		if c.Engines[i].Name == name {
 			return &c.Engines[i]
@@ -354,20 +362,24 @@ func (c *Config) Find(name string) *Engine {
 // never contains secrets.
 func (c *Config) Warnings() []string {
 	var w []string
-	if c.Engine != "" && c.Find(c.Engine) == nil {
-		w = append(w, fmt.Sprintf("engine: %q names no configured engine; the first healthy engine in order is used", c.Engine))
+	if c.Active != "" && c.Find(c.Active) == nil {
+		w = append(w, fmt.Sprintf("engine: %q names no configured engine; the first healthy engine in "+
+			"order is used", c.Active))
 	}
 	if c.EngineKey.Quorum == 1 && c.Auto {
-		w = append(w, "engine_key.quorum: 1 lets one process that alone loses an engine move the whole fleet")
+		w = append(w, "engine_key.quorum: 1 lets one process that alone loses an engine move the whole "+
+			"fleet")
 	}
 	key, period := c.leaseKey()
 	for i, e := range c.Engines {
 		switch {
 		case e.Kind == KindZooKeeper && period < e.zkFloor():
-			w = append(w, fmt.Sprintf("%s: %v is below engines[%d] (%s)'s session timeout: a crashed or paused holder keeps its keys until the server expires its session, within %v",
+			w = append(w, fmt.Sprintf("%s: %v is below engines[%d] (%s)'s session timeout: a crashed or "+
+				"paused holder keeps its keys until the server expires its session, within %v",
 				key, period, i, e.Name, e.zkFloor()))
 		case e.Kind == KindMySQL && e.Strategy == "row" && period < time.Second:
-			w = append(w, fmt.Sprintf("%s: %v is below engines[%d] (%s)'s floor of 1s: the server ends a silent holder's session after a wait_timeout of whole seconds",
+			w = append(w, fmt.Sprintf("%s: %v is below engines[%d] (%s)'s floor of 1s: the server ends a "+
+				"silent holder's session after a wait_timeout of whole seconds",
 				key, period, i, e.Name))
 		}
 	}
@@ -380,7 +392,7 @@ func (c *Config) Warnings() []string {
 // zkFloor bounds how long a silent holder keeps its keys on a zookeeper
 // engine: the session timeout, plus up to one server tickTime, which is at
 // most half the negotiated timeout.
-func (e *Engine) zkFloor() time.Duration {
+func (e *EngineSpec) zkFloor() time.Duration {
 	t := e.SessionTimeout
 	if t == 0 {
 		t = DefaultZKSessionTimeout
@@ -394,7 +406,7 @@ func defaults() Config {
 		Health:   Health{Interval: DefaultHealthInterval, Threshold: DefaultHealthThreshold},
 		Failback: DefaultFailback,
 		Fence:    true,
-		Lease:    Lease{Watchdog: DefaultLeaseWatchdog},
+		Lease:    LeaseDefaults{Watchdog: DefaultLeaseWatchdog},
 	}
 }
 
@@ -410,8 +422,10 @@ func (c Config) String() string {
 		}
 		b.WriteString(e.String())
 	}
-	fmt.Fprintf(&b, "], engine: %q, health: {interval: %v, threshold: %d}, auto: %t, failback: %q, fence: %t, lease: {ttl: %v, watchdog: %v}",
-		c.Engine, c.Health.Interval, c.Health.Threshold, c.Auto, c.Failback, c.Fence, c.Lease.TTL, c.Lease.Watchdog)
+	fmt.Fprintf(&b, "], engine: %q, health: {interval: %v, threshold: %d}, auto: %t, failback: %q, "+
+		"fence: %t, lease: {ttl: %v, watchdog: %v}",
+		c.Active, c.Health.Interval, c.Health.Threshold, c.Auto, c.Failback, c.Fence, c.Lease.TTL,
+		c.Lease.Watchdog)
 	if c.SingleProcess {
 		b.WriteString(", single_process: true")
 	}
@@ -427,7 +441,7 @@ func (c Config) GoString() string { return c.String() }
 
 // String describes the engine without any secret: passwords and tokens
 // show as <redacted>, a DSN with its password replaced.
-func (e Engine) String() string {
+func (e EngineSpec) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s(%s", e.Name, e.Kind)
 	if len(e.Addrs) > 0 {
@@ -482,7 +496,7 @@ func (e Engine) String() string {
 }
 
 // GoString is String, so that %#v hides secrets too.
-func (e Engine) GoString() string { return e.String() }
+func (e EngineSpec) GoString() string { return e.String() }
 
 // RedactDSN returns a go-sql-driver/mysql DSN with its password replaced
 // by <redacted>. A DSN that does not parse is replaced whole.

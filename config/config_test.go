@@ -16,7 +16,7 @@ const consulTokenEnv = "CERBERUS_TEST_CONSUL_TOKEN"
 func wantFull() *Config {
 	zero, starve := time.Duration(0), 5*time.Millisecond
 	return &Config{
-		Engines: []Engine{
+		Engines: []EngineSpec{
 			{Name: "primary", Kind: KindRedis, Addrs: []string{"127.0.0.1:6379"},
 				PasswordFile: "testdata/redis.pass", Prefix: "app:", Fair: true, Starvation: &starve, MaxConns: 20,
 				password: "s3cr3t-from-file"},
@@ -32,13 +32,13 @@ func wantFull() *Config {
 				Strategy: "row", Table: "app_locks", MaxConns: 10},
 			{Name: "mem", Kind: KindMemory},
 		},
-		Engine:        "zk",
+		Active:        "zk",
 		Health:        Health{Interval: 2 * time.Second, Threshold: 5},
 		Auto:          true,
 		Failback:      FailbackAuto,
 		SingleProcess: true,
 		Fence:         false,
-		Lease:         Lease{TTL: 40 * time.Second, Watchdog: 45 * time.Second},
+		Lease:         LeaseDefaults{TTL: 40 * time.Second, Watchdog: 45 * time.Second},
 	}
 }
 
@@ -73,11 +73,11 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Config{
-		Engines:  []Engine{{Name: "mem", Kind: KindMemory}},
+		Engines:  []EngineSpec{{Name: "mem", Kind: KindMemory}},
 		Health:   Health{Interval: time.Second, Threshold: 3},
 		Failback: FailbackOff,
 		Fence:    true,
-		Lease:    Lease{Watchdog: 30 * time.Second},
+		Lease:    LeaseDefaults{Watchdog: 30 * time.Second},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %s\nwant %s", got, want)
@@ -254,10 +254,10 @@ func TestEnvOverride(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Config{
-		Engines: []Engine{{Name: "m", Kind: KindMemory}},
-		Engine:  "other", Auto: true, SingleProcess: true, Failback: FailbackAuto, Fence: false,
+		Engines: []EngineSpec{{Name: "m", Kind: KindMemory}},
+		Active:  "other", Auto: true, SingleProcess: true, Failback: FailbackAuto, Fence: false,
 		Health: Health{Interval: 250 * time.Millisecond, Threshold: 9},
-		Lease:  Lease{TTL: 3 * time.Second, Watchdog: time.Minute},
+		Lease:  LeaseDefaults{TTL: 3 * time.Second, Watchdog: time.Minute},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Load with env =\n%s\nwant\n%s", got, want)
@@ -272,7 +272,7 @@ func TestEnvOverride(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Engine != "" || p.Health.Interval != time.Second || !p.Fence {
+	if p.Active != "" || p.Health.Interval != time.Second || !p.Fence {
 		t.Errorf("Parse applied the environment: %s", p)
 	}
 

@@ -50,7 +50,8 @@ type fleetPolicy struct {
 }
 
 func (c *Config) fleetPolicy() fleetPolicy {
-	return fleetPolicy{auto: c.Auto, failback: c.Failback == FailbackAuto, quorum: c.EngineKey.Quorum, interval: c.Health.Interval}
+	return fleetPolicy{auto: c.Auto, failback: c.Failback == FailbackAuto, quorum: c.EngineKey.Quorum,
+		interval: c.Health.Interval}
 }
 
 // needed returns how many of n live processes make a quorum.
@@ -72,7 +73,8 @@ type decision struct {
 // healthy, when a quorum sees cur down (failover) or, with failback and
 // no operator's pin, when a quorum sees an earlier engine healthy. self is
 // this process's report, used only to explain a refusal.
-func decide(order []string, cur keyValue, members []cerberus.FleetMember, self cerberus.FleetMember, p fleetPolicy) decision {
+func decide(order []string, cur keyValue, members []cerberus.FleetMember, self cerberus.FleetMember,
+	p fleetPolicy) decision {
 	n := len(members)
 	if n == 0 || !p.auto {
 		return decision{}
@@ -100,7 +102,8 @@ func decide(order []string, cur keyValue, members []cerberus.FleetMember, self c
 		if to := firstHealthy(cur.Engine); to != "" {
 			return decision{to: to, reason: "failover"}
 		}
-		return decision{note: fmt.Sprintf("%s is down for %d of %d processes, but no other engine is healthy for %d", cur.Engine, down, n, need)}
+		return decision{note: fmt.Sprintf("%s is down for %d of %d processes, but no other engine is "+
+			"healthy for %d", cur.Engine, down, n, need)}
 	}
 	if p.failback && cur.Reason != "operator" {
 		if to := firstHealthy(""); to != "" && slices.Index(order, to) < slices.Index(order, cur.Engine) {
@@ -108,7 +111,8 @@ func decide(order []string, cur keyValue, members []cerberus.FleetMember, self c
 		}
 	}
 	if slices.Contains(self.Down, cur.Engine) {
-		return decision{note: fmt.Sprintf("outvoted: %s is down here, but for %d of %d processes only (%d needed); staying, and calls on %s fail here until it answers",
+		return decision{note: fmt.Sprintf("outvoted: %s is down here, but for %d of %d processes only "+
+			"(%d needed); staying, and calls on %s fail here until it answers",
 			cur.Engine, down, n, need, cur.Engine)}
 	}
 	return decision{}
@@ -154,8 +158,8 @@ func newFleet(cfg *Config, f *cerberus.Failover, kv *api.Client, log *slog.Logge
 // defaultEngine is the engine an empty engine key means: the file's
 // engine setting, or the first engine in order.
 func (c *Config) defaultEngine() string {
-	if c.Engine != "" && c.Find(c.Engine) != nil {
-		return c.Engine
+	if c.Active != "" && c.Find(c.Active) != nil {
+		return c.Active
 	}
 	return c.Engines[0].Name
 }
@@ -185,7 +189,8 @@ func (fl *fleet) resolve(v keyValue) keyValue {
 }
 
 // readKey reads the key once: its value (resolved) and modify index.
-func (fl *fleet) readKey(ctx context.Context, q *api.QueryOptions) (keyValue, uint64, *api.QueryMeta, error) {
+func (fl *fleet) readKey(ctx context.Context,
+	q *api.QueryOptions) (keyValue, uint64, *api.QueryMeta, error) {
 	pair, meta, err := fl.kv.KV().Get(fl.k.Key, q.WithContext(ctx))
 	if err != nil {
 		return keyValue{}, 0, nil, fl.k.scrub(err)
@@ -201,10 +206,12 @@ func (fl *fleet) readKey(ctx context.Context, q *api.QueryOptions) (keyValue, ui
 func (fl *fleet) follow(ctx context.Context) {
 	var wait uint64
 	for ctx.Err() == nil {
-		v, idx, meta, err := fl.readKey(ctx, &api.QueryOptions{WaitIndex: wait, WaitTime: 30 * time.Second})
+		v, idx, meta, err := fl.readKey(ctx,
+			&api.QueryOptions{WaitIndex: wait, WaitTime: 30 * time.Second})
 		if err != nil {
 			if ctx.Err() == nil {
-				fl.setKeyErr(fmt.Sprintf("engine key: read failed on %s; retrying, and no automatic switch until it answers: %v", fl.k.Consul, err))
+				fl.setKeyErr(fmt.Sprintf("engine key: read failed on %s; retrying, and no automatic switch "+
+					"until it answers: %v", fl.k.Consul, err))
 				sleepCtx(ctx, time.Second)
 			}
 			continue
@@ -231,7 +238,8 @@ func (fl *fleet) apply(v keyValue, idx uint64) {
 	before, epoch := fl.f.Active(), fl.f.Epoch()
 	reason := cmp(v.Reason, "operator")
 	if err := fl.f.Follow(v.Engine, v.Epoch, reason); err != nil {
-		fl.log.Warn("cerberus engine key names no configured engine; staying", slog.String("key", fl.k.Key), slog.String("value", v.Engine))
+		fl.log.Warn("cerberus engine key names no configured engine; staying",
+			slog.String("key", fl.k.Key), slog.String("value", v.Engine))
 		return
 	}
 	if fl.f.Active() != before || fl.f.Epoch() != epoch {
@@ -239,7 +247,8 @@ func (fl *fleet) apply(v keyValue, idx uint64) {
 		fl.since = time.Now()
 		fl.mu.Unlock()
 	}
-	fl.log.Info("cerberus engine key applied", slog.String("key", fl.k.Key), slog.String("active", fl.f.Active()),
+	fl.log.Info("cerberus engine key applied", slog.String("key", fl.k.Key),
+		slog.String("active", fl.f.Active()),
 		slog.Uint64("epoch", fl.f.Epoch()), slog.String("reason", reason))
 	fl.poke()
 }
@@ -284,7 +293,8 @@ func (fl *fleet) publish() {
 	if note == "" {
 		note = fl.note
 	}
-	s := cerberus.FleetStatus{Scope: cerberus.ScopeFleet, Key: fl.k.Key, Engine: fl.value.Engine, Epoch: fl.value.Epoch,
+	s := cerberus.FleetStatus{Scope: cerberus.ScopeFleet, Key: fl.k.Key, Engine: fl.value.Engine,
+		Epoch:   fl.value.Epoch,
 		Members: slices.Clone(fl.members), Note: note, Updated: time.Now()}
 	logIt := note != fl.logged
 	fl.logged = note
@@ -297,7 +307,8 @@ func (fl *fleet) publish() {
 
 // self is this process's report.
 func (fl *fleet) self() cerberus.FleetMember {
-	m := cerberus.FleetMember{ID: fl.id, Host: fl.host, PID: os.Getpid(), Active: fl.f.Active(), Epoch: fl.f.Epoch(), Self: true}
+	m := cerberus.FleetMember{ID: fl.id, Host: fl.host, PID: os.Getpid(), Active: fl.f.Active(),
+		Epoch: fl.f.Epoch(), Self: true}
 	fl.mu.Lock()
 	m.Since = fl.since
 	fl.mu.Unlock()
@@ -338,12 +349,14 @@ func (fl *fleet) round(ctx context.Context, r *registration) {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := r.put(rctx, self); err != nil {
-		fl.setNote(fmt.Sprintf("cannot register on %s (no automatic switch until it answers): %v", fl.k.Consul, err))
+		fl.setNote(fmt.Sprintf("cannot register on %s (no automatic switch until it answers): %v",
+			fl.k.Consul, err))
 		return
 	}
 	members, err := fl.list(rctx)
 	if err != nil {
-		fl.setNote(fmt.Sprintf("cannot read the fleet on %s (no automatic switch until it answers): %v", fl.k.Consul, err))
+		fl.setNote(fmt.Sprintf("cannot read the fleet on %s (no automatic switch until it answers): %v",
+			fl.k.Consul, err))
 		return
 	}
 	fl.mu.Lock()
@@ -382,15 +395,18 @@ func (fl *fleet) list(ctx context.Context) ([]cerberus.FleetMember, error) {
 
 // propose writes the decision to the key, if the key is still at idx. A
 // lost race is not an error: the follower reads whatever won.
-func (fl *fleet) propose(ctx context.Context, cur keyValue, idx uint64, members []cerberus.FleetMember, d decision) {
+func (fl *fleet) propose(ctx context.Context, cur keyValue, idx uint64,
+	members []cerberus.FleetMember, d decision) {
 	next := keyValue{Engine: d.to, Epoch: nextEpoch(cur, members), Reason: d.reason,
 		By: fmt.Sprintf("%s/%d", fl.host, os.Getpid()), At: time.Now().UTC()}
 	ok, err := casKey(ctx, fl.kv, &fl.k, next, idx)
 	switch {
 	case err != nil:
-		fl.log.Warn("cerberus fleet: writing the decision failed", slog.String("key", fl.k.Key), slog.String("err", err.Error()))
+		fl.log.Warn("cerberus fleet: writing the decision failed", slog.String("key", fl.k.Key),
+			slog.String("err", err.Error()))
 	case ok:
-		fl.log.Warn("cerberus fleet: switching the fleet", slog.String("key", fl.k.Key), slog.String("from", cur.Engine),
+		fl.log.Warn("cerberus fleet: switching the fleet", slog.String("key", fl.k.Key),
+			slog.String("from", cur.Engine),
 			slog.String("to", d.to), slog.String("reason", d.reason), slog.Uint64("epoch", next.Epoch))
 	}
 }
@@ -406,12 +422,14 @@ func nextEpoch(cur keyValue, members []cerberus.FleetMember) uint64 {
 
 // casKey writes v to the key if its modify index is still idx (0: only if
 // absent) and reports whether it did.
-func casKey(ctx context.Context, kv *api.Client, k *EngineKey, v keyValue, idx uint64) (bool, error) {
+func casKey(ctx context.Context, kv *api.Client, k *EngineKey, v keyValue,
+	idx uint64) (bool, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return false, err
 	}
-	ok, _, err := kv.KV().CAS(&api.KVPair{Key: k.Key, Value: b, ModifyIndex: idx}, (&api.WriteOptions{}).WithContext(ctx))
+	ok, _, err := kv.KV().CAS(&api.KVPair{Key: k.Key, Value: b, ModifyIndex: idx},
+		(&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {
 		return false, fmt.Errorf("engine_key: writing %s on %s: %w", k.Key, k.Consul, k.scrub(err))
 	}
@@ -443,8 +461,10 @@ func (r *registration) put(ctx context.Context, m cerberus.FleetMember) error {
 		}
 	}
 	if r.session == "" {
-		id, _, err := r.fl.kv.Session().Create(&api.SessionEntry{Name: "cerberus fleet " + r.fl.id, TTL: ttl.String(),
-			Behavior: api.SessionBehaviorDelete, LockDelay: time.Millisecond}, (&api.WriteOptions{}).WithContext(ctx))
+		id, _, err := r.fl.kv.Session().Create(&api.SessionEntry{Name: "cerberus fleet " + r.fl.id,
+			TTL:      ttl.String(),
+			Behavior: api.SessionBehaviorDelete, LockDelay: time.Millisecond},
+			(&api.WriteOptions{}).WithContext(ctx))
 		if err != nil {
 			return r.fl.k.scrub(err)
 		}
@@ -455,7 +475,8 @@ func (r *registration) put(ctx context.Context, m cerberus.FleetMember) error {
 	if bytes.Equal(b, r.last) {
 		return nil
 	}
-	ok, _, err := r.fl.kv.KV().Acquire(&api.KVPair{Key: r.fl.prefix() + r.fl.id, Value: b, Session: r.session}, (&api.WriteOptions{}).WithContext(ctx))
+	ok, _, err := r.fl.kv.KV().Acquire(&api.KVPair{Key: r.fl.prefix() + r.fl.id, Value: b,
+		Session: r.session}, (&api.WriteOptions{}).WithContext(ctx))
 	if err != nil {
 		return r.fl.k.scrub(err)
 	}

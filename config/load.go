@@ -60,7 +60,8 @@ func formatOf(path string) (string, error) {
 	if f, ok := formats[ext]; ok {
 		return f, nil
 	}
-	return "", fmt.Errorf("%w: %s: unsupported extension %q (want .yaml, .yml, .toml or .json)", ErrInvalid, path, ext)
+	return "", fmt.Errorf("%w: %s: unsupported extension %q (want .yaml, .yml, .toml or .json)",
+		ErrInvalid, path, ext)
 }
 
 func parse(data []byte, format string, env bool) (*Config, error) {
@@ -240,7 +241,8 @@ func scanSecrets(data []byte) []string {
 	var out []string
 	for _, line := range strings.Split(string(data), "\n") {
 		l := strings.ToLower(line)
-		if !strings.Contains(l, "password") && !strings.Contains(l, "token") && !strings.Contains(l, "dsn") {
+		if !strings.Contains(l, "password") && !strings.Contains(l, "token") &&
+			!strings.Contains(l, "dsn") {
 			continue
 		}
 		if i := strings.IndexAny(line, ":="); i >= 0 {
@@ -311,14 +313,16 @@ func (c *Config) resolveSecrets() []error {
 
 func resolve(path, key, inline, file, env string) (string, error) {
 	var set []string
-	for _, s := range []struct{ k, v string }{{key, inline}, {key + "_file", file}, {key + "_env", env}} {
+	for _, s := range []struct{ k, v string }{{key, inline}, {key + "_file", file},
+		{key + "_env", env}} {
 		if s.v != "" {
 			set = append(set, s.k)
 		}
 	}
 	switch {
 	case len(set) > 1:
-		return "", invalidf("%s.%s: set at most one of %s, %s_file and %s_env (got %s)", path, key, key, key, key, strings.Join(set, ", "))
+		return "", invalidf("%s.%s: set at most one of %s, %s_file and %s_env (got %s)", path, key, key,
+			key, key, strings.Join(set, ", "))
 	case inline != "":
 		return inline, nil
 	case file != "":

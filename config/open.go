@@ -23,7 +23,7 @@ import (
 // here.
 func (c *Config) FailoverOptions() cerberus.FailoverOptions {
 	o := cerberus.FailoverOptions{
-		Active:    c.Engine,
+		Active:    c.Active,
 		Interval:  c.Health.Interval,
 		Threshold: c.Health.Threshold,
 		Auto:      c.Auto,
@@ -82,7 +82,8 @@ type Service struct {
 // list or to lease defaults need a restart; they are logged to log (nil:
 // slog.Default()) and not applied, as is a file that no longer validates.
 // extra options are passed to the Client after the configured ones.
-func Open(ctx context.Context, path string, log *slog.Logger, extra ...cerberus.Option) (*Service, error) {
+func Open(ctx context.Context, path string, log *slog.Logger,
+	extra ...cerberus.Option) (*Service, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -97,33 +98,8 @@ func Open(ctx context.Context, path string, log *slog.Logger, extra ...cerberus.
 	if err != nil {
 		return nil, err
 	}
-	engines := make([]cerberus.NamedEngine, len(named))
-	for i, n := range named {
-		engines[i] = cerberus.NamedEngine{Name: n.Name, Engine: n.Engine}
-	}
-	fo := cfg.FailoverOptions()
-	var kv *api.Client
-	var kvDone func()
-	var fl atomic.Pointer[fleet]
-	if cfg.EngineKey.Set() {
-		if kv, kvDone, err = kvClient(&cfg.EngineKey); err != nil {
-			closeNamed(named)
-			return nil, err
-		}
-		startOnKey(ctx, cfg, kv, &fo, log)
-		fo.Switch = func(ctx context.Context, name string, wait time.Duration) (cerberus.SwitchReport, error) {
-			return Switch(ctx, cfg, name, wait, nil)
-		}
-		fo.OnHealth = func([]cerberus.EngineStatus) {
-			if p := fl.Load(); p != nil {
-				p.poke()
-			}
-		}
-	}
-	f, err := cerberus.NewFailover(engines, fo)
-	if err != nil {
-		closeNamed(named)
-	}
+	var fl atomic.Pointer[fleet] // set once the fleet runs
+	f, kv, kvDone, err := newFailover(ctx, cfg, named, &fl, log)
 	var c *cerberus.Client
 	if err == nil {
 		if c, err = cerberus.New(f, append(cfg.LeaseOptions(), extra...)...); err != nil {
@@ -138,7 +114,6 @@ func Open(ctx context.Context, path string, log *slog.Logger, extra ...cerberus.
 	}
 	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Service{Client: c, Failover: f, cfg: cfg, stop: stop, done: make(chan struct{})}
-	started := cfg
 	var wg sync.WaitGroup
 	if cfg.EngineKey.Set() {
 		p := newFleet(cfg, f, kv, log)
@@ -155,44 +130,90 @@ func Open(ctx context.Context, path string, log *slog.Logger, extra ...cerberus.
 			}
 		}()
 		defer wg.Wait()
-		err := Watch(wctx, path, func(next *Config, err error) {
-			if err != nil {
-				log.Warn("cerberus config reload refused; the running configuration stays", slog.String("path", path), slog.String("err", err.Error()))
-				return
-			}
-			if !sameEngines(started, next) || started.Lease != next.Lease {
-				log.Warn("cerberus config: engines or lease defaults changed; they apply after a restart", slog.String("path", path))
-			}
-			opts := next.FailoverOptions()
-			if p := fl.Load(); p != nil {
-				// The fleet's engine key decides the engine, not the file.
-				opts.Active = p.f.Active()
-				p.setPolicy(next.fleetPolicy())
-			}
-			if err := f.Configure(opts); err != nil {
-				log.Warn("cerberus config reload", slog.String("path", path), slog.String("err", err.Error()))
-				return
-			}
-			log.Info("cerberus config reloaded", slog.String("path", path), slog.String("active", f.Active()))
-		})
-		if err != nil && !errors.Is(err, context.Canceled) {
-			log.Warn("cerberus config watch stopped", slog.String("path", path), slog.String("err", err.Error()))
-		}
+		watchFile(wctx, path, cfg, f, &fl, log)
 	}()
 	return s, nil
+}
+
+// newFailover starts a Failover over the built engines with cfg's policy.
+// With engine_key set it also makes the key's Consul client (kvDone closes
+// it): the key's value decides the engine, Switch writes it, and a change
+// of health wakes the fleet (fl, once it runs). On failure it closes the
+// engines.
+func newFailover(ctx context.Context, cfg *Config, named []Named, fl *atomic.Pointer[fleet],
+	log *slog.Logger) (f *cerberus.Failover, kv *api.Client, kvDone func(), err error) {
+	engines := make([]cerberus.NamedEngine, len(named))
+	for i, n := range named {
+		engines[i] = cerberus.NamedEngine{Name: n.Name, Engine: n.Engine}
+	}
+	fo := cfg.FailoverOptions()
+	if cfg.EngineKey.Set() {
+		if kv, kvDone, err = kvClient(&cfg.EngineKey); err != nil {
+			closeNamed(named)
+			return nil, nil, nil, err
+		}
+		startOnKey(ctx, cfg, kv, &fo, log)
+		fo.Switch = func(ctx context.Context, name string,
+			wait time.Duration) (cerberus.SwitchReport, error) {
+			return Switch(ctx, cfg, name, wait, nil)
+		}
+		fo.OnHealth = func([]cerberus.EngineStatus) {
+			if p := fl.Load(); p != nil {
+				p.poke()
+			}
+		}
+	}
+	if f, err = cerberus.NewFailover(engines, fo); err != nil {
+		closeNamed(named)
+	}
+	return f, kv, kvDone, err
+}
+
+// watchFile applies each edit of the file at path to f until ctx ends (see
+// Open); started is the configuration Open started with.
+func watchFile(ctx context.Context, path string, started *Config, f *cerberus.Failover,
+	fl *atomic.Pointer[fleet], log *slog.Logger) {
+	err := Watch(ctx, path, func(next *Config, err error) {
+		if err != nil {
+			log.Warn("cerberus config reload refused; the running configuration stays",
+				slog.String("path", path), slog.String("err", err.Error()))
+			return
+		}
+		if !sameEngines(started, next) || started.Lease != next.Lease {
+			log.Warn("cerberus config: engines or lease defaults changed; they apply after a restart",
+				slog.String("path", path))
+		}
+		opts := next.FailoverOptions()
+		if p := fl.Load(); p != nil {
+			// The fleet's engine key decides the engine, not the file.
+			opts.Active = p.f.Active()
+			p.setPolicy(next.fleetPolicy())
+		}
+		if err := f.Configure(opts); err != nil {
+			log.Warn("cerberus config reload", slog.String("path", path), slog.String("err", err.Error()))
+			return
+		}
+		log.Info("cerberus config reloaded", slog.String("path", path), slog.String("active", f.Active()))
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		log.Warn("cerberus config watch stopped", slog.String("path", path),
+			slog.String("err", err.Error()))
+	}
 }
 
 // startOnKey reads the engine key once, so that a process joining a fleet
 // starts on the fleet's engine and epoch rather than switching (and
 // fencing) right after it starts. If the key cannot be read in time, the
 // process starts as the file says and the follower catches up.
-func startOnKey(ctx context.Context, cfg *Config, kv *api.Client, fo *cerberus.FailoverOptions, log *slog.Logger) {
+func startOnKey(ctx context.Context, cfg *Config, kv *api.Client, fo *cerberus.FailoverOptions,
+	log *slog.Logger) {
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	fl := &fleet{k: cfg.EngineKey, kv: kv, def: cfg.defaultEngine()}
 	v, _, _, err := fl.readKey(rctx, &api.QueryOptions{})
 	if err != nil {
-		log.Warn("cerberus engine key unreadable at start; starting as the file says", slog.String("key", cfg.EngineKey.Key), slog.String("err", err.Error()))
+		log.Warn("cerberus engine key unreadable at start; starting as the file says",
+			slog.String("key", cfg.EngineKey.Key), slog.String("err", err.Error()))
 		return
 	}
 	if cfg.Find(v.Engine) != nil && v.Epoch < 1<<16 {
@@ -211,14 +232,16 @@ func closeNamed(named []Named) {
 // wait for them and reports who followed); without it, this process only
 // (Failover.SetActive), and the report's scope says so. name "" means the
 // default engine with engine_key, and clears this process's pin without.
-func (s *Service) Use(ctx context.Context, name string, wait time.Duration) (cerberus.SwitchReport, error) {
+func (s *Service) Use(ctx context.Context, name string,
+	wait time.Duration) (cerberus.SwitchReport, error) {
 	if s.cfg.EngineKey.Set() {
 		return Switch(ctx, s.cfg, name, wait, nil)
 	}
 	if err := s.Failover.SetActive(name); err != nil {
 		return cerberus.SwitchReport{}, err
 	}
-	return cerberus.SwitchReport{Scope: cerberus.ScopeProcess, Engine: s.Failover.Active(), Epoch: s.Failover.Epoch()}, nil
+	return cerberus.SwitchReport{Scope: cerberus.ScopeProcess, Engine: s.Failover.Active(),
+		Epoch: s.Failover.Epoch()}, nil
 }
 
 // sameEngines reports whether two configurations list the same engines.

@@ -88,7 +88,7 @@ func TestSetEngineRefusesUnknownNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, err := Load(path)
-	if err != nil || cfg.Engine != "" {
-		t.Fatalf("after unpinning: %v, engine %q", err, cfg.Engine)
+	if err != nil || cfg.Active != "" {
+		t.Fatalf("after unpinning: %v, engine %q", err, cfg.Active)
 	}
 }

@@ -37,41 +37,51 @@ func SetEngine(path, name string) error {
 	if err != nil {
 		return err
 	}
-	var out []byte
-	switch format {
-	case "yaml", "yml":
-		line := []byte("engine: " + strconv.Quote(name))
-		if topEngine.Match(data) {
-			out = topEngine.ReplaceAllLiteral(data, line)
-		} else {
-			out = append(bytes.TrimRight(data, "\n"), '\n')
-			out = append(append(out, line...), '\n')
-		}
-	default:
-		v := viper.New()
-		v.SetConfigType(format)
-		if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrInvalid, path, err)
-		}
-		v.Set("engine", name)
-		tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".rewrite"+filepath.Ext(path))
-		if err := v.WriteConfigAs(tmp); err != nil {
-			return err
-		}
-		defer os.Remove(tmp)
-		if out, err = os.ReadFile(tmp); err != nil {
-			return err
-		}
+	out, err := withEngine(path, format, data, name)
+	if err != nil {
+		return err
 	}
 	if _, err := Parse(out, format); err != nil {
 		return fmt.Errorf("the edited file would not validate: %w", err)
 	}
+	return replaceFile(path, out)
+}
+
+// withEngine returns data, the file at path in format, with its engine
+// setting set to name. A YAML file keeps its layout and comments: only the
+// top-level engine line changes, or is added.
+func withEngine(path, format string, data []byte, name string) ([]byte, error) {
+	if format == "yaml" || format == "yml" {
+		line := []byte("engine: " + strconv.Quote(name))
+		if topEngine.Match(data) {
+			return topEngine.ReplaceAllLiteral(data, line), nil
+		}
+		out := append(bytes.TrimRight(data, "\n"), '\n')
+		return append(append(out, line...), '\n'), nil
+	}
+	v := viper.New()
+	v.SetConfigType(format)
+	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, path, err)
+	}
+	v.Set("engine", name)
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".rewrite"+filepath.Ext(path))
+	if err := v.WriteConfigAs(tmp); err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp)
+	return os.ReadFile(tmp)
+}
+
+// replaceFile replaces the file at path with data at once (a rename),
+// keeping its permissions.
+func replaceFile(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(out); err != nil {
+	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		return err
 	}

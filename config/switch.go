@@ -20,12 +20,15 @@ import (
 // says whether everyone followed. Without engine_key, Switch returns an
 // error wrapping ErrInvalid: the caller switches the file (SetEngine) or
 // one process (Failover.SetActive).
-func Switch(ctx context.Context, cfg *Config, name string, wait time.Duration, progress func(cerberus.SwitchReport)) (cerberus.SwitchReport, error) {
+func Switch(ctx context.Context, cfg *Config, name string, wait time.Duration,
+	progress func(cerberus.SwitchReport)) (cerberus.SwitchReport, error) {
 	if !cfg.EngineKey.Set() {
-		return cerberus.SwitchReport{}, fmt.Errorf("%w: engine_key: not configured, so there is no fleet to switch", ErrInvalid)
+		return cerberus.SwitchReport{}, fmt.Errorf("%w: engine_key: not configured, so there is no "+
+			"fleet to switch", ErrInvalid)
 	}
 	if name != "" && cfg.Find(name) == nil {
-		return cerberus.SwitchReport{}, fmt.Errorf("%w: engine: %q is not a configured engine", ErrInvalid, name)
+		return cerberus.SwitchReport{}, fmt.Errorf("%w: engine: %q is not a configured engine",
+			ErrInvalid, name)
 	}
 	k := &cfg.EngineKey
 	c, done, err := kvClient(k)
@@ -57,7 +60,8 @@ func Switch(ctx context.Context, cfg *Config, name string, wait time.Duration, p
 				r.Stragglers = append(r.Stragglers, m)
 			}
 		}
-		if progress != nil && (first || len(r.Followed) != len(last.Followed) || len(r.Stragglers) != len(last.Stragglers)) {
+		if progress != nil &&
+			(first || len(r.Followed) != len(last.Followed) || len(r.Stragglers) != len(last.Stragglers)) {
 			progress(r)
 		}
 		last = r
@@ -80,7 +84,8 @@ func writeEngineKey(ctx context.Context, fl *fleet, name string) (keyValue, erro
 	for range 10 {
 		pair, _, err := c.KV().Get(k.Key, (&api.QueryOptions{}).WithContext(ctx))
 		if err != nil {
-			return keyValue{}, fmt.Errorf("engine_key: writing %s on %s: reading it first: %w", k.Key, k.Consul, k.scrub(err))
+			return keyValue{}, fmt.Errorf("engine_key: writing %s on %s: reading it first: %w", k.Key,
+				k.Consul, k.scrub(err))
 		}
 		var cur keyValue
 		var idx uint64
@@ -89,7 +94,8 @@ func writeEngineKey(ctx context.Context, fl *fleet, name string) (keyValue, erro
 		}
 		members, err := fl.list(ctx)
 		if err != nil {
-			return keyValue{}, fmt.Errorf("engine_key: writing %s on %s: reading the fleet first: %w", k.Key, k.Consul, err)
+			return keyValue{}, fmt.Errorf("engine_key: writing %s on %s: reading the fleet first: %w", k.Key,
+				k.Consul, err)
 		}
 		next := keyValue{Engine: name, Epoch: nextEpoch(cur, members), Reason: "operator",
 			By: fmt.Sprintf("%s/%d", host, os.Getpid()), At: time.Now().UTC()}
@@ -109,7 +115,8 @@ func writeEngineKey(ctx context.Context, fl *fleet, name string) (keyValue, erro
 // Without engine_key it returns an error wrapping ErrInvalid.
 func ReadFleet(ctx context.Context, cfg *Config) (cerberus.FleetStatus, error) {
 	if !cfg.EngineKey.Set() {
-		return cerberus.FleetStatus{}, fmt.Errorf("%w: engine_key: not configured; the fleet view needs it", ErrInvalid)
+		return cerberus.FleetStatus{}, fmt.Errorf("%w: engine_key: not configured; the fleet view needs "+
+			"it", ErrInvalid)
 	}
 	k := &cfg.EngineKey
 	c, done, err := kvClient(k)
@@ -120,11 +127,14 @@ func ReadFleet(ctx context.Context, cfg *Config) (cerberus.FleetStatus, error) {
 	fl := &fleet{k: *k, kv: c, def: cfg.defaultEngine()}
 	v, _, _, err := fl.readKey(ctx, &api.QueryOptions{})
 	if err != nil {
-		return cerberus.FleetStatus{}, fmt.Errorf("engine_key: reading %s on %s: %w", k.Key, k.Consul, err)
+		return cerberus.FleetStatus{}, fmt.Errorf("engine_key: reading %s on %s: %w", k.Key, k.Consul,
+			err)
 	}
 	members, err := fl.list(ctx)
 	if err != nil {
-		return cerberus.FleetStatus{}, fmt.Errorf("engine_key: reading the fleet under %s: %w", k.Key, err)
+		return cerberus.FleetStatus{}, fmt.Errorf("engine_key: reading the fleet under %s: %w", k.Key,
+			err)
 	}
-	return cerberus.FleetStatus{Scope: cerberus.ScopeFleet, Key: k.Key, Engine: v.Engine, Epoch: v.Epoch, Members: members, Updated: time.Now()}, nil
+	return cerberus.FleetStatus{Scope: cerberus.ScopeFleet, Key: k.Key, Engine: v.Engine,
+		Epoch: v.Epoch, Members: members, Updated: time.Now()}, nil
 }

@@ -40,7 +40,7 @@ const (
 // field is one optional engine setting and the kinds it applies to.
 type field struct {
 	key   string
-	set   func(e *Engine) bool
+	set   func(e *EngineSpec) bool
 	kinds []string
 }
 
@@ -50,25 +50,31 @@ var redisKinds = []string{KindRedis, KindRedisCluster, KindRedlock}
 var passwordKinds = append(slices.Clone(redisKinds), KindZooKeeper)
 
 var fields = []field{
-	{"dsn", func(e *Engine) bool { return e.DSN != "" }, []string{KindMySQL}},
-	{"username", func(e *Engine) bool { return e.Username != "" }, passwordKinds},
-	{"password", func(e *Engine) bool { return e.Password != "" }, passwordKinds},
-	{"password_file", func(e *Engine) bool { return e.PasswordFile != "" }, passwordKinds},
-	{"password_env", func(e *Engine) bool { return e.PasswordEnv != "" }, passwordKinds},
-	{"token", func(e *Engine) bool { return e.Token != "" }, []string{KindConsul}},
-	{"token_file", func(e *Engine) bool { return e.TokenFile != "" }, []string{KindConsul}},
-	{"token_env", func(e *Engine) bool { return e.TokenEnv != "" }, []string{KindConsul}},
-	{"prefix", func(e *Engine) bool { return e.Prefix != "" }, []string{KindRedis, KindRedisCluster, KindRedlock, KindZooKeeper, KindConsul}},
-	{"fair", func(e *Engine) bool { return e.Fair }, []string{KindRedis, KindRedisCluster, KindConsul}},
-	{"starvation", func(e *Engine) bool { return e.Starvation != nil }, []string{KindRedis, KindRedisCluster, KindConsul}},
-	{"strategy", func(e *Engine) bool { return e.Strategy != "" }, []string{KindMySQL}},
-	{"table", func(e *Engine) bool { return e.Table != "" }, []string{KindMySQL}},
-	{"session_timeout", func(e *Engine) bool { return e.SessionTimeout != 0 }, []string{KindZooKeeper}},
-	{"session_ttl", func(e *Engine) bool { return e.SessionTTL != 0 }, []string{KindConsul}},
-	{"lock_delay", func(e *Engine) bool { return e.LockDelay != nil }, []string{KindConsul}},
-	{"datacenter", func(e *Engine) bool { return e.Datacenter != "" }, []string{KindConsul}},
-	{"max_conns", func(e *Engine) bool { return e.MaxConns != 0 }, []string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
-	{"tls", func(e *Engine) bool { return e.TLS != nil }, []string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
+	{"dsn", func(e *EngineSpec) bool { return e.DSN != "" }, []string{KindMySQL}},
+	{"username", func(e *EngineSpec) bool { return e.Username != "" }, passwordKinds},
+	{"password", func(e *EngineSpec) bool { return e.Password != "" }, passwordKinds},
+	{"password_file", func(e *EngineSpec) bool { return e.PasswordFile != "" }, passwordKinds},
+	{"password_env", func(e *EngineSpec) bool { return e.PasswordEnv != "" }, passwordKinds},
+	{"token", func(e *EngineSpec) bool { return e.Token != "" }, []string{KindConsul}},
+	{"token_file", func(e *EngineSpec) bool { return e.TokenFile != "" }, []string{KindConsul}},
+	{"token_env", func(e *EngineSpec) bool { return e.TokenEnv != "" }, []string{KindConsul}},
+	{"prefix", func(e *EngineSpec) bool { return e.Prefix != "" },
+		[]string{KindRedis, KindRedisCluster, KindRedlock, KindZooKeeper, KindConsul}},
+	{"fair", func(e *EngineSpec) bool { return e.Fair },
+		[]string{KindRedis, KindRedisCluster, KindConsul}},
+	{"starvation", func(e *EngineSpec) bool { return e.Starvation != nil },
+		[]string{KindRedis, KindRedisCluster, KindConsul}},
+	{"strategy", func(e *EngineSpec) bool { return e.Strategy != "" }, []string{KindMySQL}},
+	{"table", func(e *EngineSpec) bool { return e.Table != "" }, []string{KindMySQL}},
+	{"session_timeout", func(e *EngineSpec) bool { return e.SessionTimeout != 0 },
+		[]string{KindZooKeeper}},
+	{"session_ttl", func(e *EngineSpec) bool { return e.SessionTTL != 0 }, []string{KindConsul}},
+	{"lock_delay", func(e *EngineSpec) bool { return e.LockDelay != nil }, []string{KindConsul}},
+	{"datacenter", func(e *EngineSpec) bool { return e.Datacenter != "" }, []string{KindConsul}},
+	{"max_conns", func(e *EngineSpec) bool { return e.MaxConns != 0 },
+		[]string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
+	{"tls", func(e *EngineSpec) bool { return e.TLS != nil },
+		[]string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
 }
 
 func contains(list []string, s string) bool {
@@ -84,11 +90,20 @@ func contains(list []string, s string) bool {
 // and wrapping ErrInvalid. It never quotes a secret.
 func (c *Config) validate() []error {
 	var errs []error
-	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
-
 	if len(c.Engines) == 0 {
-		add("engines: at least one engine is required")
+		errs = append(errs, invalidf("engines: at least one engine is required"))
 	}
+	errs = append(errs, c.validateEngineKey()...)
+	errs = append(errs, c.validateEngines()...)
+	errs = append(errs, c.validatePolicy()...)
+	return append(errs, c.validateFloors()...)
+}
+
+// validateEngineKey checks engine_key, and the settings that need it or
+// contradict it.
+func (c *Config) validateEngineKey() []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
 	if k := c.EngineKey; k.Set() {
 		if err := checkAddr(k.Consul); err != nil {
 			add("engine_key.consul: %v", err)
@@ -101,26 +116,38 @@ func (c *Config) validate() []error {
 			add("engine_key.quorum: must be 0 (a majority) or a number of processes, got %d", k.Quorum)
 		}
 		if k.MemberTTL != 0 && (k.MemberTTL < 10*time.Second || k.MemberTTL > time.Hour) {
-			add("engine_key.member_ttl: must be within [10s, 1h] (Consul's session TTL range), got %v", k.MemberTTL)
+			add("engine_key.member_ttl: must be within [10s, 1h] (Consul's session TTL range), got %v",
+				k.MemberTTL)
 		}
 		if c.SingleProcess {
 			add("single_process: true contradicts engine_key, which serves a fleet; remove one")
 		}
 	} else {
 		if c.Auto && !c.SingleProcess {
-			add("auto: true without engine_key lets each process switch engines alone, and two processes on two engines grant the same key; " +
-				"set engine_key so the fleet decides together, or single_process: true if one process only uses this configuration")
+			add("auto: true without engine_key lets each process switch engines alone, and two processes " +
+				"on two engines grant the same key; " +
+				"set engine_key so the fleet decides together, or single_process: true if one process only " +
+				"uses this configuration")
 		}
 		for _, s := range []struct {
 			key string
 			set bool
-		}{{"token", k.Token != ""}, {"token_file", k.TokenFile != ""}, {"token_env", k.TokenEnv != ""}, {"tls", k.TLS != nil},
+		}{{"token", k.Token != ""}, {"token_file", k.TokenFile != ""}, {"token_env",
+			k.TokenEnv != ""}, {"tls", k.TLS != nil},
 			{"quorum", k.Quorum != 0}, {"member_ttl", k.MemberTTL != 0}} {
 			if s.set {
 				add("engine_key.%s: set engine_key.consul and engine_key.key too, or remove it", s.key)
 			}
 		}
 	}
+	return errs
+}
+
+// validateEngines checks each engine entry: a unique name, a known kind,
+// and the settings of that kind.
+func (c *Config) validateEngines() []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
 	seen := make(map[string]int)
 	for i := range c.Engines {
 		e := &c.Engines[i]
@@ -156,7 +183,13 @@ func (c *Config) validate() []error {
 			errs = append(errs, e.TLS.validate(p+".tls")...)
 		}
 	}
+	return errs
+}
 
+// validatePolicy checks health, failback and lease defaults.
+func (c *Config) validatePolicy() []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
 	if c.Health.Interval <= 0 {
 		add("health.interval: must be positive, got %v", c.Health.Interval)
 	}
@@ -169,12 +202,14 @@ func (c *Config) validate() []error {
 		add("failback: unknown mode %q (want %q or %q)", c.Failback, FailbackOff, FailbackAuto)
 	}
 	if c.Lease.TTL != 0 && (c.Lease.TTL < engine.MinTTL || c.Lease.TTL > engine.MaxTTL) {
-		add("lease.ttl: must be 0 (renewed leases) or within [%v, %v], got %v", engine.MinTTL, engine.MaxTTL, c.Lease.TTL)
+		add("lease.ttl: must be 0 (renewed leases) or within [%v, %v], got %v", engine.MinTTL,
+			engine.MaxTTL, c.Lease.TTL)
 	}
 	if c.Lease.Watchdog < engine.MinTTL || c.Lease.Watchdog > engine.MaxTTL {
-		add("lease.watchdog: must be within [%v, %v], got %v", engine.MinTTL, engine.MaxTTL, c.Lease.Watchdog)
+		add("lease.watchdog: must be within [%v, %v], got %v", engine.MinTTL, engine.MaxTTL,
+			c.Lease.Watchdog)
 	}
-	return append(errs, c.validateFloors()...)
+	return errs
 }
 
 // leaseKey names the lease setting in force and its period.
@@ -196,21 +231,23 @@ func (c *Config) validateFloors() []error {
 			continue
 		}
 		if floor := e.consulFloor(); period < floor {
-			errs = append(errs, invalidf("%s: %v is below engines[%d] (%s)'s floor of %v (2 x session_ttl %v + lock_delay %v): a crashed or paused holder keeps its keys that long; raise %s, or lower session_ttl or lock_delay",
+			errs = append(errs, invalidf("%s: %v is below engines[%d] (%s)'s floor of %v (2 x session_ttl "+
+				"%v + lock_delay %v): a crashed or paused holder keeps its keys that long; raise %s, or lower "+
+				"session_ttl or lock_delay",
 				key, period, i, e.Name, floor, e.sessionTTL(), e.lockDelay(), key))
 		}
 	}
 	return errs
 }
 
-func (e *Engine) sessionTTL() time.Duration {
+func (e *EngineSpec) sessionTTL() time.Duration {
 	if e.SessionTTL > 0 {
 		return e.SessionTTL
 	}
 	return consul.DefaultSessionTTL
 }
 
-func (e *Engine) lockDelay() time.Duration {
+func (e *EngineSpec) lockDelay() time.Duration {
 	if e.LockDelay != nil {
 		return *e.LockDelay
 	}
@@ -218,10 +255,12 @@ func (e *Engine) lockDelay() time.Duration {
 }
 
 // consulFloor is a consul engine's floor (consul.Floor).
-func (e *Engine) consulFloor() time.Duration { return consul.Floor(e.sessionTTL(), e.lockDelay()) }
+func (e *EngineSpec) consulFloor() time.Duration {
+	return consul.Floor(e.sessionTTL(), e.lockDelay())
+}
 
 // validateAddrs checks the number and form of e.Addrs for its kind.
-func (e *Engine) validateAddrs(p string) []error {
+func (e *EngineSpec) validateAddrs(p string) []error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
 	n := len(e.Addrs)
@@ -279,7 +318,7 @@ func checkAddr(a string) error {
 }
 
 // validateKind checks the settings specific to e's kind.
-func (e *Engine) validateKind(p string) []error {
+func (e *EngineSpec) validateKind(p string) []error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
 	if e.MaxConns < 0 {
@@ -297,53 +336,75 @@ func (e *Engine) validateKind(p string) []error {
 			add("%s.username: needs password, password_file or password_env", p)
 		}
 	case KindZooKeeper:
-		hasPassword := e.Password != "" || e.PasswordFile != "" || e.PasswordEnv != ""
-		switch {
-		case e.Username != "" && !hasPassword:
-			add("%s.username: needs password, password_file or password_env", p)
-		case e.Username == "" && hasPassword:
-			add("%s.password: a ZooKeeper digest needs a username too", p)
-		case strings.Contains(e.Username, ":"):
-			add("%s.username: %q must not contain ':' (the digest is user:password)", p, e.Username)
-		}
-		if e.SessionTimeout < 0 {
-			add("%s.session_timeout: must be positive, got %v", p, e.SessionTimeout)
-		}
-		if e.Prefix != "" && (!strings.HasPrefix(e.Prefix, "/") || strings.HasSuffix(e.Prefix, "/") || strings.Contains(e.Prefix, "//")) {
-			add("%s.prefix: %q must be an absolute znode path without a trailing or doubled slash", p, e.Prefix)
-		}
+		errs = append(errs, e.validateZooKeeper(p)...)
 	case KindConsul:
 		if e.Prefix != "" && (!consulPrefixRE.MatchString(e.Prefix) || hasDotSegment(e.Prefix)) {
-			add("%s.prefix: %q must be ASCII letters, digits, '-', '_', '.' in '/'-separated segments, none empty, \".\" or \"..\"", p, e.Prefix)
+			add("%s.prefix: %q must be ASCII letters, digits, '-', '_', '.' in '/'-separated segments, "+
+				"none empty, \".\" or \"..\"", p, e.Prefix)
 		}
-		if e.SessionTTL != 0 && (e.SessionTTL < consulMinSessionTTL || e.SessionTTL > consulMaxSessionTTL) {
-			add("%s.session_ttl: must be within [%v, %v], got %v", p, consulMinSessionTTL, consulMaxSessionTTL, e.SessionTTL)
+		if e.SessionTTL != 0 &&
+			(e.SessionTTL < consulMinSessionTTL || e.SessionTTL > consulMaxSessionTTL) {
+			add("%s.session_ttl: must be within [%v, %v], got %v", p, consulMinSessionTTL,
+				consulMaxSessionTTL, e.SessionTTL)
 		}
 		if e.LockDelay != nil && (*e.LockDelay < 0 || *e.LockDelay > consulMaxLockDelay) {
 			add("%s.lock_delay: must be within [0s, %v], got %v", p, consulMaxLockDelay, *e.LockDelay)
 		}
 	case KindMySQL:
-		if e.DSN == "" {
-			add("%s.dsn: required for kind mysql", p)
-		} else if _, err := mysqldrv.ParseDSN(e.DSN); err != nil {
-			add("%s.dsn: does not parse: %s", p, scrub(err.Error(), []string{e.DSN, dsnPassword(e.DSN)}))
+		errs = append(errs, e.validateMySQL(p)...)
+	}
+	return errs
+}
+
+// validateZooKeeper checks the settings of a zookeeper entry.
+func (e *EngineSpec) validateZooKeeper(p string) []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
+	hasPassword := e.Password != "" || e.PasswordFile != "" || e.PasswordEnv != ""
+	switch {
+	case e.Username != "" && !hasPassword:
+		add("%s.username: needs password, password_file or password_env", p)
+	case e.Username == "" && hasPassword:
+		add("%s.password: a ZooKeeper digest needs a username too", p)
+	case strings.Contains(e.Username, ":"):
+		add("%s.username: %q must not contain ':' (the digest is user:password)", p, e.Username)
+	}
+	if e.SessionTimeout < 0 {
+		add("%s.session_timeout: must be positive, got %v", p, e.SessionTimeout)
+	}
+	if e.Prefix != "" && (!strings.HasPrefix(e.Prefix, "/") || strings.HasSuffix(e.Prefix, "/") ||
+		strings.Contains(e.Prefix, "//")) {
+		add("%s.prefix: %q must be an absolute znode path without a trailing or doubled slash", p,
+			e.Prefix)
+	}
+	return errs
+}
+
+// validateMySQL checks the settings of a mysql entry.
+func (e *EngineSpec) validateMySQL(p string) []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
+	if e.DSN == "" {
+		add("%s.dsn: required for kind mysql", p)
+	} else if _, err := mysqldrv.ParseDSN(e.DSN); err != nil {
+		add("%s.dsn: does not parse: %s", p, scrub(err.Error(), []string{e.DSN, dsnPassword(e.DSN)}))
+	}
+	switch e.Strategy {
+	case "", "lease", "row":
+	default:
+		add("%s.strategy: unknown strategy %q (want \"lease\" or \"row\")", p, e.Strategy)
+	}
+	if e.Table != "" && !tableRE.MatchString(e.Table) {
+		add("%s.table: %q must be 1 to 48 ASCII letters, digits or underscores", p, e.Table)
+	}
+	if e.TLS != nil && e.DSN != "" {
+		if dc, err := mysqldrv.ParseDSN(e.DSN); err == nil && dc.TLSConfig != "" {
+			add("%s.tls: the dsn already sets tls=%s; configure TLS in one place (remove tls= from the dsn)",
+				p, dc.TLSConfig)
 		}
-		switch e.Strategy {
-		case "", "lease", "row":
-		default:
-			add("%s.strategy: unknown strategy %q (want \"lease\" or \"row\")", p, e.Strategy)
-		}
-		if e.Table != "" && !tableRE.MatchString(e.Table) {
-			add("%s.table: %q must be 1 to 48 ASCII letters, digits or underscores", p, e.Table)
-		}
-		if e.TLS != nil && e.DSN != "" {
-			if dc, err := mysqldrv.ParseDSN(e.DSN); err == nil && dc.TLSConfig != "" {
-				add("%s.tls: the dsn already sets tls=%s; configure TLS in one place (remove tls= from the dsn)", p, dc.TLSConfig)
-			}
-		}
-		if e.MaxConns > 0 && e.MaxConns < mysqlMinConns {
-			add("%s.max_conns: must be at least %d for kind mysql, got %d", p, mysqlMinConns, e.MaxConns)
-		}
+	}
+	if e.MaxConns > 0 && e.MaxConns < mysqlMinConns {
+		add("%s.max_conns: must be at least %d for kind mysql, got %d", p, mysqlMinConns, e.MaxConns)
 	}
 	return errs
 }
@@ -370,7 +431,8 @@ func (t *TLS) validate(p string) []error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
 	if t.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != "") {
-		add("%s.insecure_skip_verify: turns off the server verification that ca_file and server_name configure; set one or the other", p)
+		add("%s.insecure_skip_verify: turns off the server verification that ca_file and server_name "+
+			"configure; set one or the other", p)
 	}
 	switch {
 	case t.CertFile != "" && t.KeyFile == "":
@@ -406,9 +468,10 @@ func loadCAs(path string) (*x509.CertPool, error) {
 // clientConfig builds the *tls.Config for t, reading its files again.
 func (t *TLS) clientConfig() (*tls.Config, error) {
 	c := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		ServerName:         t.ServerName,
-		InsecureSkipVerify: t.InsecureSkipVerify, // the user's explicit choice; refused with ca_file or server_name
+		MinVersion: tls.VersionTLS12,
+		ServerName: t.ServerName,
+		// The user's explicit choice; refused with ca_file or server_name.
+		InsecureSkipVerify: t.InsecureSkipVerify,
 	}
 	if t.CAFile != "" {
 		pool, err := loadCAs(t.CAFile)

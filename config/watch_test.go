@@ -73,7 +73,7 @@ func next(t *testing.T, changes <-chan change, what string, ok func(change) bool
 }
 
 func engineIs(name string) func(change) bool {
-	return func(c change) bool { return c.err == nil && c.cfg.Engine == name }
+	return func(c change) bool { return c.err == nil && c.cfg.Active == name }
 }
 
 // waitWatching writes path until Watch reports it: the watch is set up

@@ -6,13 +6,23 @@
 //
 // The package imports only the standard library, so an engine depends on
 // nothing but this contract, the way database/sql/driver serves SQL drivers.
-// Besides the interfaces and sentinel errors it holds small helpers every
-// engine would otherwise write again, among them request validation
-// (CheckRequest), a close-once loss signal (Signal) and the rule that marks
-// failures ErrUnavailable or ErrAccessDenied (Classify). Sharing them keeps
-// the error texts, the order of checks and the meaning of ErrUnavailable
-// identical across engines, which the conformance suite in engine/enginetest
-// and the failover manager rely on.
+// Besides the interfaces (Engine, Lease) and the sentinel errors it holds
+// the small helpers every engine would otherwise write again: request
+// validation (CheckKey, CheckRequest, Limits, Common, Margin), the error
+// rule (OpError, and Classify, which marks failures ErrUnavailable or
+// ErrAccessDenied), a close-once loss signal (Signal), bounded clean-up
+// after an ended wait (Background, WaitUpTo, UndoWait), and one waiter per
+// key and engine on the server (Turns). Sharing them keeps the error texts,
+// the order of checks and the meaning of ErrUnavailable identical across
+// engines, which the conformance suite in engine/enginetest and the
+// failover manager rely on.
+//
+// # Constructors
+//
+// Engines follow one rule: New takes a client the caller made (a go-redis
+// client, a *consul/api.Client, a ZooKeeper connection, a database pool),
+// which Close leaves open; Dial or Open takes an address or a DSN, makes
+// the connection itself, and closes it on Close.
 //
 // # Semantics every engine meets
 //

@@ -88,9 +88,10 @@ type Engine interface {
 	// ctx.Err()) and leaves nothing behind on the server: what the wait
 	// put there (a queue entry, a node, a waiting-writer mark) is removed
 	// before Acquire returns when the server answers within UndoWait, and
-	// otherwise in the background, and it is gone when Close returns. A closed engine returns ErrClosed. Server
-	// failures are returned as *OpError, wrapping ErrUnavailable or
-	// ErrAccessDenied by the rule documented at ErrUnavailable.
+	// otherwise in the background, and it is gone when Close returns. A
+	// closed engine returns ErrClosed. Server failures are returned as
+	// *OpError, wrapping ErrUnavailable or ErrAccessDenied by the rule
+	// documented at ErrUnavailable.
 	Acquire(ctx context.Context, req Request) (Lease, error)
 	// Ping checks that the server answers. A closed engine returns
 	// ErrClosed; a server that is not serving, an *OpError wrapping
@@ -98,8 +99,9 @@ type Engine interface {
 	Ping(ctx context.Context) error
 	// Close releases every lease the engine still holds (best effort, with a
 	// bounded wait), closes their Done channels with ErrClosed, waits for
-	// the clean-ups of ended waits, and stops the engine's goroutines. Resources passed in by the caller, such as a
-	// client connection, stay open. Close is idempotent.
+	// the clean-ups of ended waits, and stops the engine's goroutines.
+	// Resources passed in by the caller, such as a client connection, stay
+	// open. Close is idempotent.
 	Close() error
 }
 

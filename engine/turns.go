@@ -27,7 +27,8 @@ type turn struct {
 // (then it returns ctx.Err(), or ErrClosed for stop). On success it returns
 // the channel Kick signals and the function that hands the turn on, which
 // must be called exactly once.
-func (t *Turns) Take(ctx context.Context, key string, stop <-chan struct{}) (kick <-chan struct{}, done func(), err error) {
+func (t *Turns) Take(ctx context.Context, key string,
+	stop <-chan struct{}) (kick <-chan struct{}, done func(), err error) {
 	t.mu.Lock()
 	if t.m == nil {
 		t.m = make(map[string]*turn)

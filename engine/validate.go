@@ -53,7 +53,8 @@ func CheckRequest(req Request, lim Limits) error {
 		return fmt.Errorf("%w: unknown %v", ErrInvalidRequest, req.Mode)
 	}
 	if req.TTL < lim.MinTTL && lim.MinTTL == lim.Floor {
-		return fmt.Errorf("%w: %v is below the engine's floor of %v: a holder that stops talking keeps its key that long, whatever the lease period",
+		return fmt.Errorf("%w: %v is below the engine's floor of %v: a holder that stops talking keeps "+
+			"its key that long, whatever the lease period",
 			ErrInvalidTTL, req.TTL, lim.Floor)
 	}
 	if req.TTL < lim.MinTTL || req.TTL > lim.MaxTTL {

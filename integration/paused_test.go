@@ -63,7 +63,7 @@ func migratedTable(t *testing.T, dsn string) string {
 	if err := e.Migrate(testContext(t)); err != nil {
 		t.Fatal(err)
 	}
-	for _, strategy := range []string{mysql.StrategyRow} {
+	for _, strategy := range []mysql.Strategy{mysql.StrategyRow} {
 		r, err := mysql.Open(dsn, mysql.WithTable(table), mysql.WithStrategy(strategy))
 		if err != nil {
 			t.Fatal(err)

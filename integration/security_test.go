@@ -335,6 +335,8 @@ func TestSecretScannerFindsPlanted(t *testing.T) {
 // logger) and every error and configuration value, printed with %v, %+v,
 // %#v and %s, must be free of every secret.
 func TestNoSecretsInLogsOrErrors(t *testing.T) {
+	// Its closing checks need the subtests, which start servers.
+	testenv.Needs(t, "Redis, ZooKeeper, Consul and MariaDB")
 	s := newLeakScanner()
 	captureGlobalLogs(t, s)
 

@@ -45,9 +45,11 @@ type Metrics struct {
 // Fleet gauges, computed from the Failover at each scrape (see Watch).
 var (
 	membersDesc = prometheus.NewDesc("cerberus_fleet_processes",
-		"Live processes of the fleet (engine_key) on each engine, as this process last read them.", []string{"engine"}, nil)
+		"Live processes of the fleet (engine_key) on each engine, as this process last read them.",
+		[]string{"engine"}, nil)
 	degradedDesc = prometheus.NewDesc("cerberus_fleet_degraded",
-		"1 while this process is outvoted by its fleet or cannot reach the engine key's Consul.", nil, nil)
+		"1 while this process is outvoted by its fleet or cannot reach the engine key's "+
+			"Consul.", nil, nil)
 )
 
 var _ cerberus.Observer = (*Metrics)(nil)
@@ -62,7 +64,8 @@ func New(reg prometheus.Registerer) *Metrics {
 		granted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cerberus_acquisitions_total",
 			Help: "Leases granted."}, []string{"engine", "mode"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cerberus_acquire_failures_total",
-			Help: "Acquisitions that got no lease: not_acquired (held elsewhere), context (wait ended), error."}, []string{"engine", "reason"}),
+			Help: "Acquisitions that got no lease: not_acquired (held elsewhere), context (wait ended), " +
+				"error."}, []string{"engine", "reason"}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cerberus_leases_lost_total",
 			Help: "Leases that ended without Unlock."}, []string{"engine", "reason"}),
 		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cerberus_active_engine",
@@ -81,7 +84,8 @@ func New(reg prometheus.Registerer) *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.acquire, m.granted, m.failures, m.lost, m.active, m.healthy, m.switches}
+	return []prometheus.Collector{m.acquire, m.granted, m.failures, m.lost, m.active, m.healthy,
+		m.switches}
 }
 
 // Acquired records one acquisition; see cerberus.Observer.

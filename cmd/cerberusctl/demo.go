@@ -42,10 +42,13 @@ func (c *demoConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.buyers, "buyers", 1000, "concurrent buyers; buyer i buys product i mod -products")
 	fs.IntVar(&c.products, "products", 2, "products on sale")
 	fs.Int64Var(&c.stock, "stock", 10000, "initial stock of each product")
-	fs.IntVar(&c.procs, "procs", 1, "OS processes to spread the buyers over (needs a cross-process engine)")
-	fs.StringVar(&c.store, "store", "", "where the stock lives: memory (one process) or file (default: file when -procs > 1)")
+	fs.IntVar(&c.procs, "procs", 1,
+		"OS processes to spread the buyers over (needs a cross-process engine)")
+	fs.StringVar(&c.store, "store", "",
+		"where the stock lives: memory (one process) or file (default: file when -procs > 1)")
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up after this long")
-	fs.BoolVar(&c.failover, "failover", false, "run on Redis with ZooKeeper as the secondary, block Redis halfway and show the switch")
+	fs.BoolVar(&c.failover, "failover", false,
+		"run on Redis with ZooKeeper as the secondary, block Redis halfway and show the switch")
 }
 
 // check validates the flags before anything is started.
@@ -67,7 +70,8 @@ func (c *demoConfig) check() error {
 		errs = append(errs, fmt.Errorf("-timeout must be positive, got %v", c.timeout))
 	}
 	if c.failover && (c.procs != 1 || c.engine != "memory" || c.store == "file") {
-		errs = append(errs, errors.New("-failover runs in one process on Redis then ZooKeeper: leave -procs, -engine and -store alone"))
+		errs = append(errs, errors.New("-failover runs in one process on Redis then ZooKeeper: leave "+
+			"-procs, -engine and -store alone"))
 	}
 	if c.store == "" {
 		c.store = "memory"
@@ -79,12 +83,14 @@ func (c *demoConfig) check() error {
 		errs = append(errs, fmt.Errorf("-store must be memory or file, got %q", c.store))
 	}
 	if c.procs > 1 && c.store == "memory" {
-		errs = append(errs, errors.New("-store memory cannot be shared by several processes; use -store file"))
+		errs = append(errs, errors.New("-store memory cannot be shared by several processes; use -store "+
+			"file"))
 	}
 	if _, err := newEngineChecked(c.engine); err != nil {
 		errs = append(errs, err)
 	} else if c.procs > 1 && !crossProcess(c.engine) {
-		errs = append(errs, fmt.Errorf("engine %q locks within one process only; -procs %d needs a server engine", c.engine, c.procs))
+		errs = append(errs, fmt.Errorf("engine %q locks within one process only; -procs %d needs a "+
+			"server engine", c.engine, c.procs))
 	}
 	return errors.Join(errs...)
 }
@@ -153,7 +159,8 @@ func buy(ctx context.Context, c *cerberus.Client, st stock, key string, product 
 
 // runBuyers runs the buyers numbered index, index+step, ... below total,
 // each in its own goroutine, and waits for them.
-func runBuyers(ctx context.Context, cfg demoConfig, st stock, run string, index, step int, t *tally) error {
+func runBuyers(ctx context.Context, cfg demoConfig, st stock, run string, index, step int,
+	t *tally) error {
 	eng, err := newEngine(cfg.engine)
 	if err != nil {
 		return err
@@ -194,44 +201,20 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	run := newRunID()
 	if cfg.failover {
-		fmt.Fprintf(stdout, "seckill demo with failover: redis, then zookeeper; %d buyers, %d products with %d stock each\n",
-			cfg.buyers, cfg.products, cfg.stock)
-		st, t, err := runFailoverDemo(ctx, cfg, stdout)
-		if err != nil {
-			fmt.Fprintf(stderr, "cerberusctl demo: %v\n", err)
-			return 1
-		}
-		return finish(stdout, stderr, cfg, func(p int) (int64, error) { return st.Read(ctx, p) }, t.failed.Load() == 0)
+		return failoverDemoMain(ctx, cfg, stdout, stderr)
 	}
 
-	fmt.Fprintf(stdout, "seckill demo: engine %s, %d buyers over %d process(es), %d products with %d stock each\n",
+	fmt.Fprintf(stdout, "seckill demo: engine %s, %d buyers over %d process(es), %d products with %d "+
+		"stock each\n",
 		cfg.engine, cfg.buyers, cfg.procs, cfg.products, cfg.stock)
-	var (
-		st   stock
-		read func(p int) (int64, error)
-		t    tally
-	)
-	if cfg.store == "memory" {
-		ms := newMemStock(cfg.products, cfg.stock)
-		st, read = ms, func(p int) (int64, error) { return ms.Read(ctx, p) }
-	} else {
-		dir, err := os.MkdirTemp("", "cerberus-demo-")
-		if err != nil {
-			fmt.Fprintf(stderr, "cerberusctl demo: %v\n", err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		fst, err := initFileStock(dir, cfg.products, cfg.stock)
-		if err != nil {
-			fmt.Fprintf(stderr, "cerberusctl demo: %v\n", err)
-			return 1
-		}
-		st, read = fst, func(p int) (int64, error) { return fst.Read(ctx, p) }
-		cfg.storeDir = dir
+	st, read, cleanup, err := openStock(ctx, &cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "cerberusctl demo: %v\n", err)
+		return 1
 	}
-
+	defer cleanup()
+	var t tally
 	start := time.Now()
-	var err error
 	if cfg.procs == 1 {
 		err = runBuyers(ctx, cfg, st, run, 0, 1, &t)
 	} else {
@@ -244,17 +227,57 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 	}
 
 	n := t.acquisitions.Load()
-	fmt.Fprintf(stdout, "%d acquisitions in %v: %.0f acquisitions/s; fenced writes refused: %d; errors: %d\n",
-		n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), t.fenced.Load(), t.failed.Load())
+	fmt.Fprintf(stdout, "%d acquisitions in %v: %.0f acquisitions/s; fenced writes refused: %d; "+
+		"errors: %d\n",
+		n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), t.fenced.Load(),
+		t.failed.Load())
 	if first := t.firstErr.Load(); first != nil {
 		fmt.Fprintf(stdout, "first error: %v\n", first)
 	}
 	return finish(stdout, stderr, cfg, read, t.failed.Load() == 0 && t.fenced.Load() == 0)
 }
 
+// failoverDemoMain is demoMain with -failover: see runFailoverDemo.
+func failoverDemoMain(ctx context.Context, cfg demoConfig, stdout, stderr io.Writer) int {
+	fmt.Fprintf(stdout, "seckill demo with failover: redis, then zookeeper; %d buyers, %d products "+
+		"with %d stock each\n",
+		cfg.buyers, cfg.products, cfg.stock)
+	st, t, err := runFailoverDemo(ctx, cfg, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "cerberusctl demo: %v\n", err)
+		return 1
+	}
+	return finish(stdout, stderr, cfg,
+		func(p int) (int64, error) { return st.Read(ctx, p) }, t.failed.Load() == 0)
+}
+
+// openStock makes the stock cfg.store names, and read, which reads what is
+// left of a product. A file stock lives in a temporary directory, which
+// it sets as cfg.storeDir and cleanup removes.
+func openStock(ctx context.Context,
+	cfg *demoConfig) (st stock, read func(p int) (int64, error), cleanup func(), err error) {
+	if cfg.store == "memory" {
+		ms := newMemStock(cfg.products, cfg.stock)
+		return ms, func(p int) (int64, error) { return ms.Read(ctx, p) }, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "cerberus-demo-")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fst, err := initFileStock(dir, cfg.products, cfg.stock)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, nil, err
+	}
+	cfg.storeDir = dir
+	read = func(p int) (int64, error) { return fst.Read(ctx, p) }
+	return fst, read, func() { _ = os.RemoveAll(dir) }, nil
+}
+
 // finish prints each product's stock against what it must be and the
 // verdict, and returns the exit code.
-func finish(stdout, stderr io.Writer, cfg demoConfig, read func(p int) (int64, error), ok bool) int {
+func finish(stdout, stderr io.Writer, cfg demoConfig,
+	read func(p int) (int64, error), ok bool) int {
 	for p := range cfg.products {
 		want := max(cfg.stock-int64(buyersOf(cfg, p)), 0)
 		got, err := read(p)
@@ -307,7 +330,8 @@ func runWorkers(ctx context.Context, cfg demoConfig, run string, t *tally, stder
 	for i := range children {
 		ch := &child{}
 		ch.cmd = exec.CommandContext(ctx, self, workerCommand,
-			"-engine", cfg.engine, "-buyers", strconv.Itoa(cfg.buyers), "-products", strconv.Itoa(cfg.products),
+			"-engine", cfg.engine, "-buyers", strconv.Itoa(cfg.buyers), "-products",
+			strconv.Itoa(cfg.products),
 			"-procs", strconv.Itoa(cfg.procs), "-index", strconv.Itoa(i), "-dir", cfg.storeDir, "-run", run,
 			"-timeout", cfg.timeout.String())
 		ch.cmd.Stdout = &ch.out
@@ -368,7 +392,8 @@ func workerMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.store = "file"
-	if err := cfg.check(); err != nil || cfg.storeDir == "" || run == "" || index < 0 || index >= cfg.procs {
+	if err := cfg.check(); err != nil || cfg.storeDir == "" || run == "" || index < 0 ||
+		index >= cfg.procs {
 		fmt.Fprintf(stderr, "%s: bad arguments: %v\n", workerCommand, err)
 		return 2
 	}

@@ -46,23 +46,27 @@ func (o owned) Close() error {
 // demoEngine describes the named engine as configuration, so the demo
 // builds it with config.Build, the constructors a service's config file
 // reaches.
-func demoEngine(name string) (config.Engine, bool) {
-	e := config.Engine{Name: name}
+func demoEngine(name string) (config.EngineSpec, bool) {
+	e := config.EngineSpec{Name: name}
 	switch name {
 	case "memory":
 		e.Kind = config.KindMemory
 	case "redis":
-		e.Kind, e.Addrs, e.MaxConns = config.KindRedis, []string{envOr("CERBERUS_REDIS_ADDR", "127.0.0.1:6379")}, 64
+		e.Kind, e.Addrs, e.MaxConns = config.KindRedis, []string{envOr("CERBERUS_REDIS_ADDR",
+			"127.0.0.1:6379")}, 64
 	case "zookeeper":
-		e.Kind, e.Addrs, e.SessionTimeout = config.KindZooKeeper, strings.Split(envOr("CERBERUS_ZK_ADDR", "127.0.0.1:2181"), ","), 10*time.Second
+		e.Kind, e.Addrs, e.SessionTimeout = config.KindZooKeeper, strings.Split(envOr("CERBERUS_ZK_ADDR",
+			"127.0.0.1:2181"), ","), 10*time.Second
 	case "consul":
 		// Up to 64 demo processes share the agent's per-client connection limit.
-		e.Kind, e.Addrs, e.MaxConns = config.KindConsul, []string{envOr("CERBERUS_CONSUL_ADDR", "127.0.0.1:8500")}, 16
+		e.Kind, e.Addrs, e.MaxConns = config.KindConsul, []string{envOr("CERBERUS_CONSUL_ADDR",
+			"127.0.0.1:8500")}, 16
 	case "mysql", "mysql-row":
-		e.Kind, e.DSN, e.Table = config.KindMySQL, envOr("CERBERUS_MYSQL_DSN", "root:@tcp(127.0.0.1:3306)/test?parseTime=true"), "cerberus_demo_locks"
-		e.Strategy = mysql.StrategyLease
+		e.Kind, e.DSN, e.Table = config.KindMySQL, envOr("CERBERUS_MYSQL_DSN",
+			"root:@tcp(127.0.0.1:3306)/test?parseTime=true"), "cerberus_demo_locks"
+		e.Strategy = string(mysql.StrategyLease)
 		if name == "mysql-row" {
-			e.Strategy = mysql.StrategyRow
+			e.Strategy = string(mysql.StrategyRow)
 		}
 		e.MaxConns = 24 // four demo processes stay well under MySQL's default max_connections (151)
 	default:
@@ -76,13 +80,15 @@ func newEngine(name string) (engine.Engine, error) {
 	e, ok := demoEngine(name)
 	if !ok {
 		if !slices.Contains(engineNames, name) {
-			return nil, fmt.Errorf("unknown engine %q (available: %s)", name, strings.Join(engineNames, ", "))
+			return nil, fmt.Errorf("unknown engine %q (available: %s)", name,
+				strings.Join(engineNames, ", "))
 		}
 		return nil, fmt.Errorf("engine %q is listed but not wired", name)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // the mysql table's migration
+	// Long enough for the mysql table's migration.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg := config.Config{Engines: []config.Engine{e}}
+	cfg := config.Config{Engines: []config.EngineSpec{e}}
 	built, err := cfg.Build(ctx)
 	if err != nil {
 		return nil, err

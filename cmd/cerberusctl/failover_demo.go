@@ -114,39 +114,31 @@ func (o *lostCounter) Lost(cerberus.LostEvent) { o.n.Add(1) }
 // runFailoverDemo runs the seckill demo on Redis (through a relay) with
 // ZooKeeper as the secondary, blocks Redis when half the sales are done, and
 // shows the switch, the lost leases and the final stock.
-func runFailoverDemo(ctx context.Context, cfg demoConfig, stdout io.Writer) (*memStock, *tally, error) {
+func runFailoverDemo(ctx context.Context, cfg demoConfig,
+	stdout io.Writer) (*memStock, *tally, error) {
 	r, err := startRelay(envOr("CERBERUS_REDIS_ADDR", "127.0.0.1:6379"))
 	if err != nil {
 		return nil, nil, err
 	}
-	// The blocked primary makes go-redis log every refused dial; the demo
-	// reports the outage itself.
-	goredis.SetLogger(quietLogger{})
 	defer r.close()
-	rc := goredis.NewClient(&goredis.Options{Addr: r.addr(), MaxRetries: -1, DialerRetries: 1,
-		DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
-	re, err := redis.New(rc, redis.WithTimeout(500*time.Millisecond))
+	engines, err := failoverEngines(r)
 	if err != nil {
-		_ = rc.Close()
-		return nil, nil, err
-	}
-	ze, err := zookeeper.Dial([]string{envOr("CERBERUS_ZK_ADDR", "127.0.0.1:2181")}, 10*time.Second)
-	if err != nil {
-		_ = re.Close()
-		_ = rc.Close()
 		return nil, nil, err
 	}
 	var (
 		switched atomic.Pointer[cerberus.SwitchEvent]
 		switchAt atomic.Int64
 	)
-	f, err := cerberus.NewFailover([]cerberus.NamedEngine{{Name: "redis", Engine: owned{re, rc.Close}}, {Name: "zookeeper", Engine: ze}},
+	f, err := cerberus.NewFailover(engines,
 		cerberus.FailoverOptions{Auto: true, Interval: 200 * time.Millisecond, Threshold: 3, Fence: true,
-			OnSwitch: func(ev cerberus.SwitchEvent) { switched.Store(&ev); switchAt.Store(time.Now().UnixNano()) }})
+			OnSwitch: func(ev cerberus.SwitchEvent) {
+				switched.Store(&ev)
+				switchAt.Store(time.Now().UnixNano())
+			}})
 	if err != nil {
-		_ = re.Close()
-		_ = rc.Close()
-		_ = ze.Close()
+		for _, ne := range engines {
+			_ = ne.Engine.Close()
+		}
 		return nil, nil, err
 	}
 	lost := &lostCounter{}
@@ -161,9 +153,8 @@ func runFailoverDemo(ctx context.Context, cfg demoConfig, stdout io.Writer) (*me
 
 	st := newMemStock(cfg.products, cfg.stock)
 	t := &tally{}
-	var retries atomic.Int64
-	var cutAt atomic.Int64
 	half := int64(cfg.buyers / 2)
+	var cutAt atomic.Int64
 	go func() {
 		for t.sold.Load() < half && ctx.Err() == nil {
 			time.Sleep(time.Millisecond)
@@ -172,6 +163,65 @@ func runFailoverDemo(ctx context.Context, cfg demoConfig, stdout io.Writer) (*me
 		r.cutOff()
 	}()
 	start := time.Now()
+	retries := buyAll(ctx, c, st, cfg, t, start)
+	elapsed := time.Since(start)
+	ev := switched.Load()
+	if ev == nil {
+		return nil, nil, fmt.Errorf("the manager never switched away from redis")
+	}
+	cut := time.Unix(0, cutAt.Load())
+	reportFailover(stdout, ev, half, cut, time.Unix(0, switchAt.Load()), lost, t, elapsed, retries)
+	return st, t, nil
+}
+
+// reportFailover prints what the failover demo saw: the switch ev, after
+// half sales, cut the time Redis was cut off, switchAt the time of the
+// switch; the leases lost and the first grant on ZooKeeper (lost); and the
+// buyers' figures.
+func reportFailover(stdout io.Writer, ev *cerberus.SwitchEvent, half int64,
+	cut, switchAt time.Time, lost *lostCounter, t *tally, elapsed time.Duration, retries int64) {
+	fmt.Fprintf(stdout, "blocked redis after %d sales; switched %s -> %s (epoch %d, reason %s) %v "+
+		"later; leases lost: %d\n",
+		half, ev.From, ev.To, ev.Epoch, ev.Reason, switchAt.Sub(cut).Round(time.Millisecond),
+		lost.n.Load())
+	fmt.Fprintf(stdout, "detection: health 200ms x 3 (at most 600ms), "+
+		"quicker when sales hit the outage; "+
+		"first grant on zookeeper %v after the switch (the fence: 2s leases)\n",
+		time.Duration(lost.firstZK.Load()-switchAt.UnixNano()).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "%d acquisitions in %v; fenced writes refused and retried: %d; retries: %d\n",
+		t.acquisitions.Load(), elapsed.Round(time.Millisecond), t.fenced.Load(), retries)
+}
+
+// failoverEngines are the demo's two engines: Redis behind the relay r,
+// which the demo cuts off, and ZooKeeper.
+func failoverEngines(r *relay) ([]cerberus.NamedEngine, error) {
+	// The blocked primary makes go-redis log every refused dial; the demo
+	// reports the outage itself.
+	goredis.SetLogger(quietLogger{})
+	rc := goredis.NewClient(&goredis.Options{Addr: r.addr(), MaxRetries: -1, DialerRetries: 1,
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond,
+		WriteTimeout: 500 * time.Millisecond})
+	re, err := redis.New(rc, redis.WithTimeout(500*time.Millisecond))
+	if err != nil {
+		_ = rc.Close()
+		return nil, err
+	}
+	ze, err := zookeeper.Dial([]string{envOr("CERBERUS_ZK_ADDR", "127.0.0.1:2181")}, 10*time.Second)
+	if err != nil {
+		_ = re.Close()
+		_ = rc.Close()
+		return nil, err
+	}
+	return []cerberus.NamedEngine{{Name: "redis", Engine: owned{re, rc.Close}},
+		{Name: "zookeeper", Engine: ze}}, nil
+}
+
+// buyAll runs cfg.buyers buyers over cfg.products products (keys made
+// unique by start) until each has bought or ctx ends, and returns how many
+// times a buyer tried again.
+func buyAll(ctx context.Context, c *cerberus.Client, st *memStock, cfg demoConfig, t *tally,
+	start time.Time) int64 {
+	var retries atomic.Int64
 	var wg sync.WaitGroup
 	for i := range cfg.buyers {
 		product := i % cfg.products
@@ -192,23 +242,13 @@ func runFailoverDemo(ctx context.Context, cfg demoConfig, stdout io.Writer) (*me
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	ev := switched.Load()
-	if ev == nil {
-		return nil, nil, fmt.Errorf("the manager never switched away from redis")
-	}
-	fmt.Fprintf(stdout, "blocked redis after %d sales; switched %s -> %s (epoch %d, reason %s) %v later; leases lost: %d\n",
-		half, ev.From, ev.To, ev.Epoch, ev.Reason, time.Duration(switchAt.Load()-cutAt.Load()).Round(time.Millisecond), lost.n.Load())
-	fmt.Fprintf(stdout, "detection: health 200ms x 3 (at most 600ms), quicker when sales hit the outage; first grant on zookeeper %v after the switch (the fence: 2s leases)\n",
-		time.Duration(lost.firstZK.Load()-switchAt.Load()).Round(time.Millisecond))
-	fmt.Fprintf(stdout, "%d acquisitions in %v; fenced writes refused and retried: %d; retries: %d\n",
-		t.acquisitions.Load(), elapsed.Round(time.Millisecond), t.fenced.Load(), retries.Load())
-	return st, t, nil
+	return retries.Load()
 }
 
 // buyOnce is one attempt of a buyer; it reports whether the buyer is done
 // (bought, or found the product sold out).
-func buyOnce(ctx context.Context, c *cerberus.Client, st stock, key string, product int, t *tally) bool {
+func buyOnce(ctx context.Context, c *cerberus.Client, st stock, key string, product int,
+	t *tally) bool {
 	l, err := c.Lock(ctx, key)
 	if err != nil {
 		return false

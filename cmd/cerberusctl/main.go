@@ -6,7 +6,8 @@
 //
 //	cerberusctl status [-config cerberus.yaml]
 //	cerberusctl use [-config cerberus.yaml] ENGINE
-//	cerberusctl demo [-engine memory] [-buyers 1000] [-products 2] [-stock 10000] [-procs 1] [-failover]
+//	cerberusctl demo [-engine memory] [-buyers 1000] [-products 2] [-stock 10000]
+//	                 [-procs 1] [-failover]
 //
 // It uses the standard flag package rather than cobra: single-dash long
 // flags (-engine) are the documented interface, and pflag reads -engine as

@@ -36,27 +36,10 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "cerberusctl status: %v\n", err)
 		return 1
 	}
-	type result struct {
-		err error
-		d   time.Duration
-	}
-	res := make([]result, len(named))
-	var wg sync.WaitGroup
-	for i, n := range named {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-			defer cancel()
-			start := time.Now()
-			res[i] = result{n.Engine.Ping(ctx), time.Since(start)}
-			_ = n.Engine.Close()
-		}()
-	}
-	wg.Wait()
+	res := pingAll(named, *timeout)
 	active := ""
-	if cfg.Engine != "" && cfg.Find(cfg.Engine) != nil {
-		active = cfg.Engine
+	if cfg.Active != "" && cfg.Find(cfg.Active) != nil {
+		active = cfg.Active
 	} else {
 		for i, r := range res {
 			if r.err == nil {
@@ -65,6 +48,43 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
+	printStatus(stdout, cfg, res, active)
+	printFleet(stdout, cfg, *timeout)
+	if active == "" {
+		fmt.Fprintln(stdout, "no engine is healthy")
+		return 1
+	}
+	return 0
+}
+
+// pingResult is what one engine's Ping returned, and how long it took.
+type pingResult struct {
+	err error
+	d   time.Duration
+}
+
+// pingAll pings every engine at once, each within timeout, and closes it.
+func pingAll(named []config.Named, timeout time.Duration) []pingResult {
+	res := make([]pingResult, len(named))
+	var wg sync.WaitGroup
+	for i, n := range named {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			start := time.Now()
+			res[i] = pingResult{n.Engine.Ping(ctx), time.Since(start)}
+			_ = n.Engine.Close()
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
+// printStatus writes the table of engines: kind, health, ping time, which
+// one is active (and whether the configuration pins it), and any error.
+func printStatus(stdout io.Writer, cfg *config.Config, res []pingResult, active string) {
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ENGINE\tKIND\tHEALTH\tPING\tACTIVE\tERROR")
 	for i, r := range res {
@@ -76,19 +96,13 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 		mark := ""
 		if e.Name == active {
 			mark = "*"
-			if cfg.Engine == e.Name {
+			if cfg.Active == e.Name {
 				mark = "* (pinned)"
 			}
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Kind, health, ping, mark, msg)
 	}
 	_ = w.Flush()
-	printFleet(stdout, cfg, *timeout)
-	if active == "" {
-		fmt.Fprintln(stdout, "no engine is healthy")
-		return 1
-	}
-	return 0
 }
 
 // printFleet lists the fleet's live processes under the engine table:
@@ -106,7 +120,8 @@ func printFleet(stdout io.Writer, cfg *config.Config, timeout time.Duration) {
 		fmt.Fprintf(stdout, "fleet: %v\n", err)
 		return
 	}
-	fmt.Fprintf(stdout, "fleet: key %s says %s (epoch %d); %s\n", fl.Key, fl.Engine, fl.Epoch, fleetSummary(fl))
+	fmt.Fprintf(stdout, "fleet: key %s says %s (epoch %d); %s\n", fl.Key, fl.Engine, fl.Epoch,
+		fleetSummary(fl))
 	if len(fl.Members) == 0 {
 		return
 	}
@@ -117,7 +132,8 @@ func printFleet(stdout io.Writer, cfg *config.Config, timeout time.Duration) {
 		if down == "" {
 			down = "-"
 		}
-		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\n", m.Host, m.PID, m.Active, m.Epoch, m.Since.Format(time.RFC3339), down)
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\n", m.Host, m.PID, m.Active, m.Epoch,
+			m.Since.Format(time.RFC3339), down)
 	}
 	_ = w.Flush()
 }
@@ -155,12 +171,14 @@ func useMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("use", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "cerberus.yaml", "configuration file")
-	wait := fs.Duration("wait", cerberus.DefaultFleetWait, "with engine_key: how long to wait for every live process to follow (0: do not wait)")
+	wait := fs.Duration("wait", cerberus.DefaultFleetWait,
+		"with engine_key: how long to wait for every live process to follow (0: do not wait)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, `usage: cerberusctl use [-config FILE] [-wait D] ENGINE   ("" for the default engine)`)
+		fmt.Fprintln(stderr,
+			`usage: cerberusctl use [-config FILE] [-wait D] ENGINE   ("" for the default engine)`)
 		return 2
 	}
 	name := fs.Arg(0)
@@ -177,9 +195,11 @@ func useMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if name == "" {
-		fmt.Fprintf(stdout, "unpinned the engine in %s: every process following it takes the first healthy engine\n", *path)
+		fmt.Fprintf(stdout, "unpinned the engine in %s: every process following it takes the first "+
+			"healthy engine\n", *path)
 	} else {
-		fmt.Fprintf(stdout, "pinned %s in %s: every process following it switches now; locks held on the old engine are lost\n", name, *path)
+		fmt.Fprintf(stdout, "pinned %s in %s: every process following it switches now; locks held on "+
+			"the old engine are lost\n", name, *path)
 	}
 	return 0
 }
@@ -197,7 +217,8 @@ func useFleet(cfg *config.Config, name string, wait time.Duration, stdout, stder
 	rep, err := config.Switch(ctx, cfg, name, wait, func(r cerberus.SwitchReport) {
 		if !wrote {
 			wrote = true
-			fmt.Fprintf(stdout, "wrote %s (epoch %d) to Consul key %s: locks held on the old engine are lost\n", r.Engine, r.Epoch, cfg.EngineKey.Key)
+			fmt.Fprintf(stdout, "wrote %s (epoch %d) to Consul key %s: locks held on the old engine are "+
+				"lost\n", r.Engine, r.Epoch, cfg.EngineKey.Key)
 		}
 		fmt.Fprintln(stdout, r)
 	})

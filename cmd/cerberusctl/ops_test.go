@@ -42,8 +42,8 @@ func TestStatusAndUse(t *testing.T) {
 	if code, out, _ := runCmd(t, "use", "-config", path, "secondary"); code != 0 || !strings.Contains(out, "pinned secondary") {
 		t.Fatalf("use secondary: exit %d: %s", code, out)
 	}
-	if cfg, err := config.Load(path); err != nil || cfg.Engine != "secondary" {
-		t.Fatalf("after use: %v, engine %q", err, cfg.Engine)
+	if cfg, err := config.Load(path); err != nil || cfg.Active != "secondary" {
+		t.Fatalf("after use: %v, engine %q", err, cfg.Active)
 	}
 	if code, _, errOut := runCmd(t, "use", "-config", path, "nope"); code != 1 || !strings.Contains(errOut, "not a configured engine") {
 		t.Fatalf("use nope: exit %d: %s", code, errOut)

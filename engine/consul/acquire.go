@@ -41,167 +41,226 @@ func (e *Engine) acquire(ctx context.Context, l *lease, req engine.Request) erro
 			return e.acquireFair(ctx, l)
 		}
 		// A single attempt does not jump the queue.
-		st, err := e.read(ctx, l.dir, 0)
-		if err != nil {
-			return e.opErr(ctx, "acquire", l.key, err)
-		}
-		if st.ahead(l.mode, l.id, 0) {
-			return fmt.Errorf("%w: %q has waiters", engine.ErrNotAcquired, l.key)
+		if err := e.refuseIfQueued(ctx, l); err != nil {
+			return err
 		}
 	}
-	var st *state
-	var turnDone func() // set once this waiter has the key's turn
-	defer func() {
-		if turnDone != nil {
-			turnDone()
-		}
-	}()
-	// takeTurn waits for the key's turn in this engine: one waiter per key
-	// and engine holds a blocking query open (or polls); the others queue
-	// here (see engine.Turns). Without it, a process with hundreds of
-	// waiters runs into the agent's per-client connection limit.
-	takeTurn := func() error {
-		_, done, err := e.turns.Take(ctx, l.key, nil)
-		turnDone = done
-		return err
-	}
-	// queue hands the wait over to the key's queue, giving up the turn
-	// first: queued waiters each watch their own key. It does so only if
-	// one of the engine's queue slots is free (done false otherwise), so
-	// that queued waiters' blocking queries leave connections for others.
-	queue := func() (done bool, err error) {
-		select {
-		case e.queueSlots <- struct{}{}:
-		default:
-			return false, nil
-		}
-		defer func() { <-e.queueSlots }()
-		if turnDone != nil {
-			turnDone()
-			turnDone = nil
-		}
-		return true, e.acquireFair(ctx, l)
-	}
-	var waitSince time.Time // the first refusal
-	backoff := minBackoff
+	a := &acquisition{e: e, l: l, wait: req.Wait, backoff: backoff{minBackoff}}
+	defer a.leaveTurn()
 	attempts := tryAttempts
 	if req.Wait {
 		attempts = waitAttempts
 	}
 	for range attempts {
-		s, err := e.session(ctx)
-		if err != nil {
+		if done, err := a.attempt(ctx); done {
 			return err
-		}
-		l.sess = s
-		var out outcome
-		if l.mode == engine.Exclusive {
-			out, err = e.tryExclusive(ctx, l, nil)
-		} else {
-			out, err = e.tryShared(ctx, l, st)
-		}
-		st = nil
-		if err != nil {
-			return e.opErr(ctx, "acquire", l.key, err)
-		}
-		switch out {
-		case granted:
-			return nil
-		case sessionGone:
-			s.lose("invalidated")
-			continue
-		case conflict:
-			continue
-		case queueing:
-			if st, err = e.read(ctx, l.dir, 0); err != nil {
-				return e.opErr(ctx, "acquire", l.key, err)
-			}
-			if len(st.waiters) == 0 {
-				// The marker outlived its queue: clear it and try again.
-				if err := e.clearQueue(ctx, l, st); err != nil {
-					return e.opErr(ctx, "acquire", l.key, err)
-				}
-				st = nil
-				continue
-			}
-			if !req.Wait {
-				return fmt.Errorf("%w: %q has waiters", engine.ErrNotAcquired, l.key)
-			}
-			if done, err := queue(); done {
-				return err
-			}
-			// Every queue slot is taken: poll, one waiter per key and
-			// engine, until the queue drains or a slot comes free.
-			if turnDone == nil {
-				if err := takeTurn(); err != nil {
-					return err
-				}
-			} else {
-				if err := sleep(ctx, backoff); err != nil {
-					return err
-				}
-				backoff = min(2*backoff, maxBackoff)
-			}
-			st = nil
-			continue
-		}
-		// Held or delayed: look at the key.
-		if st, err = e.read(ctx, l.dir, 0); err != nil {
-			return e.opErr(ctx, "acquire", l.key, err)
-		}
-		if l.mode == engine.Exclusive && st.prunable() {
-			pout, err := e.prune(ctx, l, st)
-			if err != nil {
-				return e.opErr(ctx, "acquire", l.key, err)
-			}
-			switch pout {
-			case granted, conflict:
-				st = nil
-				continue
-			case sessionGone:
-				s.lose("invalidated")
-				st = nil
-				continue
-			}
-			out = delayed
-		}
-		if !blocks(st, l.mode) && out == held {
-			continue // freed in between: try again at once
-		}
-		if !req.Wait {
-			if out == delayed {
-				return fmt.Errorf("%w: %q is in its lock-delay", engine.ErrNotAcquired, l.key)
-			}
-			return fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, l.key)
-		}
-		if waitSince.IsZero() {
-			waitSince = time.Now()
-		} else if e.cfg.starve > 0 && l.mode == engine.Exclusive && time.Since(waitSince) >= e.cfg.starve {
-			// Starving: from here on, arrival order (see WithStarvation).
-			if done, err := queue(); done {
-				return err
-			}
-		}
-		if turnDone == nil {
-			if err := takeTurn(); err != nil {
-				return err
-			}
-			st = nil
-			continue // try at once: the key may have come free meanwhile
-		}
-		if out == delayed && (!blocks(st, l.mode) || l.mode == engine.Exclusive && st.prunable()) {
-			if err := sleep(ctx, backoff); err != nil {
-				return err
-			}
-			backoff = min(2*backoff, maxBackoff)
-			st = nil
-			continue
-		}
-		if st, err = e.waitChange(ctx, l, st); err != nil {
-			return e.opErr(ctx, "acquire", l.key, err)
 		}
 	}
 	return e.opErr(ctx, "acquire", l.key, fmt.Errorf("gave up after %d attempts", attempts))
+}
+
+// refuseIfQueued returns ErrNotAcquired when waiters queue for l's key.
+func (e *Engine) refuseIfQueued(ctx context.Context, l *lease) error {
+	st, err := e.read(ctx, l.dir, 0)
+	if err != nil {
+		return e.opErr(ctx, "acquire", l.key, err)
+	}
+	if st.ahead(l.mode, l.id, 0) {
+		return fmt.Errorf("%w: %q has waiters", engine.ErrNotAcquired, l.key)
+	}
+	return nil
+}
+
+// acquisition is one Acquire outside fair mode, from attempt to attempt:
+// what it last read of the key, whether it has the key's turn, since when
+// it has been refused, and how long it backs off.
+type acquisition struct {
+	e    *Engine
+	l    *lease
+	wait bool // req.Wait
+
+	st        *state    // the key as last read, for the next attempt; nil: none
+	turnDone  func()    // set once this waiter has the key's turn
+	waitSince time.Time // the first refusal
+	backoff
+}
+
+// attempt makes one try for the key and, when refused, waits as the
+// refusal asks. done is true when acquire should return err.
+func (a *acquisition) attempt(ctx context.Context) (done bool, err error) {
+	s, err := a.e.session(ctx)
+	if err != nil {
+		return true, err
+	}
+	a.l.sess = s
+	out, err := a.try(ctx)
+	if err != nil {
+		return true, a.e.opErr(ctx, "acquire", a.l.key, err)
+	}
+	switch out {
+	case granted:
+		return true, nil
+	case sessionGone:
+		s.lose("invalidated")
+		return false, nil
+	case conflict:
+		return false, nil
+	case queueing:
+		return a.queueing(ctx)
+	}
+	return a.refused(ctx, s, out) // held or delayed
+}
+
+// try is one transaction for the key, with the state last read (a shared
+// request uses it), which it then forgets.
+func (a *acquisition) try(ctx context.Context) (outcome, error) {
+	st := a.st
+	a.st = nil
+	if a.l.mode == engine.Exclusive {
+		return a.e.tryExclusive(ctx, a.l, nil)
+	}
+	return a.e.tryShared(ctx, a.l, st)
+}
+
+// queueing handles a refusal because waiters queue for the key: a single
+// attempt gives up; a waiting one joins the queue when a slot is free, and
+// otherwise polls until it drains.
+func (a *acquisition) queueing(ctx context.Context) (done bool, err error) {
+	e, l := a.e, a.l
+	st, err := e.read(ctx, l.dir, 0)
+	if err != nil {
+		return true, e.opErr(ctx, "acquire", l.key, err)
+	}
+	if len(st.waiters) == 0 {
+		// The marker outlived its queue: clear it and try again.
+		if err := e.clearQueue(ctx, l, st); err != nil {
+			return true, e.opErr(ctx, "acquire", l.key, err)
+		}
+		return false, nil
+	}
+	if !a.wait {
+		return true, fmt.Errorf("%w: %q has waiters", engine.ErrNotAcquired, l.key)
+	}
+	if done, err := a.queue(ctx); done {
+		return true, err
+	}
+	// Every queue slot is taken: poll, one waiter per key and engine,
+	// until the queue drains or a slot comes free.
+	if a.turnDone == nil {
+		err = a.takeTurn(ctx)
+	} else {
+		err = a.pause(ctx)
+	}
+	return err != nil, err
+}
+
+// refused handles a refusal because the key is held or in its lock-delay:
+// it prunes dead holders, gives up for a single attempt, and otherwise
+// waits for the key to change.
+func (a *acquisition) refused(ctx context.Context, s *session, out outcome) (done bool, err error) {
+	e, l := a.e, a.l
+	st, err := e.read(ctx, l.dir, 0)
+	if err != nil {
+		return true, e.opErr(ctx, "acquire", l.key, err)
+	}
+	if l.mode == engine.Exclusive && st.prunable() {
+		pout, err := e.prune(ctx, l, st)
+		if err != nil {
+			return true, e.opErr(ctx, "acquire", l.key, err)
+		}
+		switch pout {
+		case granted, conflict:
+			return false, nil
+		case sessionGone:
+			s.lose("invalidated")
+			return false, nil
+		}
+		out = delayed
+	}
+	if !blocks(st, l.mode) && out == held {
+		a.st = st
+		return false, nil // freed in between: try again at once
+	}
+	if !a.wait {
+		if out == delayed {
+			return true, fmt.Errorf("%w: %q is in its lock-delay", engine.ErrNotAcquired, l.key)
+		}
+		return true, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, l.key)
+	}
+	return a.await(ctx, st, out)
+}
+
+// await is a waiting request's wait after a refusal: after long enough
+// (see WithStarvation) it joins the queue; first it takes the key's turn;
+// in a lock-delay it backs off; otherwise it blocks until the key changes.
+func (a *acquisition) await(ctx context.Context, st *state, out outcome) (done bool, err error) {
+	e, l := a.e, a.l
+	if a.waitSince.IsZero() {
+		a.waitSince = time.Now()
+	} else if e.cfg.starve > 0 && l.mode == engine.Exclusive &&
+		time.Since(a.waitSince) >= e.cfg.starve {
+		// Starving: from here on, arrival order (see WithStarvation).
+		if done, err := a.queue(ctx); done {
+			return true, err
+		}
+	}
+	if a.turnDone == nil {
+		err := a.takeTurn(ctx)
+		return err != nil, err // else try at once: the key may have come free meanwhile
+	}
+	if out == delayed && (!blocks(st, l.mode) || l.mode == engine.Exclusive && st.prunable()) {
+		err := a.pause(ctx)
+		return err != nil, err
+	}
+	if a.st, err = e.waitChange(ctx, l, st); err != nil {
+		return true, e.opErr(ctx, "acquire", l.key, err)
+	}
+	return false, nil
+}
+
+// takeTurn waits for the key's turn in this engine: one waiter per key and
+// engine holds a blocking query open (or polls); the others queue here
+// (see engine.Turns). Without it, a process with hundreds of waiters runs
+// into the agent's per-client connection limit.
+func (a *acquisition) takeTurn(ctx context.Context) error {
+	_, done, err := a.e.turns.Take(ctx, a.l.key, nil)
+	a.turnDone = done
+	return err
+}
+
+// leaveTurn gives up the key's turn, if this waiter has it.
+func (a *acquisition) leaveTurn() {
+	if a.turnDone != nil {
+		a.turnDone()
+		a.turnDone = nil
+	}
+}
+
+// queue hands the wait over to the key's queue, giving up the turn first:
+// queued waiters each watch their own key. It does so only if one of the
+// engine's queue slots is free (done false otherwise), so that queued
+// waiters' blocking queries leave connections for others.
+func (a *acquisition) queue(ctx context.Context) (done bool, err error) {
+	select {
+	case a.e.queueSlots <- struct{}{}:
+	default:
+		return false, nil
+	}
+	defer func() { <-a.e.queueSlots }()
+	a.leaveTurn()
+	return true, a.e.acquireFair(ctx, a.l)
+}
+
+// backoff is a pause that doubles after each use, up to maxBackoff.
+type backoff struct{ d time.Duration }
+
+// pause sleeps for the backoff, or until ctx ends, then doubles it.
+func (b *backoff) pause(ctx context.Context) error {
+	if err := sleep(ctx, b.d); err != nil {
+		return err
+	}
+	b.d = min(2*b.d, maxBackoff)
+	return nil
 }
 
 // blocks reports whether st keeps a request in mode out.
@@ -222,7 +281,8 @@ func (e *Engine) waitChange(ctx context.Context, l *lease, st *state) (*state, e
 		if err != nil {
 			return nil, err
 		}
-		if next.index == st.index || !blocks(next, l.mode) || (l.mode == engine.Exclusive && next.prunable()) {
+		if next.index == st.index || !blocks(next, l.mode) ||
+			(l.mode == engine.Exclusive && next.prunable()) {
 			return next, nil
 		}
 		if next.index < st.index {
@@ -247,7 +307,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // txn runs a KV transaction. ok is false when a check or lock failed; then
 // out says how.
-func (e *Engine) txn(ctx context.Context, ops api.KVTxnOps) (ok bool, resp *api.KVTxnResponse, out outcome, err error) {
+func (e *Engine) txn(ctx context.Context,
+	ops api.KVTxnOps) (ok bool, resp *api.KVTxnResponse, out outcome, err error) {
 	ok, resp, _, err = e.kv.Txn(ops, e.query(ctx))
 	if err != nil {
 		return false, nil, 0, err

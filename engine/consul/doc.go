@@ -47,8 +47,8 @@
 //
 //   - P/E/lock is the lock document. An exclusive holder creates it and
 //     holds it with the session (KV acquire, in a transaction that also
-//     checks it did not exist). Its value records the owner (WithOwner) and
-//     the lease.
+//     checks it did not exist). Its value records the holder's label
+//     (WithHolderLabel) and the lease.
 //   - P/E/c-<lease> are the contender keys of shared holders (Consul's
 //     semaphore recipe): each is held with its holder's session, and the
 //     lock document, unlocked, lists the holders. Readers join and leave

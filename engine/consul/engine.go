@@ -91,7 +91,8 @@ func Dial(address string, opts ...Option) (*Engine, error) {
 		o(&cfg)
 	}
 	if cfg.maxConns < 1 {
-		return nil, fmt.Errorf("%w: consul: max conns %d is under 1", engine.ErrInvalidRequest, cfg.maxConns)
+		return nil, fmt.Errorf("%w: consul: max conns %d is under 1", engine.ErrInvalidRequest,
+			cfg.maxConns)
 	}
 	ac := api.DefaultNonPooledConfig()
 	// A pooled transport with a cap: the non-pooled default opens a new

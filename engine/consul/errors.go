@@ -20,7 +20,8 @@ const name = "consul"
 // as *engine.OpError, classified by engine.Classify with denied and down.
 // The ACL token is scrubbed from the message, whatever the cause.
 func (e *Engine) opErr(ctx context.Context, op, key string, err error) error {
-	return &engine.OpError{Engine: name, Op: op, Key: key, Err: e.scrub(engine.Classify(ctx, err, denied, down))}
+	return &engine.OpError{Engine: name, Op: op, Key: key,
+		Err: e.scrub(engine.Classify(ctx, err, denied, down))}
 }
 
 // errNoLeader: the agent answers but knows no cluster leader, so it cannot
@@ -62,7 +63,8 @@ func (e *Engine) scrub(err error) error {
 		return err
 	}
 	s := &scrubbed{msg: strings.ReplaceAll(err.Error(), tok, "<redacted>")}
-	for _, keep := range []error{context.Canceled, context.DeadlineExceeded, engine.ErrUnavailable, engine.ErrAccessDenied} {
+	for _, keep := range []error{context.Canceled, context.DeadlineExceeded, engine.ErrUnavailable,
+		engine.ErrAccessDenied} {
 		if errors.Is(err, keep) {
 			s.keep = append(s.keep, keep)
 		}

@@ -133,116 +133,139 @@ func (e *Engine) enqueue(ctx context.Context, l *lease) (outcome, error) {
 // watches only the key it waits for (see state.watched), and only the one
 // whose turn it is writes, so a release costs one grant, not a stampede.
 func (e *Engine) acquireFair(ctx context.Context, l *lease) error {
-	var st *state
-	backoff := minBackoff
-	direct := true // one attempt without queueing, while no one queues
+	f := &fairWait{e: e, l: l, backoff: backoff{minBackoff}, direct: true}
 	for range waitAttempts {
-		s, err := e.session(ctx)
-		if err != nil {
+		if done, err := f.step(ctx); done {
 			return err
-		}
-		if l.sess != nil && l.sess != s {
-			l.queued = false // the old session took the waiter key with it
-		}
-		l.sess = s
-		if st == nil {
-			if st, err = e.read(ctx, l.dir, 0); err != nil {
-				return e.opErr(ctx, "acquire", l.key, err)
-			}
-		}
-		me, queued := st.find(l.id)
-		if !queued && direct && len(st.waiters) == 0 && !blocks(st, l.mode) {
-			direct = false
-			var out outcome
-			if l.mode == engine.Exclusive {
-				out, err = e.tryExclusive(ctx, l, st)
-			} else {
-				out, err = e.tryShared(ctx, l, st)
-			}
-			if err != nil {
-				return e.opErr(ctx, "acquire", l.key, err)
-			}
-			if out == granted {
-				return nil
-			}
-			if out == sessionGone {
-				s.lose("invalidated")
-			}
-			st = nil
-			continue
-		}
-		if !queued {
-			out, err := e.enqueue(ctx, l)
-			if err != nil {
-				return e.opErr(ctx, "acquire", l.key, err)
-			}
-			switch out {
-			case sessionGone:
-				s.lose("invalidated")
-			case granted:
-			default: // not expected for a key of its own; do not spin
-				if err := sleep(ctx, backoff); err != nil {
-					return err
-				}
-				backoff = min(2*backoff, maxBackoff)
-			}
-			st = nil
-			continue
-		}
-		if !blocks(st, l.mode) && !st.ahead(l.mode, l.id, me.order) || l.mode == engine.Exclusive && st.prunable() && !st.ahead(l.mode, l.id, me.order) {
-			var out outcome
-			switch {
-			case l.mode == engine.Exclusive && st.prunable():
-				out, err = e.prune(ctx, l, st)
-				if out == granted {
-					out = conflict // pruned: look again
-				}
-			case l.mode == engine.Exclusive:
-				out, err = e.tryExclusive(ctx, l, st)
-			default:
-				out, err = e.tryShared(ctx, l, st)
-			}
-			if err != nil {
-				return e.opErr(ctx, "acquire", l.key, err)
-			}
-			switch out {
-			case granted:
-				return nil
-			case sessionGone:
-				s.lose("invalidated")
-			case delayed:
-				if err := sleep(ctx, backoff); err != nil {
-					return err
-				}
-				backoff = min(2*backoff, maxBackoff)
-			}
-			st = nil
-			continue
-		}
-		watched := st.watched(l.mode, me, l.doc)
-		exists, err := e.waitKey(ctx, watched, st.index)
-		if err != nil {
-			return e.opErr(ctx, "acquire", l.key, err)
-		}
-		seen := st
-		st = nil
-		if watched == l.doc && !exists && l.mode == engine.Exclusive {
-			// A writer that watched the document was first in the queue
-			// (later arrivals queue behind it), and the document is gone:
-			// its turn, without another read.
-			out, err := e.tryExclusive(ctx, l, seen)
-			if err != nil {
-				return e.opErr(ctx, "acquire", l.key, err)
-			}
-			switch out {
-			case granted:
-				return nil
-			case sessionGone:
-				s.lose("invalidated")
-			}
 		}
 	}
 	return e.opErr(ctx, "acquire", l.key, fmt.Errorf("gave up after %d attempts", waitAttempts))
+}
+
+// fairWait is one acquireFair from step to step.
+type fairWait struct {
+	e *Engine
+	l *lease
+	backoff
+	direct bool // one attempt without queueing, while no one queues
+}
+
+// step reads the key and its queue and takes the one action they call for:
+// a direct attempt while no one queues, joining the queue, the attempt
+// when it is l's turn, or a wait on the key l waits for. done is true when
+// acquireFair should return err.
+func (f *fairWait) step(ctx context.Context) (done bool, err error) {
+	e, l := f.e, f.l
+	s, err := e.session(ctx)
+	if err != nil {
+		return true, err
+	}
+	if l.sess != nil && l.sess != s {
+		l.queued = false // the old session took the waiter key with it
+	}
+	l.sess = s
+	st, err := e.read(ctx, l.dir, 0)
+	if err != nil {
+		return true, e.opErr(ctx, "acquire", l.key, err)
+	}
+	me, queued := st.find(l.id)
+	switch {
+	case !queued && f.direct && len(st.waiters) == 0 && !blocks(st, l.mode):
+		f.direct = false
+		return f.try(ctx, s, st)
+	case !queued:
+		return f.join(ctx, s)
+	case !blocks(st, l.mode) && !st.ahead(l.mode, l.id, me.order) ||
+		l.mode == engine.Exclusive && st.prunable() && !st.ahead(l.mode, l.id, me.order):
+		return f.takeTurn(ctx, s, st)
+	}
+	return f.waitTurn(ctx, s, st, me)
+}
+
+// try is one attempt for the key with st, the state last read.
+func (f *fairWait) try(ctx context.Context, s *session, st *state) (done bool, err error) {
+	var out outcome
+	if f.l.mode == engine.Exclusive {
+		out, err = f.e.tryExclusive(ctx, f.l, st)
+	} else {
+		out, err = f.e.tryShared(ctx, f.l, st)
+	}
+	if err != nil {
+		return true, f.e.opErr(ctx, "acquire", f.l.key, err)
+	}
+	if out == sessionGone {
+		s.lose("invalidated")
+	}
+	return out == granted, nil
+}
+
+// join adds l to the key's queue.
+func (f *fairWait) join(ctx context.Context, s *session) (done bool, err error) {
+	out, err := f.e.enqueue(ctx, f.l)
+	if err != nil {
+		return true, f.e.opErr(ctx, "acquire", f.l.key, err)
+	}
+	switch out {
+	case sessionGone:
+		s.lose("invalidated")
+	case granted:
+	default: // not expected for a key of its own; do not spin
+		if err := f.pause(ctx); err != nil {
+			return true, err
+		}
+	}
+	return false, nil
+}
+
+// takeTurn is the attempt of a queued l whose turn it is: it prunes dead
+// holders first, if any.
+func (f *fairWait) takeTurn(ctx context.Context, s *session, st *state) (done bool, err error) {
+	e, l := f.e, f.l
+	var out outcome
+	switch {
+	case l.mode == engine.Exclusive && st.prunable():
+		out, err = e.prune(ctx, l, st)
+		if out == granted {
+			out = conflict // pruned: look again
+		}
+	case l.mode == engine.Exclusive:
+		out, err = e.tryExclusive(ctx, l, st)
+	default:
+		out, err = e.tryShared(ctx, l, st)
+	}
+	if err != nil {
+		return true, e.opErr(ctx, "acquire", l.key, err)
+	}
+	switch out {
+	case granted:
+		return true, nil
+	case sessionGone:
+		s.lose("invalidated")
+	case delayed:
+		if err := f.pause(ctx); err != nil {
+			return true, err
+		}
+	}
+	return false, nil
+}
+
+// waitTurn blocks on the key l waits for (see state.watched) until it
+// changes or the wait time passes.
+func (f *fairWait) waitTurn(ctx context.Context, s *session, st *state,
+	me waiter) (done bool, err error) {
+	e, l := f.e, f.l
+	watched := st.watched(l.mode, me, l.doc)
+	exists, err := e.waitKey(ctx, watched, st.index)
+	if err != nil {
+		return true, e.opErr(ctx, "acquire", l.key, err)
+	}
+	if watched != l.doc || exists || l.mode != engine.Exclusive {
+		return false, nil
+	}
+	// A writer that watched the document was first in the queue (later
+	// arrivals queue behind it), and the document is gone: its turn,
+	// without another read.
+	return f.try(ctx, s, st)
 }
 
 // dequeueOp is the operation that removes l's waiter key in the grant

@@ -67,7 +67,8 @@ func DecodeKey(enc string) (string, error) {
 			b = append(b, hi<<4|lo)
 			i += 2
 		default:
-			return "", fmt.Errorf("%w: consul: byte %d of %q is not part of an encoded key", engine.ErrInvalidKey, i, enc)
+			return "", fmt.Errorf("%w: consul: byte %d of %q is not part of an encoded key",
+				engine.ErrInvalidKey, i, enc)
 		}
 	}
 	return string(b), nil
@@ -99,7 +100,8 @@ func checkPrefix(p string) error {
 		for i := 0; i < len(seg); i++ {
 			c := seg[i]
 			if !plain(c) && c != '_' && c != '.' {
-				return fmt.Errorf("consul: prefix %q may hold only ASCII letters, digits, '-', '_', '.' and '/'", p)
+				return fmt.Errorf("consul: prefix %q may hold only ASCII letters, digits, '-', '_', '.' and "+
+					"'/'", p)
 			}
 		}
 	}

@@ -144,7 +144,8 @@ func (l *lease) releaseOnServer(ctx context.Context) (bool, error) {
 // not l was ever granted: the cleanup after an abandoned Acquire.
 func (l *lease) takeBack(ctx context.Context) error {
 	if l.queued {
-		if _, _, _, err := l.e.txn(ctx, api.KVTxnOps{{Verb: api.KVDelete, Key: waiterKey(l)}}); err != nil {
+		if _, _, _, err := l.e.txn(ctx,
+			api.KVTxnOps{{Verb: api.KVDelete, Key: waiterKey(l)}}); err != nil {
 			return err
 		}
 		l.queued = false

@@ -16,7 +16,8 @@ import (
 // The lock verb honours the lock-delay of an invalidated session. The
 // token is the ModifyIndex of that write, a Raft index, so it only grows.
 func (e *Engine) tryExclusive(ctx context.Context, l *lease, st *state) (outcome, error) {
-	val := document{Mode: "exclusive", Holders: []holder{{Lease: l.id, Owner: e.cfg.owner, Session: l.sess.id}}}.encode()
+	val := document{Mode: "exclusive",
+		Holders: []holder{{Lease: l.id, Owner: e.cfg.owner, Session: l.sess.id}}}.encode()
 	ops := api.KVTxnOps{{Verb: api.KVCheckNotExists, Key: l.doc}}
 	if !l.queued {
 		ops = append(ops, &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: markerKey(l)})
@@ -65,7 +66,8 @@ func (e *Engine) takeBackExclusive(ctx context.Context, l *lease) error {
 	if err != nil {
 		return err
 	}
-	if !st.writerHeld() || !st.parsedOK || len(st.parsed.Holders) != 1 || st.parsed.Holders[0].Lease != l.id {
+	if !st.writerHeld() || !st.parsedOK || len(st.parsed.Holders) != 1 ||
+		st.parsed.Holders[0].Lease != l.id {
 		return nil
 	}
 	_, _, _, err = e.txn(ctx, api.KVTxnOps{

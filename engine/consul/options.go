@@ -49,6 +49,8 @@ const (
 	DefaultWaitTime = 5 * time.Second
 	// DefaultStarvation is the default of WithStarvation.
 	DefaultStarvation = 20 * time.Millisecond
+	// DefaultSessionName is the default of WithSessionName.
+	DefaultSessionName = "cerberus"
 )
 
 func defaults() config {
@@ -59,7 +61,7 @@ func defaults() config {
 		lockDelay:   DefaultLockDelay,
 		waitTime:    DefaultWaitTime,
 		owner:       fmt.Sprintf("%s:%d", host, os.Getpid()),
-		sessionName: "cerberus",
+		sessionName: DefaultSessionName,
 		maxConns:    DefaultMaxConns,
 		starve:      DefaultStarvation,
 	}
@@ -106,13 +108,14 @@ func WithLockDelay(d time.Duration) Option { return func(c *config) { c.lockDela
 
 // WithWaitTime bounds each blocking query a waiting Acquire makes; after it
 // the engine checks the key again even if Consul reported no change, so a
-// missed change costs at most this delay. The default is 5s.
+// missed change costs at most this delay. The default is DefaultWaitTime.
 func WithWaitTime(d time.Duration) Option { return func(c *config) { c.waitTime = d } }
 
-// WithOwner sets the owner recorded in the value of every key the engine
-// holds, for operators reading the KV store. The default is
-// "hostname:pid".
-func WithOwner(owner string) Option { return func(c *config) { c.owner = owner } }
+// WithHolderLabel sets the label recorded as the holder (the Owner field)
+// in the value of every key the engine holds, for operators reading the KV
+// store. It is only a label: reentrancy follows cerberus.WithOwner. The
+// default is "hostname:pid".
+func WithHolderLabel(label string) Option { return func(c *config) { c.owner = label } }
 
 // WithToken sets the ACL token sent with every request, overriding the
 // client's own. The token is sent in a header and never appears in errors
@@ -137,7 +140,7 @@ func WithHealthChecks(nodeChecks []string, serviceChecks ...api.ServiceCheck) Op
 }
 
 // WithSessionName sets the name of the engine's session, shown in Consul's
-// UI and API. The default is "cerberus".
+// UI and API. The default is DefaultSessionName.
 func WithSessionName(name string) Option { return func(c *config) { c.sessionName = name } }
 
 // check validates the settings.

@@ -95,7 +95,8 @@ func (e *Engine) releaseShared(ctx context.Context, l *lease) (bool, error) {
 		if len(rest) == 0 {
 			ops = append(ops, &api.KVTxnOp{Verb: api.KVDelete, Key: l.doc})
 		} else {
-			ops = append(ops, &api.KVTxnOp{Verb: api.KVSet, Key: l.doc, Value: document{Mode: "shared", Holders: rest}.encode()})
+			ops = append(ops, &api.KVTxnOp{Verb: api.KVSet, Key: l.doc,
+				Value: document{Mode: "shared", Holders: rest}.encode()})
 		}
 		ops = append(ops, &api.KVTxnOp{Verb: api.KVDelete, Key: c})
 		ok, _, _, err := e.txn(ctx, ops)
@@ -133,7 +134,8 @@ func (e *Engine) prune(ctx context.Context, l *lease, st *state) (outcome, error
 	if len(keep) == 0 {
 		ops = append(ops, &api.KVTxnOp{Verb: api.KVDelete, Key: l.doc})
 	} else {
-		ops = append(ops, &api.KVTxnOp{Verb: api.KVSet, Key: l.doc, Value: document{Mode: "shared", Holders: keep}.encode()})
+		ops = append(ops, &api.KVTxnOp{Verb: api.KVSet, Key: l.doc,
+			Value: document{Mode: "shared", Holders: keep}.encode()})
 	}
 	ok, _, out, err := e.txn(ctx, ops)
 	if err != nil {

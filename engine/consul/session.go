@@ -49,7 +49,8 @@ func (e *Engine) session(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, e.opErr(ctx, "session", "", err)
 	}
-	s := &session{e: e, id: id, leases: make(map[*lease]struct{}), orphans: make(map[*lease]struct{}), stop: make(chan struct{})}
+	s := &session{e: e, id: id, leases: make(map[*lease]struct{}), orphans: make(map[*lease]struct{}),
+		stop: make(chan struct{})}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()

@@ -19,48 +19,29 @@ func checkValidation(h *harness) {
 	e := h.engine()
 	lim := e.Limits()
 	// An engine may refuse lease periods below its Floor, and only those.
-	if lim.MaxKeyLen < engine.MaxKeyLen || (lim.MinTTL > engine.MinTTL && lim.MinTTL != lim.Floor) || lim.MaxTTL < engine.MaxTTL {
-		h.t.Errorf("Limits %+v are narrower than the common bounds (key %d, ttl %v..%v, or a MinTTL at the Floor)",
+	if lim.MaxKeyLen < engine.MaxKeyLen || (lim.MinTTL > engine.MinTTL && lim.MinTTL != lim.Floor) ||
+		lim.MaxTTL < engine.MaxTTL {
+		h.t.Errorf("Limits %+v are narrower than the common bounds "+
+			"(key %d, ttl %v..%v, or a MinTTL at the Floor)",
 			lim, engine.MaxKeyLen, engine.MinTTL, engine.MaxTTL)
 	}
 	good := hold(h.key())
-	with := func(f func(*engine.Request)) engine.Request { r := good; f(&r); return r }
-	bad := []struct {
-		name string
-		req  engine.Request
-		want error
-	}{
-		{"empty key", with(func(r *engine.Request) { r.Key = "" }), engine.ErrInvalidKey},
-		{"key over MaxKeyLen", with(func(r *engine.Request) { r.Key = strings.Repeat("k", lim.MaxKeyLen+1) }), engine.ErrInvalidKey},
-		{"invalid UTF-8", with(func(r *engine.Request) { r.Key = good.Key + "\xff" }), engine.ErrInvalidKey},
-		{"NUL in key", with(func(r *engine.Request) { r.Key = good.Key + "\x00x" }), engine.ErrInvalidKey},
-		{"newline in key", with(func(r *engine.Request) { r.Key = good.Key + "\nx" }), engine.ErrInvalidKey},
-		{"unknown mode", with(func(r *engine.Request) { r.Mode = 7 }), engine.ErrInvalidRequest},
-		{"zero TTL", with(func(r *engine.Request) { r.TTL = 0 }), engine.ErrInvalidTTL},
-		{"negative TTL", with(func(r *engine.Request) { r.TTL = -time.Second }), engine.ErrInvalidTTL},
-		{"TTL under MinTTL", with(func(r *engine.Request) { r.TTL = lim.MinTTL - time.Nanosecond }), engine.ErrInvalidTTL},
-		{"TTL over MaxTTL", with(func(r *engine.Request) { r.TTL = lim.MaxTTL + time.Nanosecond }), engine.ErrInvalidTTL},
-	}
 	closed := h.engine()
 	_ = closed.Close()
-	targets := []struct {
-		name string
-		e    engine.Engine
-	}{{"open", e}, {"closed", closed}}
+	targets := []namedEngine{{"open", e}, {"closed", closed}}
 	if h.opts.Unreachable != nil {
-		targets = append(targets, struct {
-			name string
-			e    engine.Engine
-		}{"unreachable", h.make(h.opts.Unreachable, "unreachable engine")})
+		unreachable := h.make(h.opts.Unreachable, "unreachable engine")
+		targets = append(targets, namedEngine{"unreachable", unreachable})
 	}
-	for _, b := range bad {
+	for _, b := range badRequests(good, lim) {
 		if err := e.Validate(b.req); !errors.Is(err, b.want) {
 			h.t.Errorf("Validate(%s): want %v, got %v", b.name, b.want, err)
 		}
 		for _, tg := range targets {
 			l, err := tg.e.Acquire(h.ctx(), b.req)
 			if !errors.Is(err, b.want) {
-				h.t.Errorf("Acquire(%s) on the %s engine: want %v before any I/O, got %v", b.name, tg.name, b.want, err)
+				h.t.Errorf("Acquire(%s) on the %s engine: want %v before any I/O, got %v",
+					b.name, tg.name, b.want, err)
 			}
 			if l != nil {
 				h.t.Errorf("Acquire(%s) on the %s engine returned a lease", b.name, tg.name)
@@ -71,11 +52,52 @@ func checkValidation(h *harness) {
 	if err := e.Validate(good); err != nil {
 		h.t.Errorf("Validate(good request): %v", err)
 	}
-	// Keys at the limit and with characters that servers treat specially
-	// round-trip unchanged.
+	checkOddKeys(h, e, lim)
+}
+
+// namedEngine is an engine the validation check tries, and what it is.
+type namedEngine struct {
+	name string
+	e    engine.Engine
+}
+
+// badRequest is a request every engine refuses with want, before any I/O.
+type badRequest struct {
+	name string
+	req  engine.Request
+	want error
+}
+
+// badRequests are good, a valid request, each spoiled in one way.
+func badRequests(good engine.Request, lim engine.Limits) []badRequest {
+	with := func(f func(*engine.Request)) engine.Request { r := good; f(&r); return r }
+	tooLong := strings.Repeat("k", lim.MaxKeyLen+1)
+	return []badRequest{
+		{"empty key", with(func(r *engine.Request) { r.Key = "" }), engine.ErrInvalidKey},
+		{"key over MaxKeyLen", with(func(r *engine.Request) { r.Key = tooLong }), engine.ErrInvalidKey},
+		{"invalid UTF-8", with(func(r *engine.Request) { r.Key = good.Key + "\xff" }),
+			engine.ErrInvalidKey},
+		{"NUL in key", with(func(r *engine.Request) { r.Key = good.Key + "\x00x" }),
+			engine.ErrInvalidKey},
+		{"newline in key", with(func(r *engine.Request) { r.Key = good.Key + "\nx" }),
+			engine.ErrInvalidKey},
+		{"unknown mode", with(func(r *engine.Request) { r.Mode = 7 }), engine.ErrInvalidRequest},
+		{"zero TTL", with(func(r *engine.Request) { r.TTL = 0 }), engine.ErrInvalidTTL},
+		{"negative TTL", with(func(r *engine.Request) { r.TTL = -time.Second }), engine.ErrInvalidTTL},
+		{"TTL under MinTTL", with(func(r *engine.Request) { r.TTL = lim.MinTTL - time.Nanosecond }),
+			engine.ErrInvalidTTL},
+		{"TTL over MaxTTL", with(func(r *engine.Request) { r.TTL = lim.MaxTTL + time.Nanosecond }),
+			engine.ErrInvalidTTL},
+	}
+}
+
+// checkOddKeys checks that keys at the limit and with characters that
+// servers treat specially round-trip unchanged.
+func checkOddKeys(h *harness, e engine.Engine, lim engine.Limits) {
 	long := h.key() + "/"
 	long += strings.Repeat("x", lim.MaxKeyLen-len(long))
-	for _, key := range []string{long, h.key() + "/订单:42 a%2F/b\\*?.. ", h.key() + "/../.", h.key() + "/"} {
+	odd := []string{long, h.key() + "/订单:42 a%2F/b\\*?.. ", h.key() + "/../.", h.key() + "/"}
+	for _, key := range odd {
 		l := h.acquire(e, hold(key))
 		if l.Key() != key {
 			h.t.Errorf("Key() = %q, want %q", l.Key(), key)
@@ -102,7 +124,8 @@ func checkLeaseFields(h *harness) {
 		req.Mode = mode
 		l := h.acquire(e, req)
 		if l.Key() != key || l.Mode() != mode || l.Token() == 0 || l.Err() != nil || isDone(l) {
-			h.t.Errorf("fresh %v lease: key %q mode %v token %d err %v done %v", mode, l.Key(), l.Mode(), l.Token(), l.Err(), isDone(l))
+			h.t.Errorf("fresh %v lease: key %q mode %v token %d err %v done %v", mode, l.Key(), l.Mode(),
+				l.Token(), l.Err(), isDone(l))
 		}
 		h.release(l)
 		if !isDone(l) || !errors.Is(l.Err(), engine.ErrReleased) {
@@ -120,43 +143,14 @@ func checkMutualExclusion(h *harness) {
 	for i := range clients {
 		clients[i] = h.engine()
 	}
-	var (
-		inside, overlaps, regress, failures atomic.Int64
-		counter, lastToken, sections        atomic.Uint64
-		wg                                  sync.WaitGroup
-		firstErr                            firstError
-	)
+	var x exclusion
+	var wg sync.WaitGroup
 	for _, e := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for range h.opts.Rounds {
-				ctx, cancel := context.WithTimeout(context.Background(), hang)
-				l, err := e.Acquire(ctx, hold(key))
-				cancel()
-				if err != nil {
-					failures.Add(1)
-					firstErr.set(err)
-					return
-				}
-				if inside.Add(1) != 1 {
-					overlaps.Add(1)
-				}
-				if tok := l.Token(); tok <= lastToken.Load() {
-					regress.Add(1)
-				} else {
-					lastToken.Store(tok)
-				}
-				// A read-modify-write that loses updates unless the lock
-				// excludes: the yield invites the scheduler in between.
-				v := counter.Load()
-				runtime.Gosched()
-				counter.Store(v + 1)
-				sections.Add(1)
-				inside.Add(-1)
-				if err := l.Release(context.Background()); err != nil {
-					failures.Add(1)
-					firstErr.set(err)
+				if !x.round(e, key) {
 					return
 				}
 			}
@@ -165,23 +159,66 @@ func checkMutualExclusion(h *harness) {
 	wg.Wait()
 	// Compared with the sections that ran, so that failed calls show as
 	// failures below rather than as lost updates.
-	want := sections.Load()
-	if n := failures.Load(); n > 0 {
-		h.t.Errorf("%d acquire/release calls failed; first: %v", n, firstErr.get())
+	want := x.sections.Load()
+	if n := x.failures.Load(); n > 0 {
+		h.t.Errorf("%d acquire/release calls failed; first: %v", n, x.firstErr.get())
 	}
-	if n := overlaps.Load(); n > 0 {
+	if n := x.overlaps.Load(); n > 0 {
 		h.t.Errorf("%d critical sections overlapped", n)
 	}
-	if n := regress.Load(); n > 0 {
+	if n := x.regress.Load(); n > 0 {
 		h.t.Errorf("%d grants had a token not above the previous grant's", n)
 	}
-	if got := counter.Load(); got != want {
+	if got := x.counter.Load(); got != want {
 		h.t.Errorf("counter = %d after %d exclusive increments: updates were lost", got, want)
 	}
-	if all := uint64(len(clients) * h.opts.Rounds); want != all && failures.Load() == 0 {
+	if all := uint64(len(clients) * h.opts.Rounds); want != all && x.failures.Load() == 0 {
 		h.t.Errorf("%d of %d critical sections ran, with no failure reported", want, all)
 	}
 	h.mustBeFree(clients[0], key)
+}
+
+// exclusion is what checkMutualExclusion's clients saw: sections that
+// overlapped, tokens that did not increase, failed calls, and a counter
+// that loses updates unless the lock excludes.
+type exclusion struct {
+	inside, overlaps, regress, failures atomic.Int64
+	counter, lastToken, sections        atomic.Uint64
+	firstErr                            firstError
+}
+
+// round is one critical section on e: acquire key, increment the counter,
+// release. It returns false after a failed call.
+func (x *exclusion) round(e engine.Engine, key string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), hang)
+	l, err := e.Acquire(ctx, hold(key))
+	cancel()
+	if err != nil {
+		x.failures.Add(1)
+		x.firstErr.set(err)
+		return false
+	}
+	if x.inside.Add(1) != 1 {
+		x.overlaps.Add(1)
+	}
+	if tok := l.Token(); tok <= x.lastToken.Load() {
+		x.regress.Add(1)
+	} else {
+		x.lastToken.Store(tok)
+	}
+	// A read-modify-write that loses updates unless the lock excludes:
+	// the yield invites the scheduler in between.
+	v := x.counter.Load()
+	runtime.Gosched()
+	x.counter.Store(v + 1)
+	x.sections.Add(1)
+	x.inside.Add(-1)
+	if err := l.Release(context.Background()); err != nil {
+		x.failures.Add(1)
+		x.firstErr.set(err)
+		return false
+	}
+	return true
 }
 
 // checkTryLockHeld: a single attempt on a held key fails at once with
@@ -346,14 +383,16 @@ func checkCancelledBefore(h *harness) {
 			_ = l.Release(context.Background())
 		}
 		if !errors.Is(err, context.Canceled) || errors.Is(err, engine.ErrUnavailable) {
-			h.t.Errorf("Acquire with a cancelled context (wait=%v): want context.Canceled and not ErrUnavailable, got %v", req.Wait, err)
+			h.t.Errorf("Acquire with a cancelled context (wait=%v): want context.Canceled and not "+
+				"ErrUnavailable, got %v", req.Wait, err)
 		}
 	}
 	expired, cancelExpired := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancelExpired()
 	for _, ctx := range []context.Context{ctx, expired} {
 		if err := e.Ping(ctx); errors.Is(err, engine.ErrUnavailable) {
-			h.t.Errorf("Ping with an ended context: the caller's %v is not ErrUnavailable, got %v", ctx.Err(), err)
+			h.t.Errorf("Ping with an ended context: the caller's %v is not ErrUnavailable, got %v",
+				ctx.Err(), err)
 		}
 	}
 	h.mustBeFree(e, key)
@@ -724,14 +763,16 @@ func checkFairness(h *harness) {
 		lo, hi = min(lo, c), max(hi, c)
 	}
 	if h.opts.Unordered != "" {
-		h.t.Logf("grants per client %v (min/max %.2f); arrival order is not kept: %s", counts, float64(lo)/float64(max(hi, 1)), h.opts.Unordered)
+		h.t.Logf("grants per client %v (min/max %.2f); arrival order is not kept: %s", counts,
+			float64(lo)/float64(max(hi, 1)), h.opts.Unordered)
 		if lo == 0 {
 			h.t.Errorf("grants per client %v: a client was never served", counts)
 		}
 		return
 	}
 	if hi == 0 || float64(lo)/float64(hi) < fairMinMax {
-		h.t.Errorf("grants per client %v: min/max %.2f, want at least %.1f", counts, float64(lo)/float64(max(hi, 1)), fairMinMax)
+		h.t.Errorf("grants per client %v: min/max %.2f, want at least %.1f", counts,
+			float64(lo)/float64(max(hi, 1)), fairMinMax)
 		return
 	}
 	h.t.Logf("grants per client %v: min/max %.2f", counts, float64(lo)/float64(hi))

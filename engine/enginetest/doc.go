@@ -1,14 +1,7 @@
 // Package enginetest is the conformance suite every cerberus engine passes.
 //
 // An engine's tests call Run with a Factory that connects a fresh engine
-// instance to a real server:
-//
-//	func TestConformance(t *testing.T) {
-//		addr := testenv.RedisAddr(t)
-//		enginetest.Run(t, func() (engine.Engine, error) {
-//			return redis.New(goredis.NewClient(&goredis.Options{Addr: addr})), nil
-//		}, enginetest.Options{})
-//	}
+// instance to a real server (see the example of Run).
 //
 // Each check is a subtest named after the semantic it covers (see the
 // package engine documentation): mutual exclusion across many engine

@@ -89,8 +89,9 @@ type check struct {
 	fn   func(h *harness)
 }
 
-// checks is the table Run walks. Each entry covers one numbered semantic of
-// DESIGN.md; the suite's self-test names the broken engine each one catches.
+// checks is the table Run walks. Each entry covers one of the semantics the
+// package engine documentation lists; the suite's self-test names the
+// broken engine each one catches.
 var checks = []check{
 	{"Validation", checkValidation},
 	{"LeaseFields", checkLeaseFields},

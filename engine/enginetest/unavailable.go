@@ -20,8 +20,10 @@ func checkUnreachable(h *harness) {
 	if e == nil {
 		return
 	}
-	if err := e.Ping(h.ctx()); !errors.Is(err, engine.ErrUnavailable) || errors.Is(err, engine.ErrAccessDenied) {
-		h.t.Errorf("Ping on the Unreachable engine: want ErrUnavailable (and not ErrAccessDenied), got %v", err)
+	if err := e.Ping(h.ctx()); !errors.Is(err, engine.ErrUnavailable) ||
+		errors.Is(err, engine.ErrAccessDenied) {
+		h.t.Errorf("Ping on the Unreachable engine: want ErrUnavailable (and not ErrAccessDenied), got "+
+			"%v", err)
 	}
 	// The caller cancels while the engine may still be trying to reach
 	// its server: whichever comes first decides the error.
@@ -37,10 +39,12 @@ func checkUnreachable(h *harness) {
 	switch {
 	case errors.Is(err, context.Canceled):
 		if !errors.Is(err, engine.ErrNotAcquired) || errors.Is(err, engine.ErrUnavailable) {
-			h.t.Errorf("Acquire cancelled by its caller on the unreachable engine: want ErrNotAcquired joined with context.Canceled, not ErrUnavailable, got %v", err)
+			h.t.Errorf("Acquire cancelled by its caller on the unreachable engine: want ErrNotAcquired "+
+				"joined with context.Canceled, not ErrUnavailable, got %v", err)
 		}
 	case !errors.Is(err, engine.ErrUnavailable):
-		h.t.Errorf("Acquire on the unreachable engine, before its caller cancelled: want ErrUnavailable, got %v", err)
+		h.t.Errorf("Acquire on the unreachable engine, before its caller cancelled: want "+
+			"ErrUnavailable, got %v", err)
 	}
 }
 
@@ -51,12 +55,15 @@ func checkUnreachable(h *harness) {
 // permission, may succeed but never reports ErrUnavailable. Without
 // Options.AccessDenied there is nothing to check.
 func checkAccessDenied(h *harness) {
-	e := h.mustFailAs("AccessDenied", h.opts.AccessDenied, engine.ErrAccessDenied, engine.ErrUnavailable)
+	e := h.mustFailAs("AccessDenied", h.opts.AccessDenied, engine.ErrAccessDenied,
+		engine.ErrUnavailable)
 	if e == nil {
 		return
 	}
-	if err := e.Ping(h.ctx()); errors.Is(err, engine.ErrUnavailable) || err != nil && !errors.Is(err, engine.ErrAccessDenied) {
-		h.t.Errorf("Ping on the AccessDenied engine: want nil or ErrAccessDenied (and not ErrUnavailable), got %v", err)
+	if err := e.Ping(h.ctx()); errors.Is(err, engine.ErrUnavailable) || err != nil &&
+		!errors.Is(err, engine.ErrAccessDenied) {
+		h.t.Errorf("Ping on the AccessDenied engine: want nil or ErrAccessDenied (and not "+
+			"ErrUnavailable), got %v", err)
 	}
 }
 

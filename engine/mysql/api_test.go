@@ -56,7 +56,7 @@ func TestBadOptions(t *testing.T) {
 // TestErrorsHideDSN: a server failure is an *engine.OpError wrapping
 // ErrUnavailable, and nothing of the DSN's password shows.
 func TestErrorsHideDSN(t *testing.T) {
-	for _, s := range []string{StrategyLease, StrategyRow} {
+	for _, s := range []Strategy{StrategyLease, StrategyRow} {
 		e, err := Open(unreachableDSN, WithStrategy(s))
 		if err != nil {
 			t.Fatal(err)
@@ -86,15 +86,15 @@ func TestErrorsHideDSN(t *testing.T) {
 func TestKeysAreBytes(t *testing.T) {
 	dsn := testDSN(t)
 	table := testTable(t, dsn)
-	for _, s := range []string{StrategyLease, StrategyRow} {
+	for _, s := range []Strategy{StrategyLease, StrategyRow} {
 		e := openT(t, dsn, WithTable(table), WithStrategy(s))
 		for _, pair := range [][2]string{{"case/A", "case/a"}, {"pad/x", "pad/x "}, {"uml/ä", "uml/a"}} {
-			req := engine.Request{Key: s + pair[0], TTL: 10 * time.Second, Renew: true}
+			req := engine.Request{Key: string(s) + pair[0], TTL: 10 * time.Second, Renew: true}
 			l1, err := e.Acquire(hangCtx(t), req)
 			if err != nil {
 				t.Fatalf("%s %q: %v", s, pair[0], err)
 			}
-			req.Key = s + pair[1]
+			req.Key = string(s) + pair[1]
 			l2, err := e.Acquire(hangCtx(t), req)
 			if err != nil {
 				t.Errorf("%s: %q is held, so %q was refused: %v", s, pair[0], pair[1], err)
@@ -120,12 +120,12 @@ func TestNewKeepsCallersDB(t *testing.T) {
 	const pool = 4
 	sqlDB.SetMaxOpenConns(pool)
 	sqlDB.SetMaxIdleConns(pool)
-	for _, s := range []string{StrategyLease, StrategyRow} {
+	for _, s := range []Strategy{StrategyLease, StrategyRow} {
 		e, err := New(gdb, WithTable(table), WithStrategy(s))
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := e.Acquire(hangCtx(t), engine.Request{Key: "new/" + s, TTL: 10 * time.Second, Renew: true})
+		l, err := e.Acquire(hangCtx(t), engine.Request{Key: "new/" + string(s), TTL: 10 * time.Second, Renew: true})
 		if err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
@@ -202,11 +202,11 @@ func TestFence(t *testing.T) {
 	if err := gdb.Table(stockTable).Create([]stock{{ID: 1, N: 10}, {ID: 2, N: 10}}).Error; err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range []string{StrategyLease, StrategyRow} {
+	for i, s := range []Strategy{StrategyLease, StrategyRow} {
 		id := i + 1
 		a := openT(t, dsn, WithTable(table), WithStrategy(s))
 		b := openT(t, dsn, WithTable(table), WithStrategy(s))
-		key := "fence/" + s
+		key := "fence/" + string(s)
 		old, err := a.Acquire(hangCtx(t), engine.Request{Key: key, TTL: 50 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)

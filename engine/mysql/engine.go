@@ -17,15 +17,18 @@ import (
 	"github.com/cerberus-go/cerberus/engine"
 )
 
-// Strategy names accepted by WithStrategy.
+// Strategy is how the engine holds locks: StrategyLease or StrategyRow.
+type Strategy string
+
+// The strategies WithStrategy accepts.
 const (
 	// StrategyLease keeps each lock as a lease row with an owner, a version
 	// and an expiry computed by the server. It is the default.
-	StrategyLease = "lease"
+	StrategyLease Strategy = "lease"
 	// StrategyRow holds each lock as an InnoDB row lock (SELECT ... FOR
 	// UPDATE or LOCK IN SHARE MODE) inside a transaction on a pinned
 	// connection, until Release ends the transaction.
-	StrategyRow = "row"
+	StrategyRow Strategy = "row"
 )
 
 // DefaultTable is the lock table's name unless WithTable says otherwise.
@@ -51,7 +54,7 @@ type Option func(*config)
 
 type config struct {
 	table      string
-	strategy   string
+	strategy   Strategy
 	minBackoff time.Duration
 	maxBackoff time.Duration
 	connCheck  time.Duration
@@ -79,12 +82,13 @@ func WithTable(table string) Option { return func(c *config) { c.table = table }
 
 // WithStrategy picks how locks are held: StrategyLease or StrategyRow. New
 // refuses any other name before any I/O. The default is StrategyLease.
-func WithStrategy(s string) Option { return func(c *config) { c.strategy = s } }
+func WithStrategy(s Strategy) Option { return func(c *config) { c.strategy = s } }
 
 // WithBackoff sets the polling delays of a waiting lease Acquire: the first
 // re-check comes after min, each later one after twice the previous delay,
-// capped at max, with jitter in [d/2, d]. The default is 5ms to 200ms. The
-// row strategy does not poll: its waiters queue inside InnoDB.
+// capped at max, with jitter in [d/2, d]. The default is DefaultMinBackoff
+// to DefaultMaxBackoff. The row strategy does not poll: its waiters queue
+// inside InnoDB.
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *config) { c.minBackoff, c.maxBackoff = min, max }
 }
@@ -168,13 +172,15 @@ func Open(dsn string, opts ...Option) (*Engine, error) {
 	if err != nil {
 		// The driver's parse errors name the problem, not the DSN; strip
 		// it anyway in case a future version quotes it.
-		return nil, fmt.Errorf("%w: mysql: bad DSN: %s", engine.ErrInvalidRequest, redact(err.Error(), dsn))
+		return nil, fmt.Errorf("%w: mysql: bad DSN: %s", engine.ErrInvalidRequest,
+			redact(err.Error(), dsn))
 	}
 	dc.InterpolateParams = true
 	dc.ParseTime = true
 	conn, err := mysqldrv.NewConnector(dc)
 	if err != nil {
-		return nil, fmt.Errorf("%w: mysql: bad DSN: %s", engine.ErrInvalidRequest, redact(err.Error(), dsn))
+		return nil, fmt.Errorf("%w: mysql: bad DSN: %s", engine.ErrInvalidRequest,
+			redact(err.Error(), dsn))
 	}
 	sqlDB := sql.OpenDB(conn)
 	sqlDB.SetMaxIdleConns(8)
@@ -205,16 +211,20 @@ func buildConfig(opts []Option) (config, error) {
 	switch cfg.strategy {
 	case StrategyLease, StrategyRow:
 	default:
-		return cfg, fmt.Errorf("%w: mysql: unknown strategy %q (want %q or %q)", engine.ErrInvalidRequest, cfg.strategy, StrategyLease, StrategyRow)
+		return cfg, fmt.Errorf("%w: mysql: unknown strategy %q (want %q or %q)", engine.ErrInvalidRequest,
+			cfg.strategy, StrategyLease, StrategyRow)
 	}
 	if cfg.minBackoff <= 0 || cfg.maxBackoff < cfg.minBackoff {
-		return cfg, fmt.Errorf("%w: mysql: backoff %v..%v", engine.ErrInvalidRequest, cfg.minBackoff, cfg.maxBackoff)
+		return cfg, fmt.Errorf("%w: mysql: backoff %v..%v", engine.ErrInvalidRequest, cfg.minBackoff,
+			cfg.maxBackoff)
 	}
 	if cfg.maxConns < 3 {
-		return cfg, fmt.Errorf("%w: mysql: max conns %d is under 3", engine.ErrInvalidRequest, cfg.maxConns)
+		return cfg, fmt.Errorf("%w: mysql: max conns %d is under 3", engine.ErrInvalidRequest,
+			cfg.maxConns)
 	}
 	if cfg.connCheck <= 0 || cfg.opTimeout <= 0 {
-		return cfg, fmt.Errorf("%w: mysql: conn check and op timeout must be positive", engine.ErrInvalidRequest)
+		return cfg, fmt.Errorf("%w: mysql: conn check and op timeout must be positive",
+			engine.ErrInvalidRequest)
 	}
 	return cfg, nil
 }
@@ -240,7 +250,7 @@ func newEngine(cfg config, db *sql.DB, owned bool) *Engine {
 func (e *Engine) Name() string { return name }
 
 // Strategy returns StrategyLease or StrategyRow.
-func (e *Engine) Strategy() string { return e.cfg.strategy }
+func (e *Engine) Strategy() Strategy { return e.cfg.strategy }
 
 // Table returns the lock table's name.
 func (e *Engine) Table() string { return e.cfg.table }

@@ -15,7 +15,8 @@ import (
 // A call that did not run under the caller's context passes
 // context.Background().
 func (e *Engine) opErr(ctx context.Context, op, key string, err error) error {
-	return &engine.OpError{Engine: name, Op: op, Key: key, Err: engine.Classify(ctx, err, denied, down)}
+	return &engine.OpError{Engine: name, Op: op, Key: key,
+		Err: engine.Classify(ctx, err, denied, down)}
 }
 
 // errGaveUp: an acquire made its most attempts, each refused by a deadlock

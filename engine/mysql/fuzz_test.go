@@ -69,17 +69,17 @@ func FuzzValidateKey(f *testing.F) {
 // with its suffixes it stays within MySQL's 64-character limit.
 func FuzzTableName(f *testing.F) {
 	for _, seed := range [][2]string{
-		{DefaultTable, StrategyLease}, {"t", StrategyRow}, {"", StrategyLease}, {strings.Repeat("x", 48), ""},
-		{strings.Repeat("x", 49), StrategyRow}, {"a`b", StrategyLease}, {"locks; DROP TABLE x", StrategyLease},
-		{"café", StrategyLease}, {"a.b", StrategyLease}, {DefaultTable, "LEASE"}, {DefaultTable, "rows"},
+		{DefaultTable, string(StrategyLease)}, {"t", string(StrategyRow)}, {"", string(StrategyLease)}, {strings.Repeat("x", 48), ""},
+		{strings.Repeat("x", 49), string(StrategyRow)}, {"a`b", string(StrategyLease)}, {"locks; DROP TABLE x", string(StrategyLease)},
+		{"café", string(StrategyLease)}, {"a.b", string(StrategyLease)}, {DefaultTable, "LEASE"}, {DefaultTable, "rows"},
 	} {
 		f.Add(seed[0], seed[1])
 	}
 	tableOK := regexp.MustCompile(`^[A-Za-z0-9_]{1,48}$`)
 	f.Fuzz(func(t *testing.T, table, strategy string) {
-		cfg, err := buildConfig([]Option{WithTable(table), WithStrategy(strategy)})
+		cfg, err := buildConfig([]Option{WithTable(table), WithStrategy(Strategy(strategy))})
 		wantTable := tableOK.MatchString(table)
-		wantStrategy := strategy == StrategyLease || strategy == StrategyRow
+		wantStrategy := Strategy(strategy) == StrategyLease || Strategy(strategy) == StrategyRow
 		if err != nil {
 			if !errors.Is(err, engine.ErrInvalidRequest) {
 				t.Fatalf("table %q, strategy %q: %v does not wrap ErrInvalidRequest", table, strategy, err)
@@ -97,7 +97,7 @@ func FuzzTableName(f *testing.F) {
 		if !wantTable || !wantStrategy {
 			t.Fatalf("table %q, strategy %q: accepted", table, strategy)
 		}
-		if cfg.table != table || cfg.strategy != strategy {
+		if cfg.table != table || cfg.strategy != Strategy(strategy) {
 			t.Fatalf("table %q, strategy %q: configured as %q, %q", table, strategy, cfg.table, cfg.strategy)
 		}
 		if strings.ContainsRune(table, '`') || len(table+"_readers") > 64 {

@@ -83,14 +83,7 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 			return nil, e.opErr(ctx, "acquire", req.Key, err)
 		}
 		if ok {
-			if time.Since(start) >= life(req.TTL) {
-				// The answer came after the lease's TTL had run out (the
-				// process was stopped, or the network held it): the row
-				// may be someone else's by now.
-				e.laterUpTo(func() { e.undoGrant(req, owner) })
-				return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out", engine.ErrNotAcquired, req.Key, req.TTL)
-			}
-			return e.granted(req, owner, token, start)
+			return e.grantInTime(req, owner, token, start)
 		}
 		if !req.Wait {
 			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
@@ -109,30 +102,52 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 			kick, delay = k, e.cfg.minBackoff
 			continue // try at once: the key may have come free meanwhile
 		}
-		// Full jitter in [delay/2, delay], so that waiters released by the
-		// same event do not come back in lockstep.
-		d := delay/2 + rand.N(delay/2+1)
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-kick:
-			delay = e.cfg.minBackoff // released here: try at once
-		case <-ctx.Done():
-			t.Stop()
-			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
-		case <-e.closing:
-			t.Stop()
-			return nil, engine.ErrClosed
+		if delay, err = e.pause(ctx, kick, delay); err != nil {
+			return nil, err
 		}
-		t.Stop()
-		delay = min(2*delay, e.cfg.maxBackoff)
 	}
+}
+
+// grantInTime makes the lease of a grant the server made for a request
+// sent at start, unless the answer came after the lease's TTL had run out
+// (the process was stopped, or the network held it): the row may be
+// someone else's by now.
+func (e *Engine) grantInTime(req engine.Request, owner string, token uint64,
+	start time.Time) (engine.Lease, error) {
+	if time.Since(start) >= life(req.TTL) {
+		e.laterUpTo(func() { e.undoGrant(req, owner) })
+		return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out",
+			engine.ErrNotAcquired, req.Key, req.TTL)
+	}
+	return e.granted(req, owner, token, start)
+}
+
+// pause waits between delay/2 and delay (full jitter, so that waiters
+// released by the same event do not come back in lockstep), or until kick
+// says the key was released here, ctx ends or the engine closes. It
+// returns the next delay: twice this one, up to the maximum backoff, or
+// after a kick twice the minimum.
+func (e *Engine) pause(ctx context.Context, kick <-chan struct{},
+	delay time.Duration) (time.Duration, error) {
+	t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-kick:
+		delay = e.cfg.minBackoff // released here: try at once
+	case <-ctx.Done():
+		return 0, errors.Join(engine.ErrNotAcquired, ctx.Err())
+	case <-e.closing:
+		return 0, engine.ErrClosed
+	}
+	return min(2*delay, e.cfg.maxBackoff), nil
 }
 
 // grantOnce makes one attempt, bounded by ctx and the engine's op timeout.
 // exists records that the key's row is known to exist, which saves the
 // INSERT on later attempts.
-func (e *Engine) grantOnce(ctx context.Context, req engine.Request, owner string, exists *bool) (uint64, bool, error) {
+func (e *Engine) grantOnce(ctx context.Context, req engine.Request, owner string,
+	exists *bool) (uint64, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
 	defer cancel()
 	ttl := req.TTL.Microseconds()
@@ -164,7 +179,8 @@ func (e *Engine) grantOnce(ctx context.Context, req engine.Request, owner string
 // grantShared is one shared attempt: a short transaction that bumps the key
 // row's version if no unexpired writer holds it, adds this reader's row and
 // clears readers that expired.
-func (e *Engine) grantShared(ctx context.Context, key, owner string, ttl int64) (uint64, bool, error) {
+func (e *Engine) grantShared(ctx context.Context, key, owner string,
+	ttl int64) (uint64, bool, error) {
 	tx, err := e.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, false, err
@@ -210,16 +226,20 @@ func (e *Engine) undoGrant(req engine.Request, owner string) {
 	ctx, cancel := e.opCtx()
 	defer cancel()
 	if req.Mode == engine.Shared {
-		_, _ = e.db.ExecContext(ctx, "DELETE FROM `"+e.cfg.table+"_readers` WHERE `lock_key` = ? AND `owner` = ?", req.Key, owner)
+		_, _ = e.db.ExecContext(ctx,
+			"DELETE FROM `"+e.cfg.table+"_readers` WHERE `lock_key` = ? AND `owner` = ?", req.Key, owner)
 		return
 	}
-	_, _ = e.db.ExecContext(ctx, "UPDATE `"+e.cfg.table+"` SET `owner` = NULL, `expires_at` = NULL WHERE `lock_key` = ? AND `owner` = ?", req.Key, owner)
+	_, _ = e.db.ExecContext(ctx,
+		"UPDATE `"+e.cfg.table+"` SET `owner` = NULL, `expires_at` = NULL WHERE `lock_key` = ? AND "+
+			"`owner` = ?", req.Key, owner)
 }
 
 // granted registers a new lease, or gives it back if the engine closed
 // meanwhile. start was taken before the grant statement was sent, so it is
 // no later than the server's NOW(6) in that statement.
-func (e *Engine) granted(req engine.Request, owner string, token uint64, start time.Time) (engine.Lease, error) {
+func (e *Engine) granted(req engine.Request, owner string, token uint64,
+	start time.Time) (engine.Lease, error) {
 	l := &lease{
 		e: e, key: req.Key, mode: req.Mode, token: token, owner: owner,
 		ttl: req.TTL, renew: req.Renew, sig: engine.NewSignal(req.OnLost), validFrom: start,
@@ -235,7 +255,8 @@ func (e *Engine) granted(req engine.Request, owner string, token uint64, start t
 		// The server expires the row at its NOW(6)+TTL; this timer, started
 		// before the statement was sent, fires a margin before that.
 		l.mu.Lock()
-		l.timer = time.AfterFunc(life(req.TTL)-time.Since(start), func() { l.end(engine.ErrLeaseLost, false) })
+		l.timer = time.AfterFunc(life(req.TTL)-time.Since(start),
+			func() { l.end(engine.ErrLeaseLost, false) })
 		l.mu.Unlock()
 	}
 	e.mu.Unlock()

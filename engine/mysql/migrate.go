@@ -16,12 +16,14 @@ const maxTableLen = 48
 // so that the name can be quoted into statements without escaping.
 func checkTable(t string) error {
 	if t == "" || len(t) > maxTableLen {
-		return fmt.Errorf("%w: mysql: table name %q must be 1 to %d characters", engine.ErrInvalidRequest, t, maxTableLen)
+		return fmt.Errorf("%w: mysql: table name %q must be 1 to %d characters", engine.ErrInvalidRequest,
+			t, maxTableLen)
 	}
 	for i := 0; i < len(t); i++ {
 		c := t[i]
 		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
-			return fmt.Errorf("%w: mysql: table name %q may hold only ASCII letters, digits and underscores", engine.ErrInvalidRequest, t)
+			return fmt.Errorf("%w: mysql: table name %q may hold only ASCII letters, digits and underscores",
+				engine.ErrInvalidRequest, t)
 		}
 	}
 	return nil
@@ -107,31 +109,38 @@ func buildQueries(t string) queries {
 			"WHERE `lock_key` = ? AND " + free + " AND NOT EXISTS (SELECT 1 FROM " + r + " AS `r` " +
 			"WHERE `r`.`lock_key` = " + t + ".`lock_key` AND `r`.`expires_at` > NOW(6))",
 		// The first grant of a key creates its row with version 1.
-		insert: "INSERT IGNORE INTO " + t + " (`lock_key`, `owner`, `mode`, `ttl_us`, `version`, `expires_at`) " +
+		insert: "INSERT IGNORE INTO " + t +
+			" (`lock_key`, `owner`, `mode`, `ttl_us`, `version`, `expires_at`) " +
 			"VALUES (?, ?, 0, ?, 1, NOW(6) + INTERVAL ? MICROSECOND)",
 		release: "UPDATE " + t + " SET `owner` = NULL, `expires_at` = NULL " +
 			"WHERE `lock_key` = ? AND `owner` = ? AND `version` = ? AND `expires_at` > NOW(6)",
 		renew: "UPDATE " + t + " SET `expires_at` = NOW(6) + INTERVAL `ttl_us` MICROSECOND " +
 			"WHERE `lock_key` IN (%s) AND `owner` IN (%s) AND `expires_at` > NOW(6)",
-		alive: "SELECT `owner` FROM " + t + " WHERE `lock_key` IN (%s) AND `owner` IN (%s) AND `expires_at` > NOW(6)",
+		alive: "SELECT `owner` FROM " + t +
+			" WHERE `lock_key` IN (%s) AND `owner` IN (%s) AND `expires_at` > NOW(6)",
 
 		// A shared grant bumps the key row's version (so tokens of readers
 		// and writers interleave in one sequence) and adds a reader row.
 		sharedGrant: "UPDATE " + t + " SET `owner` = NULL, `expires_at` = NULL, `mode` = 1, " +
 			"`version` = LAST_INSERT_ID(`version` + 1) WHERE `lock_key` = ? AND " + free,
-		sharedInsert:  "INSERT IGNORE INTO " + t + " (`lock_key`, `mode`, `version`) VALUES (?, 1, 1)",
-		readerAdd:     "INSERT INTO " + r + " (`lock_key`, `owner`, `version`, `ttl_us`, `expires_at`) VALUES (?, ?, ?, ?, NOW(6) + INTERVAL ? MICROSECOND)",
-		readerTidy:    "DELETE FROM " + r + " WHERE `lock_key` = ? AND `expires_at` <= NOW(6)",
-		readerRelease: "DELETE FROM " + r + " WHERE `lock_key` = ? AND `owner` = ? AND `version` = ? AND `expires_at` > NOW(6)",
+		sharedInsert: "INSERT IGNORE INTO " + t + " (`lock_key`, `mode`, `version`) VALUES (?, 1, 1)",
+		readerAdd: "INSERT INTO " + r +
+			" (`lock_key`, `owner`, `version`, `ttl_us`, `expires_at`) VALUES (?, ?, ?, ?, NOW(6) + " +
+			"INTERVAL ? MICROSECOND)",
+		readerTidy: "DELETE FROM " + r + " WHERE `lock_key` = ? AND `expires_at` <= NOW(6)",
+		readerRelease: "DELETE FROM " + r +
+			" WHERE `lock_key` = ? AND `owner` = ? AND `version` = ? AND `expires_at` > NOW(6)",
 		readerRenew: "UPDATE " + r + " SET `expires_at` = NOW(6) + INTERVAL `ttl_us` MICROSECOND " +
 			"WHERE `lock_key` IN (%s) AND `owner` IN (%s) AND `expires_at` > NOW(6)",
-		readerAlive: "SELECT `owner` FROM " + r + " WHERE `lock_key` IN (%s) AND `owner` IN (%s) AND `expires_at` > NOW(6)",
+		readerAlive: "SELECT `owner` FROM " + r +
+			" WHERE `lock_key` IN (%s) AND `owner` IN (%s) AND `expires_at` > NOW(6)",
 
 		rowLock:    "SELECT `version` FROM " + t + " WHERE `lock_key` = ? FOR UPDATE",
 		rowTryLock: "SELECT `version` FROM " + t + " WHERE `lock_key` = ? FOR UPDATE NOWAIT",
 		rowShare:   "SELECT `version` FROM " + t + " WHERE `lock_key` = ? LOCK IN SHARE MODE",
 		rowEnsure:  "INSERT IGNORE INTO " + t + " (`lock_key`) VALUES (?)",
-		rowToken:   "INSERT INTO " + k + " (`lock_key`, `fence`) VALUES (?, 1) ON DUPLICATE KEY UPDATE `fence` = LAST_INSERT_ID(`fence` + 1)",
+		rowToken: "INSERT INTO " + k + " (`lock_key`, `fence`) VALUES (?, 1)" +
+			" ON DUPLICATE KEY UPDATE `fence` = LAST_INSERT_ID(`fence` + 1)",
 	}
 }
 

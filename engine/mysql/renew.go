@@ -133,7 +133,8 @@ func (e *Engine) pace(n int, took, interval time.Duration) {
 		e.behind.Store(nil)
 		return
 	}
-	err := fmt.Errorf("%w: renewal is falling behind: renewing %d leases took %v, over the %v between rounds; new leases are refused until it keeps up",
+	err := fmt.Errorf("%w: renewal is falling behind: renewing %d leases took %v, over the %v "+
+		"between rounds; new leases are refused until it keeps up",
 		engine.ErrUnavailable, n, took.Round(time.Millisecond), interval.Round(time.Millisecond))
 	e.behind.Store(&err)
 }

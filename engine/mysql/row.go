@@ -48,7 +48,8 @@ func idleTimeout(period time.Duration) int {
 // stale reports whether the server may already have ended rc's session for
 // idling past its wait_timeout while rc sat unused.
 func (rc *rowConn) stale() bool {
-	return rc.idleMax > 0 && time.Since(rc.used) > time.Duration(rc.idleMax)*time.Second-200*time.Millisecond
+	return rc.idleMax > 0 &&
+		time.Since(rc.used) > time.Duration(rc.idleMax)*time.Second-200*time.Millisecond
 }
 
 // getConn takes an idle pinned connection or pins a new one.
@@ -150,7 +151,8 @@ func lockWaitFor(ctx context.Context, wait bool) int {
 // whatever it held. A statement that never returns (its connection is cut
 // off without a reset) keeps that goroutine until the connection dies; it
 // keeps the caller no longer than engine.UndoWait.
-func (e *Engine) killable(ctx context.Context, rc *rowConn, fn func(context.Context) error) (error, bool) {
+func (e *Engine) killable(ctx context.Context, rc *rowConn,
+	fn func(context.Context) error) (error, bool) {
 	res := make(chan error, 1)
 	go func() { res <- fn(context.Background()) }()
 	select {
@@ -236,78 +238,109 @@ func (e *Engine) acquireRow(ctx context.Context, req engine.Request) (engine.Lea
 		q = e.q.rowTryLock
 	}
 	for try := 0; try < maxRowTries; try++ {
-		if err := ctx.Err(); err != nil {
-			e.putConn(rc)
-			return nil, errors.Join(engine.ErrNotAcquired, err)
+		l, next, err := e.tryRow(ctx, rc, req, q)
+		if next == nil {
+			return l, err
 		}
-		if err := e.sessionFor(ctx, rc, req); err != nil {
-			e.discard(rc)
-			return nil, e.opErr(ctx, "acquire", req.Key, err)
-		}
-		if err := e.exec(rc, "START TRANSACTION"); err != nil {
-			e.discard(rc)
-			return nil, e.opErr(ctx, "acquire", req.Key, err)
-		}
-		var version uint64
-		asked := time.Now()
-		err, killed := e.killable(ctx, rc, func(qctx context.Context) error {
-			return rc.conn.QueryRowContext(qctx, q, req.Key).Scan(&version)
-		})
-		if killed {
-			// The KILL may come after the grant; either way the caller
-			// asked to stop. killable drops the connection, which rolls
-			// back and leaves no queued request behind.
-			return nil, e.stopErr(ctx)
-		}
-		if err == nil && !e.sessionOutlived(rc, asked) {
-			return e.grantedRow(req, rc)
-		}
-		if err == nil {
-			// Granted to a session the server may have ended since: the
-			// answer waited unread longer than the session's
-			// wait_timeout (this process was stopped), and the row may
-			// be someone else's by now. Start again on a new connection.
-			e.discard(rc)
-			if rc, err = e.getConn(ctx); err != nil {
-				if ctx.Err() != nil {
-					return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
-				}
-				return nil, e.opErr(ctx, "acquire", req.Key, err)
-			}
-			continue
-		}
-		if rerr := e.exec(rc, "ROLLBACK"); rerr != nil {
-			e.discard(rc)
-			return nil, e.opErr(ctx, "acquire", req.Key, rerr)
-		}
-		switch n := errNumber(err); {
-		case errors.Is(err, sql.ErrNoRows):
-			// First use of the key: create its row, outside the
-			// transaction, and lock it on the next turn.
-			err, killed := e.killable(ctx, rc, func(qctx context.Context) error {
-				_, err := rc.conn.ExecContext(qctx, e.q.rowEnsure, req.Key)
-				return err
-			})
-			if killed {
-				return nil, e.stopErr(ctx)
-			}
-			if err != nil {
-				e.discard(rc)
-				return nil, e.opErr(ctx, "acquire", req.Key, err)
-			}
-		case n == errLockWaitTimeout || n == errLockNowait:
-			if !req.Wait {
-				e.putConn(rc)
-				return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
-			}
-		case n == errDeadlock:
-		default:
-			e.discard(rc)
-			return nil, e.opErr(ctx, "acquire", req.Key, err)
-		}
+		rc = next
 	}
 	e.discard(rc)
-	return nil, e.opErr(ctx, "acquire", req.Key, fmt.Errorf("%w after %d attempts", errGaveUp, maxRowTries))
+	return nil, e.opErr(ctx, "acquire", req.Key,
+		fmt.Errorf("%w after %d attempts", errGaveUp, maxRowTries))
+}
+
+// tryRow is one transaction on rc that locks the key's row with the query
+// q. next is the connection the next try should use (rc, or a new one when
+// rc's session may be gone); when next is nil, it returns the lease or the
+// error that ends the Acquire, and has put rc back or dropped it.
+func (e *Engine) tryRow(ctx context.Context, rc *rowConn, req engine.Request,
+	q string) (l engine.Lease, next *rowConn, err error) {
+	if err := ctx.Err(); err != nil {
+		e.putConn(rc)
+		return nil, nil, errors.Join(engine.ErrNotAcquired, err)
+	}
+	if err := e.sessionFor(ctx, rc, req); err != nil {
+		e.discard(rc)
+		return nil, nil, e.opErr(ctx, "acquire", req.Key, err)
+	}
+	if err := e.exec(rc, "START TRANSACTION"); err != nil {
+		e.discard(rc)
+		return nil, nil, e.opErr(ctx, "acquire", req.Key, err)
+	}
+	var version uint64
+	asked := time.Now()
+	err, killed := e.killable(ctx, rc, func(qctx context.Context) error {
+		return rc.conn.QueryRowContext(qctx, q, req.Key).Scan(&version)
+	})
+	if killed {
+		// The KILL may come after the grant; either way the caller asked
+		// to stop. killable drops the connection, which rolls back and
+		// leaves no queued request behind.
+		return nil, nil, e.stopErr(ctx)
+	}
+	if err == nil && !e.sessionOutlived(rc, asked) {
+		l, err := e.grantedRow(req, rc)
+		return l, nil, err
+	}
+	if err == nil {
+		return e.renewConn(ctx, rc, req)
+	}
+	if rerr := e.exec(rc, "ROLLBACK"); rerr != nil {
+		e.discard(rc)
+		return nil, nil, e.opErr(ctx, "acquire", req.Key, rerr)
+	}
+	if err := e.rowRefused(ctx, rc, req, err); err != nil {
+		return nil, nil, err
+	}
+	return nil, rc, nil
+}
+
+// renewConn drops rc after a grant to a session the server may have ended
+// since (the answer waited unread longer than the session's wait_timeout:
+// this process was stopped, and the row may be someone else's by now), and
+// returns a new connection to start again on.
+func (e *Engine) renewConn(ctx context.Context, rc *rowConn, req engine.Request) (engine.Lease, *rowConn, error) {
+	e.discard(rc)
+	next, err := e.getConn(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
+		}
+		return nil, nil, e.opErr(ctx, "acquire", req.Key, err)
+	}
+	return nil, next, nil
+}
+
+// rowRefused handles err, why the row lock failed after the rollback: a
+// missing row is created, a timeout ends a TryLock, a deadlock is tried
+// again. A non-nil result ends the Acquire, with rc put back or dropped.
+func (e *Engine) rowRefused(ctx context.Context, rc *rowConn, req engine.Request, err error) error {
+	switch n := errNumber(err); {
+	case errors.Is(err, sql.ErrNoRows):
+		// First use of the key: create its row, outside the transaction,
+		// and lock it on the next turn.
+		err, killed := e.killable(ctx, rc, func(qctx context.Context) error {
+			_, err := rc.conn.ExecContext(qctx, e.q.rowEnsure, req.Key)
+			return err
+		})
+		if killed {
+			return e.stopErr(ctx)
+		}
+		if err != nil {
+			e.discard(rc)
+			return e.opErr(ctx, "acquire", req.Key, err)
+		}
+	case n == errLockWaitTimeout || n == errLockNowait:
+		if !req.Wait {
+			e.putConn(rc)
+			return fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
+		}
+	case n == errDeadlock:
+	default:
+		e.discard(rc)
+		return e.opErr(ctx, "acquire", req.Key, err)
+	}
+	return nil
 }
 
 // grantedRow finishes a row grant: it draws the fencing token and starts

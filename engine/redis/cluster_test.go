@@ -43,7 +43,7 @@ func TestClusterConformance(t *testing.T) {
 // fair included.
 func TestClusterBraceKeys(t *testing.T) {
 	addrs := testenv.RedisClusterAddrs(t)
-	e := mustEngine(t, newClusterClient(t, addrs), WithFair())
+	e := mustEngine(t, newClusterClient(t, addrs), WithFair(true))
 	ctx := context.Background()
 	for _, key := range []string{"}", "{}", "a}b{c", "{x}:y", "}{", "{", "plain"} {
 		for _, mode := range []engine.Mode{engine.Exclusive, engine.Shared} {

@@ -39,14 +39,14 @@ type options struct {
 }
 
 // WithPrefix sets the prefix of every Redis key and channel the engine
-// uses. It must not contain '{' or '}'. The default is "cerberus:".
+// uses. It must not contain '{' or '}'. The default is DefaultPrefix.
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
-// WithFair grants waiting writers the lock in arrival order, as Redisson's
-// fair lock does. The default is unordered, bounded by WithStarvation:
-// whoever tries first after a release wins, which is faster under light
-// contention.
-func WithFair() Option { return func(o *options) { o.fair = true } }
+// WithFair turns fair mode on or off. In fair mode waiting writers get the
+// lock in arrival order, as Redisson's fair lock does. The default is off:
+// unordered, bounded by WithStarvation, whoever tries first after a
+// release wins, which is faster under light contention.
+func WithFair(on bool) Option { return func(o *options) { o.fair = on } }
 
 // WithStarvation sets how long a writer waits in the default (unordered)
 // mode before it takes a place in the key's arrival-order queue. From then
@@ -58,17 +58,30 @@ func WithFair() Option { return func(o *options) { o.fair = true } }
 // DefaultStarvation.
 func WithStarvation(d time.Duration) Option { return func(o *options) { o.starve = d } }
 
-// DefaultStarvation is the default WithStarvation threshold.
-const DefaultStarvation = 10 * time.Millisecond
+// Defaults of the engine's options.
+const (
+	// DefaultPrefix is the default WithPrefix.
+	DefaultPrefix = "cerberus:"
+	// DefaultStarvation is the default WithStarvation threshold.
+	DefaultStarvation = 10 * time.Millisecond
+	// DefaultRecheck is the default WithRecheck.
+	DefaultRecheck = 500 * time.Millisecond
+	// DefaultQueueTTL is the default WithQueueTTL.
+	DefaultQueueTTL = 5 * time.Second
+	// DefaultTimeout is the default WithTimeout.
+	DefaultTimeout = 2 * time.Second
+)
 
 // WithRecheck bounds how long a waiter sleeps without a notification before
 // it tries again: the most a lost pub/sub message can cost. It must be
-// between 10ms and a third of the queue TTL. The default is 500ms.
+// between 10ms and a third of the queue TTL. The default is
+// DefaultRecheck.
 func WithRecheck(d time.Duration) Option { return func(o *options) { o.recheck = d } }
 
 // WithQueueTTL sets how long a waiting writer keeps its place (in the fair
 // queue, and ahead of new readers) without refreshing it; a waiter refreshes
-// it on every attempt, so only a crashed waiter loses it. The default is 5s.
+// it on every attempt, so only a crashed waiter loses it. The default is
+// DefaultQueueTTL.
 func WithQueueTTL(d time.Duration) Option { return func(o *options) { o.queueTTL = d } }
 
 // WithTimeout bounds each Redis round trip: those made outside a caller's
@@ -76,7 +89,7 @@ func WithQueueTTL(d time.Duration) Option { return func(o *options) { o.queueTTL
 // Ping, each acquire attempt and Release. A round trip that runs out of it
 // while the caller's context is live fails with engine.ErrUnavailable: a
 // server, or a Sentinel client that finds none, that cannot answer in time
-// is not serving. The default is 2s.
+// is not serving. The default is DefaultTimeout.
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // Engine is the Redis engine.Engine. Create it with New.
@@ -109,21 +122,27 @@ func New(c Client, opts ...Option) (*Engine, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: redis: nil client", engine.ErrInvalidRequest)
 	}
-	o := options{prefix: "cerberus:", starve: DefaultStarvation, recheck: 500 * time.Millisecond, queueTTL: 5 * time.Second, timeout: 2 * time.Second}
+	o := options{prefix: DefaultPrefix, starve: DefaultStarvation, recheck: DefaultRecheck,
+		queueTTL: DefaultQueueTTL, timeout: DefaultTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	switch {
 	case strings.ContainsAny(o.prefix, "{}"):
-		return nil, fmt.Errorf("%w: redis: prefix %q contains a brace", engine.ErrInvalidRequest, o.prefix)
+		return nil, fmt.Errorf("%w: redis: prefix %q contains a brace", engine.ErrInvalidRequest,
+			o.prefix)
 	case o.queueTTL < 30*time.Millisecond:
-		return nil, fmt.Errorf("%w: redis: queue TTL %v is under 30ms", engine.ErrInvalidRequest, o.queueTTL)
+		return nil, fmt.Errorf("%w: redis: queue TTL %v is under 30ms", engine.ErrInvalidRequest,
+			o.queueTTL)
 	case o.recheck < 10*time.Millisecond || o.recheck > o.queueTTL/3:
-		return nil, fmt.Errorf("%w: redis: recheck %v must be between 10ms and a third of the queue TTL (%v)", engine.ErrInvalidRequest, o.recheck, o.queueTTL)
+		return nil, fmt.Errorf("%w: redis: recheck %v must be between 10ms and a third of the queue TTL "+
+			"(%v)", engine.ErrInvalidRequest, o.recheck, o.queueTTL)
 	case o.starve < 0:
-		return nil, fmt.Errorf("%w: redis: starvation threshold %v is negative", engine.ErrInvalidRequest, o.starve)
+		return nil, fmt.Errorf("%w: redis: starvation threshold %v is negative", engine.ErrInvalidRequest,
+			o.starve)
 	case o.timeout <= 0:
-		return nil, fmt.Errorf("%w: redis: timeout %v is not positive", engine.ErrInvalidRequest, o.timeout)
+		return nil, fmt.Errorf("%w: redis: timeout %v is not positive", engine.ErrInvalidRequest,
+			o.timeout)
 	}
 	var b [9]byte
 	_, _ = rand.Read(b[:])
@@ -187,7 +206,8 @@ func (e *Engine) isClosed() bool {
 // opError wraps a Redis failure of a call made for a caller whose context
 // is ctx, classified by engine.Classify with denied and down.
 func (e *Engine) opError(ctx context.Context, op, key string, err error) error {
-	return &engine.OpError{Engine: "redis", Op: op, Key: key, Err: engine.Classify(ctx, err, denied, down)}
+	return &engine.OpError{Engine: "redis", Op: op, Key: key,
+		Err: engine.Classify(ctx, err, denied, down)}
 }
 
 // denied reports an access-control refusal: NOAUTH, WRONGPASS, NOPERM, or
@@ -207,8 +227,10 @@ func down(err error) bool {
 	if !errors.As(err, &re) {
 		return !errors.Is(err, context.Canceled)
 	}
-	return goredis.IsLoadingError(err) || goredis.IsMasterDownError(err) || goredis.IsTryAgainError(err) ||
-		goredis.IsClusterDownError(err) || goredis.IsReadOnlyError(err) || goredis.IsMaxClientsError(err) ||
+	return goredis.IsLoadingError(err) || goredis.IsMasterDownError(err) ||
+		goredis.IsTryAgainError(err) ||
+		goredis.IsClusterDownError(err) || goredis.IsReadOnlyError(err) ||
+		goredis.IsMaxClientsError(err) ||
 		goredis.HasErrorPrefix(err, "BUSY ")
 }
 
@@ -246,28 +268,9 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	for {
 		sent := time.Now()
 		starving := queued && !e.opts.fair && e.opts.starve > 0 && sent.Sub(waitSince) >= e.opts.starve
-		rctx, cancel := e.roundTrip(ctx)
-		ok, n, err := l.try(rctx, req.Wait, queued, starving)
-		cancel()
-		if err != nil {
-			// The reply is lost, not necessarily the write: undo whatever
-			// the script may have done under this lease's id, waiting for
-			// it no longer than engine.UndoWait.
-			e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued || req.Wait) })
-			if ctxErr := ctx.Err(); ctxErr != nil {
-				return nil, errors.Join(engine.ErrNotAcquired, ctxErr)
-			}
-			return nil, e.opError(ctx, "acquire", req.Key, err)
-		}
-		if ok {
-			if time.Since(sent) >= l.life() {
-				// The reply came after the lease's TTL had run out (the
-				// process was stopped, or the network held it): the key
-				// may be someone else's by now.
-				e.bg.RunUpTo(engine.UndoWait, func() { l.undo(false) })
-				return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out", engine.ErrNotAcquired, req.Key, l.ttl)
-			}
-			return e.granted(l, uint64(n), sent)
+		lease, n, err := e.tryOnce(ctx, l, req, queued, starving, sent)
+		if lease != nil || err != nil {
+			return lease, err
 		}
 		if !req.Wait {
 			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
@@ -282,25 +285,69 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 			w = e.hub.join(ctx, l.keys.c, l.id, req.Mode == engine.Shared)
 			continue
 		}
-		pause := e.opts.recheck
-		if n > 0 && time.Duration(n)*time.Millisecond < pause {
-			pause = time.Duration(n)*time.Millisecond + time.Millisecond // the holder's TTL runs out first
+		if err := e.await(ctx, l, w, n, queued); err != nil {
+			return nil, err
 		}
-		timer := time.NewTimer(pause)
-		select {
-		case <-w.wake:
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-			e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued) })
-			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
-		case <-e.closing:
-			timer.Stop()
-			e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued) })
-			return nil, engine.ErrClosed
-		}
-		timer.Stop()
 	}
+}
+
+// tryOnce runs the acquire script once, sent at sent. It returns the lease
+// when the key is granted; nil and no error when it is refused, with n the
+// holder's remaining TTL in milliseconds; or the error that ends the
+// Acquire.
+func (e *Engine) tryOnce(ctx context.Context, l *lease, req engine.Request, queued, starving bool,
+	sent time.Time) (engine.Lease, int64, error) {
+	rctx, cancel := e.roundTrip(ctx)
+	ok, n, err := l.try(rctx, req.Wait, queued, starving)
+	cancel()
+	if err != nil {
+		// The reply is lost, not necessarily the write: undo whatever the
+		// script may have done under this lease's id, waiting for it no
+		// longer than engine.UndoWait.
+		e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued || req.Wait) })
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, 0, errors.Join(engine.ErrNotAcquired, ctxErr)
+		}
+		return nil, 0, e.opError(ctx, "acquire", req.Key, err)
+	}
+	if !ok {
+		return nil, n, nil
+	}
+	if time.Since(sent) >= l.life() {
+		// The reply came after the lease's TTL had run out (the process
+		// was stopped, or the network held it): the key may be someone
+		// else's by now.
+		e.bg.RunUpTo(engine.UndoWait, func() { l.undo(false) })
+		return nil, 0, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out",
+			engine.ErrNotAcquired, req.Key, l.ttl)
+	}
+	lease, err := e.granted(l, uint64(n), sent)
+	return lease, 0, err
+}
+
+// await waits for a wake-up from w, the key's release as published, or
+// the re-check: sooner when n, the holder's remaining TTL in milliseconds,
+// runs out first. When ctx ends or the engine closes it undoes what the
+// wait left on the server (a waiting writer's mark, if queued) and returns
+// the error that ends the Acquire.
+func (e *Engine) await(ctx context.Context, l *lease, w *waiter, n int64, queued bool) error {
+	pause := e.opts.recheck
+	if n > 0 && time.Duration(n)*time.Millisecond < pause {
+		pause = time.Duration(n)*time.Millisecond + time.Millisecond // the holder's TTL runs out first
+	}
+	timer := time.NewTimer(pause)
+	defer timer.Stop()
+	select {
+	case <-w.wake:
+	case <-timer.C:
+	case <-ctx.Done():
+		e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued) })
+		return errors.Join(engine.ErrNotAcquired, ctx.Err())
+	case <-e.closing:
+		e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued) })
+		return engine.ErrClosed
+	}
+	return nil
 }
 
 // granted registers a new lease with the engine and arms its expiry or

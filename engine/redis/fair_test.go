@@ -33,7 +33,7 @@ func TestFairOrder(t *testing.T) {
 	addr := testenv.RedisAddr(t)
 	admin := newClient(t, addr)
 	key := uniqueKey(t)
-	holder := mustEngine(t, newClient(t, addr), WithFair())
+	holder := mustEngine(t, newClient(t, addr), WithFair(true))
 	keys := holder.keysOf(key)
 	first, err := holder.Acquire(ctxT(t), hold(key, 5*time.Second))
 	if err != nil {
@@ -43,7 +43,7 @@ func TestFairOrder(t *testing.T) {
 	order := make(chan int, n)
 	errs := make(chan error, n)
 	for i := range n {
-		e := mustEngine(t, newClient(t, addr), WithFair())
+		e := mustEngine(t, newClient(t, addr), WithFair(true))
 		go func() {
 			l, err := e.Acquire(ctxT(t), hold(key, 5*time.Second))
 			if err != nil {
@@ -77,7 +77,7 @@ func TestFairDeadWaiterDropped(t *testing.T) {
 	admin := newClient(t, addr)
 	ctx := ctxT(t)
 	key := uniqueKey(t)
-	e := mustEngine(t, newClient(t, addr), WithFair(), WithQueueTTL(300*time.Millisecond), WithRecheck(50*time.Millisecond))
+	e := mustEngine(t, newClient(t, addr), WithFair(true), WithQueueTTL(300*time.Millisecond), WithRecheck(50*time.Millisecond))
 	keys := e.keysOf(key)
 	now, err := admin.Time(ctx).Result()
 	if err != nil {

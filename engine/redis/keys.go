@@ -21,7 +21,8 @@ func (e *Engine) keysOf(key string) lockKeys {
 	}
 	// One allocation for all six names: each is a slice of the same string.
 	p := e.opts.prefix
-	all := p + tag + ":w" + p + tag + ":r" + p + tag + ":ww" + p + tag + ":q" + p + tag + ":f" + p + tag + ":c"
+	all := p + tag + ":w" + p + tag + ":r" + p + tag + ":ww" + p + tag + ":q" + p + tag + ":f" + p +
+		tag + ":c"
 	n, i := len(p)+len(tag), 0
 	cut := func(suffix int) string {
 		s := all[i : i+n+suffix]

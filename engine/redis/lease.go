@@ -57,7 +57,8 @@ func (l *lease) try(ctx context.Context, wait, queued, starving bool) (bool, int
 	var err error
 	if l.mode == engine.Exclusive {
 		res, err = acquireExclusive.Run(ctx, l.e.c, l.acqKeys,
-			l.argID, l.argTTL, flag(o.fair), flag(wait), l.e.argQueueTTL, flag(queued), flag(starving)).Int64Slice()
+			l.argID, l.argTTL, flag(o.fair), flag(wait), l.e.argQueueTTL, flag(queued),
+			flag(starving)).Int64Slice()
 	} else {
 		res, err = acquireShared.Run(ctx, l.e.c, l.acqKeys, l.argID, l.argTTL).Int64Slice()
 	}
@@ -109,7 +110,8 @@ func (l *lease) releaseCmd(ctx context.Context, pipe goredis.Pipeliner) *goredis
 
 // leaveCmd queues the script that takes this lease's waiter off the queue.
 func (l *lease) leaveCmd(ctx context.Context, pipe goredis.Pipeliner) {
-	leaveQueue.EvalSha(ctx, pipe, []string{l.keys.ww, l.keys.q, l.keys.w, l.keys.r}, l.argID, l.argChan, l.e.argWake)
+	leaveQueue.EvalSha(ctx, pipe, []string{l.keys.ww, l.keys.q, l.keys.w, l.keys.r}, l.argID,
+		l.argChan, l.e.argWake)
 }
 
 func (l *lease) releaseScript() *goredis.Script {

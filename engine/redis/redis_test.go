@@ -87,4 +87,4 @@ func withLeftovers(o enginetest.Options, f func(ctx context.Context, key string)
 
 func TestConformance(t *testing.T) { conformance(t) }
 
-func TestConformanceFair(t *testing.T) { conformance(t, WithFair()) }
+func TestConformanceFair(t *testing.T) { conformance(t, WithFair(true)) }

@@ -24,21 +24,31 @@ type redlockOptions struct {
 	node        []Option
 }
 
+// Defaults of the Redlock options.
+const (
+	// DefaultNodeTimeout is the default WithNodeTimeout.
+	DefaultNodeTimeout = 50 * time.Millisecond
+	// DefaultDriftFactor is the default WithDriftFactor.
+	DefaultDriftFactor = 0.01
+	// DefaultRetryMax is the default WithRetryMax.
+	DefaultRetryMax = 50 * time.Millisecond
+)
+
 // WithNodeTimeout bounds each node's answer to an acquire; a slower node
 // counts as refusing. It should be small against the TTL. The default is
-// 50ms.
+// DefaultNodeTimeout.
 func WithNodeTimeout(d time.Duration) RedlockOption {
 	return func(o *redlockOptions) { o.nodeTimeout = d }
 }
 
 // WithDriftFactor sets the clock drift allowed between nodes, as a fraction
-// of the TTL; 2ms is added to it. The default is 0.01.
+// of the TTL; 2ms is added to it. The default is DefaultDriftFactor.
 func WithDriftFactor(f float64) RedlockOption {
 	return func(o *redlockOptions) { o.driftFactor = f }
 }
 
 // WithRetryMax caps the randomised pause between attempts of a waiting
-// acquire. The default is 50ms.
+// acquire. The default is DefaultRetryMax.
 func WithRetryMax(d time.Duration) RedlockOption {
 	return func(o *redlockOptions) { o.retryMax = d }
 }
@@ -123,9 +133,11 @@ return 1
 // close the clients.
 func NewRedlock(clients []Client, opts ...RedlockOption) (*Redlock, error) {
 	if len(clients) < 3 {
-		return nil, fmt.Errorf("%w: redlock: %d nodes; use at least 3 (an odd number)", engine.ErrInvalidRequest, len(clients))
+		return nil, fmt.Errorf("%w: redlock: %d nodes; use at least 3 (an odd number)",
+			engine.ErrInvalidRequest, len(clients))
 	}
-	o := redlockOptions{nodeTimeout: 50 * time.Millisecond, driftFactor: 0.01, retryMax: 50 * time.Millisecond}
+	o := redlockOptions{nodeTimeout: DefaultNodeTimeout, driftFactor: DefaultDriftFactor,
+		retryMax: DefaultRetryMax}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -135,13 +147,17 @@ func NewRedlock(clients []Client, opts ...RedlockOption) (*Redlock, error) {
 	}
 	switch {
 	case probe.fair:
-		return nil, fmt.Errorf("%w: redlock: fair mode cannot order waiters across independent nodes", engine.ErrInvalidRequest)
+		return nil, fmt.Errorf("%w: redlock: fair mode cannot order waiters across independent nodes",
+			engine.ErrInvalidRequest)
 	case o.nodeTimeout <= 0:
-		return nil, fmt.Errorf("%w: redlock: node timeout %v is not positive", engine.ErrInvalidRequest, o.nodeTimeout)
+		return nil, fmt.Errorf("%w: redlock: node timeout %v is not positive", engine.ErrInvalidRequest,
+			o.nodeTimeout)
 	case o.driftFactor < 0 || o.driftFactor >= 0.5:
-		return nil, fmt.Errorf("%w: redlock: drift factor %v is outside [0, 0.5)", engine.ErrInvalidRequest, o.driftFactor)
+		return nil, fmt.Errorf("%w: redlock: drift factor %v is outside [0, 0.5)",
+			engine.ErrInvalidRequest, o.driftFactor)
 	case o.retryMax < time.Millisecond:
-		return nil, fmt.Errorf("%w: redlock: retry cap %v is under 1ms", engine.ErrInvalidRequest, o.retryMax)
+		return nil, fmt.Errorf("%w: redlock: retry cap %v is under 1ms", engine.ErrInvalidRequest,
+			o.retryMax)
 	}
 	r := &Redlock{clients: clients, quorum: len(clients)/2 + 1, opts: o,
 		leases: make(map[*redlockLease]struct{}), closing: make(chan struct{}),
@@ -181,7 +197,8 @@ func (r *Redlock) Ping(ctx context.Context) error {
 	}
 	errs := r.each(func(i int) error { return r.nodes[i].Ping(ctx) })
 	if ok := countNil(errs); ok < r.quorum {
-		return r.quorumErr(ctx, "ping", "", fmt.Sprintf("%d of %d nodes answer, %d needed", ok, len(r.nodes), r.quorum), errs)
+		return r.quorumErr(ctx, "ping", "",
+			fmt.Sprintf("%d of %d nodes answer, %d needed", ok, len(r.nodes), r.quorum), errs)
 	}
 	return nil
 }
@@ -283,7 +300,8 @@ func (r *Redlock) attempt(ctx context.Context, req engine.Request) (engine.Lease
 			// The node timeout is the engine's own deadline, not the
 			// caller's: a node that did not answer in it is unavailable.
 			// (One that answered "held" just after it did answer.)
-			err = fmt.Errorf("%w: no answer within the node timeout %v: %v", engine.ErrUnavailable, r.opts.nodeTimeout, err)
+			err = fmt.Errorf("%w: no answer within the node timeout %v: %v", engine.ErrUnavailable,
+				r.opts.nodeTimeout, err)
 		}
 		return err
 	})
@@ -313,7 +331,8 @@ func (r *Redlock) attempt(ctx context.Context, req engine.Request) (engine.Lease
 		}
 	}
 	if refused == 0 && granted < r.quorum {
-		return nil, r.quorumErr(ctx, "acquire", req.Key, fmt.Sprintf("%d of %d nodes granted, %d needed", granted, len(r.nodes), r.quorum), errs)
+		return nil, r.quorumErr(ctx, "acquire", req.Key,
+			fmt.Sprintf("%d of %d nodes granted, %d needed", granted, len(r.nodes), r.quorum), errs)
 	}
 	return nil, nil
 }
@@ -566,5 +585,6 @@ func (l *redlockLease) Release(ctx context.Context) error {
 		return nil
 	}
 	l.sig.Close(engine.ErrLeaseLost)
-	return fmt.Errorf("%w: %q held on %d nodes, %d needed (lease ended: %w)", engine.ErrNotHeld, l.key, released, l.r.quorum, l.sig.Err())
+	return fmt.Errorf("%w: %q held on %d nodes, %d needed (lease ended: %w)", engine.ErrNotHeld, l.key,
+		released, l.r.quorum, l.sig.Err())
 }

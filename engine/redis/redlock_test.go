@@ -212,7 +212,7 @@ func TestRedlockRefusesBadSetups(t *testing.T) {
 		opts    []RedlockOption
 	}{
 		{[]Client{c, c}, nil},
-		{[]Client{c, c, c}, []RedlockOption{WithNodeOptions(WithFair())}},
+		{[]Client{c, c, c}, []RedlockOption{WithNodeOptions(WithFair(true))}},
 		{[]Client{c, c, c}, []RedlockOption{WithNodeTimeout(0)}},
 		{[]Client{c, c, c}, []RedlockOption{WithDriftFactor(0.7)}},
 	} {

@@ -216,7 +216,8 @@ var errNoScript = errors.New("NOSCRIPT")
 
 // loadScripts loads every script, for pipelines that use EVALSHA.
 func loadScripts(ctx context.Context, c Client) {
-	for _, s := range []*goredis.Script{acquireExclusive, acquireShared, releaseExclusive, releaseShared, renewExclusive, renewShared, leaveQueue} {
+	for _, s := range []*goredis.Script{acquireExclusive, acquireShared, releaseExclusive,
+		releaseShared, renewExclusive, renewShared, leaveQueue} {
 		_ = s.Load(ctx, c).Err()
 	}
 }

@@ -252,7 +252,7 @@ func TestACLUser(t *testing.T) {
 		}
 	}
 	t.Run("plain", func(t *testing.T) { exercise(t, secEngine(t, secClient(t, user)), flush) })
-	t.Run("fair", func(t *testing.T) { exercise(t, secEngine(t, secClient(t, user), WithFair()), flush) })
+	t.Run("fair", func(t *testing.T) { exercise(t, secEngine(t, secClient(t, user), WithFair(true)), flush) })
 
 	// The rules are needed: the user cannot touch keys outside the prefix.
 	if err := secClient(t, user).Set(ctx, "other:key", "x", 0).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {

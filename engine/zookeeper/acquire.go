@@ -118,33 +118,14 @@ func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (
 		}
 		return nil, err
 	}
-	giveUp := func(err error) (*lease, error) {
-		e.dropNode(own, parent, ep.sid)
-		return nil, err
-	}
+	q := &queued{e: e, req: req, ep: ep, parent: parent, own: own, name: path.Base(own)}
 	if err := ctx.Err(); err != nil {
-		return giveUp(err)
+		return nil, q.giveUp(err)
 	}
 	if h := e.hooks; h != nil && h.queued != nil {
 		h.queued(own)
 	}
-	name := path.Base(own)
-	// The token is the node's czxid, which createNode read off the lock
-	// node's Stat. Only a create recovered by its GUID after a lost reply
-	// has no Stat: then the czxid is asked for alongside the first
-	// listing, and the two reads cost one round trip.
-	var token uint64
-	var statc chan statResult // nil unless the czxid is asked for
-	if pst != nil && pst.Mzxid > 0 {
-		token = uint64(pst.Mzxid)
-	} else {
-		statc = make(chan statResult, 1)
-		go func() {
-			_, st, err := e.conn.Exists(own)
-			e.existsCalls.Add(1)
-			statc <- statResult{st, err}
-		}()
-	}
+	q.askToken(pst)
 	// head is set when the engine knows, without listing, that no node
 	// ahead of its own can block it: its node was the lock node's only
 	// child when it was created, or the one node it waited for is gone.
@@ -152,83 +133,142 @@ func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (
 	for {
 		block, ahead := "", 0
 		if !head {
-			children, _, err := e.conn.Children(parent)
-			e.listings.Add(1)
-			if err != nil {
-				return giveUp(err)
-			}
-			if err := ctx.Err(); err != nil {
-				return giveUp(err)
-			}
-			var found bool
-			block, ahead, found = blocker(children, name, req.Mode)
-			if !found {
-				// Only a lost session removes our ephemeral node.
-				return nil, fmt.Errorf("%w: queue node %s vanished", errNoSession, own)
+			if block, ahead, err = q.list(ctx); err != nil {
+				return nil, err
 			}
 		}
 		if block == "" {
-			if token == 0 {
-				select {
-				case r := <-statc:
-					if r.err != nil {
-						return giveUp(r.err)
-					}
-					if r.stat == nil || r.stat.Czxid <= 0 {
-						return giveUp(fmt.Errorf("zookeeper: no czxid for %s", own))
-					}
-					token = uint64(r.stat.Czxid)
-				case <-ctx.Done():
-					return giveUp(ctx.Err())
-				}
-			}
-			return e.grant(req, own, parent, token, ep)
+			return q.grant(ctx)
 		}
 		if !req.Wait {
-			return giveUp(fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key))
+			return nil, q.giveUp(fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key))
 		}
-		_, _, watch, err := e.conn.GetW(parent + "/" + block)
-		if errors.Is(err, zk.ErrNoNode) {
-			continue // gone already: list again
+		if head, err = q.await(ctx, block, ahead); err != nil {
+			return nil, err
 		}
-		if err != nil {
-			return giveUp(err)
-		}
-		if h := e.hooks; h != nil && h.watching != nil {
-			h.watching(parent + "/" + block)
-		}
-		recheck := time.NewTimer(e.recheck)
-		select {
-		case ev := <-watch:
-			// If the node we watched was the only one ahead that could
-			// block us, its deletion puts us at the head: the server
-			// numbers new nodes above every existing one, so nothing can
-			// join the queue ahead of ours. So does the release of a
-			// writer that held the key (see releaseNode), whatever was
-			// ahead when we listed. Both save a listing on a hand-off.
-			// Anything else (a lost watch, a reader's release), list
-			// again.
-			switch ev.Type {
-			case zk.EventNodeDeleted:
-				head = ahead == 1
-			case zk.EventNodeDataChanged:
-				head = isWriter(block)
-			}
-		case <-recheck.C:
-		case <-ep.lost:
-			recheck.Stop()
-			return giveUp(fmt.Errorf("%w: session lost while waiting", errNoSession))
-		case <-ctx.Done():
-			recheck.Stop()
-			return giveUp(ctx.Err())
-		}
-		recheck.Stop()
 	}
+}
+
+// queued is a request's node in the lock node's queue, from its creation
+// to its grant.
+type queued struct {
+	e   *Engine
+	req engine.Request
+	ep  epochState
+
+	parent, own, name string // the lock node; the queue node, its full path and name
+
+	token uint64          // the node's czxid; 0 until known
+	statc chan statResult // nil unless the czxid is asked for
+}
+
+// giveUp deletes the queue node and returns err.
+func (q *queued) giveUp(err error) error {
+	q.e.dropNode(q.own, q.parent, q.ep.sid)
+	return err
+}
+
+// askToken takes the token, the node's czxid, off the lock node's Stat,
+// which createNode read. Only a create recovered by its GUID after a lost
+// reply has no Stat: then the czxid is asked for alongside the first
+// listing, and the two reads cost one round trip.
+func (q *queued) askToken(pst *zk.Stat) {
+	if pst != nil && pst.Mzxid > 0 {
+		q.token = uint64(pst.Mzxid)
+		return
+	}
+	q.statc = make(chan statResult, 1)
+	go func() {
+		_, st, err := q.e.conn.Exists(q.own)
+		q.e.existsCalls.Add(1)
+		q.statc <- statResult{st, err}
+	}()
+}
+
+// list lists the queue and returns the node ahead of the request's own that
+// blocks it ("" for none) and how many nodes ahead could.
+func (q *queued) list(ctx context.Context) (block string, ahead int, err error) {
+	children, _, err := q.e.conn.Children(q.parent)
+	q.e.listings.Add(1)
+	if err != nil {
+		return "", 0, q.giveUp(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return "", 0, q.giveUp(err)
+	}
+	block, ahead, found := blocker(children, q.name, q.req.Mode)
+	if !found {
+		// Only a lost session removes our ephemeral node.
+		return "", 0, fmt.Errorf("%w: queue node %s vanished", errNoSession, q.own)
+	}
+	return block, ahead, nil
+}
+
+// grant makes the lease once nothing ahead blocks the request, waiting for
+// the czxid if it was asked for.
+func (q *queued) grant(ctx context.Context) (*lease, error) {
+	if q.token == 0 {
+		select {
+		case r := <-q.statc:
+			if r.err != nil {
+				return nil, q.giveUp(r.err)
+			}
+			if r.stat == nil || r.stat.Czxid <= 0 {
+				return nil, q.giveUp(fmt.Errorf("zookeeper: no czxid for %s", q.own))
+			}
+			q.token = uint64(r.stat.Czxid)
+		case <-ctx.Done():
+			return nil, q.giveUp(ctx.Err())
+		}
+	}
+	return q.e.grant(q.req, q.own, q.parent, q.token, q.ep)
+}
+
+// await watches block, the node ahead that blocks the request (ahead nodes
+// ahead could), until it changes, the bounded re-check comes due, the
+// session is lost or ctx ends. head reports whether the change puts the
+// request at the head of the queue, so it need not list again.
+func (q *queued) await(ctx context.Context, block string, ahead int) (head bool, err error) {
+	_, _, watch, err := q.e.conn.GetW(q.parent + "/" + block)
+	if errors.Is(err, zk.ErrNoNode) {
+		return false, nil // gone already: list again
+	}
+	if err != nil {
+		return false, q.giveUp(err)
+	}
+	if h := q.e.hooks; h != nil && h.watching != nil {
+		h.watching(q.parent + "/" + block)
+	}
+	recheck := time.NewTimer(q.e.recheck)
+	defer recheck.Stop()
+	select {
+	case ev := <-watch:
+		// If the node we watched was the only one ahead that could block
+		// us, its deletion puts us at the head: the server numbers new
+		// nodes above every existing one, so nothing can join the queue
+		// ahead of ours. So does the release of a writer that held the
+		// key (see releaseNode), whatever was ahead when we listed. Both
+		// save a listing on a hand-off. Anything else (a lost watch, a
+		// reader's release), list again.
+		switch ev.Type {
+		case zk.EventNodeDeleted:
+			return ahead == 1, nil
+		case zk.EventNodeDataChanged:
+			return isWriter(block), nil
+		}
+	case <-recheck.C:
+	case <-q.ep.lost:
+		return false, q.giveUp(fmt.Errorf("%w: session lost while waiting", errNoSession))
+	case <-ctx.Done():
+		return false, q.giveUp(ctx.Err())
+	}
+	return false, nil
 }
 
 // grant turns a node at the head of the queue into a lease, unless the
 // engine closed or the session's epoch ended meanwhile.
-func (e *Engine) grant(req engine.Request, own, parent string, token uint64, ep epochState) (*lease, error) {
+func (e *Engine) grant(req engine.Request, own, parent string, token uint64,
+	ep epochState) (*lease, error) {
 	l := &lease{
 		eng: e, key: req.Key, mode: req.Mode, token: token,
 		path: own, parent: parent, sid: ep.sid,
@@ -284,7 +324,8 @@ func (e *Engine) createNode(parent, guid, kind string) (string, *zk.Stat, error)
 		switch {
 		case err == nil:
 			if len(res) != 2 || res[0].String == "" {
-				return "", nil, fmt.Errorf("zookeeper: malformed reply to the create of a queue node under %s", parent)
+				return "", nil, fmt.Errorf("zookeeper: malformed reply to the create of a queue node under %s",
+					parent)
 			}
 			return res[0].String, res[1].Stat, nil
 		case errors.Is(err, zk.ErrNoNode):

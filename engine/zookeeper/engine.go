@@ -83,7 +83,8 @@ func Dial(servers []string, sessionTimeout time.Duration, opts ...Option) (*Engi
 		return nil, fmt.Errorf("%w: zookeeper: no servers", engine.ErrInvalidRequest)
 	}
 	if sessionTimeout <= 0 {
-		return nil, fmt.Errorf("%w: zookeeper: session timeout %v", engine.ErrInvalidRequest, sessionTimeout)
+		return nil, fmt.Errorf("%w: zookeeper: session timeout %v", engine.ErrInvalidRequest,
+			sessionTimeout)
 	}
 	cfg := defaults()
 	for _, o := range opts {
@@ -128,7 +129,8 @@ func Dial(servers []string, sessionTimeout time.Duration, opts ...Option) (*Engi
 // blind spot.
 func New(conn Conn, events <-chan zk.Event, opts ...Option) (*Engine, error) {
 	if conn == nil || events == nil {
-		return nil, fmt.Errorf("%w: zookeeper: New needs a connection and its event channel", engine.ErrInvalidRequest)
+		return nil, fmt.Errorf("%w: zookeeper: New needs a connection and its event channel",
+			engine.ErrInvalidRequest)
 	}
 	cfg := defaults()
 	cfg.sessionTimeout = 4 * time.Second
@@ -164,12 +166,15 @@ func newEngine(cfg config) (*Engine, error) {
 		if p.path == "" && p.name == "chroot" {
 			continue
 		}
-		if !strings.HasPrefix(p.path, "/") || strings.HasSuffix(p.path, "/") || strings.Contains(p.path, "//") {
-			return nil, fmt.Errorf("%w: zookeeper: %s %q must be absolute, without a trailing or doubled slash", engine.ErrInvalidRequest, p.name, p.path)
+		if !strings.HasPrefix(p.path, "/") || strings.HasSuffix(p.path, "/") ||
+			strings.Contains(p.path, "//") {
+			return nil, fmt.Errorf("%w: zookeeper: %s %q must be absolute, without a trailing or doubled "+
+				"slash", engine.ErrInvalidRequest, p.name, p.path)
 		}
 	}
 	if cfg.sessionTimeout <= 0 || cfg.recheck <= 0 {
-		return nil, fmt.Errorf("%w: zookeeper: session timeout and recheck must be positive", engine.ErrInvalidRequest)
+		return nil, fmt.Errorf("%w: zookeeper: session timeout and recheck must be positive",
+			engine.ErrInvalidRequest)
 	}
 	e := &Engine{
 		base:      cfg.chroot + cfg.base,
@@ -418,7 +423,8 @@ var errNoSession = errors.New("zookeeper: no session")
 // AUTHFAILED are engine.ErrAccessDenied; connection and session failures,
 // and the engine's own deadlines, are engine.ErrUnavailable.
 func (e *Engine) opError(ctx context.Context, op, key string, err error) error {
-	return &engine.OpError{Engine: "zookeeper", Op: op, Key: key, Err: engine.Classify(ctx, err, denied, connErr)}
+	return &engine.OpError{Engine: "zookeeper", Op: op, Key: key,
+		Err: engine.Classify(ctx, err, denied, connErr)}
 }
 
 // denied reports a refusal by ZooKeeper's ACLs or authentication.

@@ -80,7 +80,8 @@ func UnescapeKey(name string) (string, error) {
 	// Refuse what EscapeKey would have escaped, or escaped differently
 	// ("%61", "%2f", "a/b", "."), so that no two names decode to one key.
 	if again := EscapeKey(key); again != name {
-		return "", fmt.Errorf("%w: znode name %q is not an escaped key (its key escapes to %q)", engine.ErrInvalidKey, name, again)
+		return "", fmt.Errorf("%w: znode name %q is not an escaped key (its key escapes to %q)",
+			engine.ErrInvalidKey, name, again)
 	}
 	return key, nil
 }

@@ -60,7 +60,8 @@ func parseNode(name string) (qnode, bool) {
 // behind a writer does not wait for writers that came after it. ahead is
 // how many lower nodes block the request (block is the highest of them).
 // found is false if own is not among children.
-func blocker(children []string, own string, mode engine.Mode) (block string, ahead int, found bool) {
+func blocker(children []string, own string,
+	mode engine.Mode) (block string, ahead int, found bool) {
 	me, ok := parseNode(own)
 	if !ok {
 		return "", 0, false

@@ -143,7 +143,8 @@ func (e *Engine) sessionTimedOut(gen uint64) {
 		return
 	}
 	e.mu.Unlock()
-	e.endEpoch(fmt.Errorf("%w: no zookeeper session for the session timeout (%v)", engine.ErrLeaseLost, e.sessionTimeout()), true)
+	e.endEpoch(fmt.Errorf("%w: no zookeeper session for the session timeout (%v)", engine.ErrLeaseLost,
+		e.sessionTimeout()), true)
 }
 
 // endEpoch loses every lease of the current epoch with err. If the session
@@ -231,7 +232,8 @@ func (e *Engine) awaitSession(ctx context.Context) (epochState, error) {
 		case <-ctx.Done():
 			return epochState{}, ctx.Err()
 		case <-limit.C:
-			return epochState{}, fmt.Errorf("%w within the session timeout (%v)", errNoSession, e.sessionTimeout())
+			return epochState{}, fmt.Errorf("%w within the session timeout (%v)", errNoSession,
+				e.sessionTimeout())
 		}
 	}
 }

@@ -123,8 +123,10 @@ func (r Result) OK() bool { return r.Violations == 0 && r.Hung == 0 }
 
 // Line is the run's one summary line.
 func (r Result) Line(name string) string {
-	return fmt.Sprintf("CHECK %s ops=%d sections=%d faults=%d violations=%d lost_but_told=%d paused_fenced=%d crash_fenced=%d hung=%d errors=%d",
-		name, r.Ops, r.Sections, r.Faults, r.Violations, r.LostButTold, r.PausedFenced, r.CrashFenced, r.Hung, r.Errors)
+	return fmt.Sprintf("CHECK %s ops=%d sections=%d faults=%d violations=%d lost_but_told=%d "+
+		"paused_fenced=%d crash_fenced=%d hung=%d errors=%d",
+		name, r.Ops, r.Sections, r.Faults, r.Violations, r.LostButTold, r.PausedFenced, r.CrashFenced,
+		r.Hung, r.Errors)
 }
 
 func (r *Result) example(format string, args ...any) {
@@ -167,10 +169,12 @@ func Check(secs []Section, calls []Call, pauses []Pause, crashes []int64, end in
 			// not judged.
 		case c.Return == 0 && end >= limit:
 			r.Hung++
-			r.example("hung: proc %d %s %q started %s before the end, never returned", c.Proc, c.Op, c.Key, time.Duration(end-c.Start))
+			r.example("hung: proc %d %s %q started %s before the end, never returned", c.Proc, c.Op, c.Key,
+				time.Duration(end-c.Start))
 		case c.Return > limit:
 			r.Hung++
-			r.example("hung: proc %d %s %q started at %s, returned %s after its deadline (%s)", c.Proc, c.Op, c.Key,
+			r.example("hung: proc %d %s %q started at %s, returned %s after its deadline (%s)", c.Proc, c.Op,
+				c.Key,
 				clock(c.Start), time.Duration(c.Return-c.Deadline), c.Err)
 		}
 	}
@@ -200,9 +204,12 @@ func (r *Result) overlaps(ss []Section, pauses []Pause, crashes []int64) {
 				r.CrashFenced++
 			default:
 				r.Overlaps++
-				r.example("overlap on %q: proc %d token %d from %s for %s (told %s, write %d) and proc %d token %d from %s for %s (told %s, write %d)",
-					a.Key, old.Proc, old.Token, clock(old.Start), time.Duration(old.End-old.Start), since(old.Start, old.Told), old.Write,
-					cur.Proc, cur.Token, clock(cur.Start), time.Duration(cur.End-cur.Start), since(cur.Start, cur.Told), cur.Write)
+				r.example("overlap on %q: proc %d token %d from %s for %s (told %s, write %d) and proc %d "+
+					"token %d from %s for %s (told %s, write %d)",
+					a.Key, old.Proc, old.Token, clock(old.Start), time.Duration(old.End-old.Start),
+					since(old.Start, old.Told), old.Write,
+					cur.Proc, cur.Token, clock(cur.Start), time.Duration(cur.End-cur.Start), since(cur.Start,
+						cur.Told), cur.Write)
 			}
 		}
 	}
@@ -273,7 +280,8 @@ func (r *Result) tokens(ss []Section) {
 		}
 		if j > 0 && b.Token <= maxTok {
 			r.TokenErrors++
-			r.example("token on %q did not increase: proc %d got %d after proc %d's %d had ended", b.Key, b.Proc, b.Token, maxSec.Proc, maxTok)
+			r.example("token on %q did not increase: proc %d got %d after proc %d's %d had ended", b.Key,
+				b.Proc, b.Token, maxSec.Proc, maxTok)
 		}
 	}
 }

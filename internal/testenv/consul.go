@@ -27,9 +27,11 @@ const consulWait = 90 * time.Second
 // scripts/build-consul.sh caches it ($CERBERUS_CACHE, else
 // $XDG_CACHE_HOME/cerberus, else ~/.cache/cerberus; then
 // consul-$CONSUL_VERSION/consul, the version defaulting to ConsulVersion).
-// Without one the test fails naming the command that builds it.
+// Without one the test fails naming the command that builds it; under
+// -short the test is skipped.
 func ConsulBinary(t testing.TB) string {
 	t.Helper()
+	Needs(t, "a consul binary")
 	if p, err := exec.LookPath("consul"); err == nil {
 		return p
 	}
@@ -39,7 +41,8 @@ func ConsulBinary(t testing.TB) string {
 	}
 	p := filepath.Join(cacheDir(), "consul-"+version, "consul")
 	if st, err := os.Stat(p); err != nil || st.Mode()&0o111 == 0 {
-		t.Fatalf("testenv: no consul binary on PATH or at %s: run %s (it builds and caches one with scripts/build-consul.sh)", p, StartCommand)
+		t.Fatalf("testenv: no consul binary on PATH or at %s: run %s (it builds and caches one with "+
+			"scripts/build-consul.sh)", p, StartCommand)
 		return ""
 	}
 	return p
@@ -130,7 +133,8 @@ func consulGet(addr, path string) ([]byte, int, error) {
 		return nil, resp.StatusCode, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return body, resp.StatusCode, fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
+		return body, resp.StatusCode, fmt.Errorf("GET %s: %s: %s", path, resp.Status,
+			strings.TrimSpace(string(body)))
 	}
 	return body, resp.StatusCode, nil
 }
@@ -179,7 +183,8 @@ type ConsulCluster struct {
 func StartConsulCluster(t testing.TB, n int) *ConsulCluster {
 	t.Helper()
 	if n < 3 {
-		t.Fatalf("testenv: StartConsulCluster(%d): a cluster that survives the loss of a server needs at least 3", n)
+		t.Fatalf("testenv: StartConsulCluster(%d): a cluster that survives the loss of a server needs "+
+			"at least 3", n)
 		return nil
 	}
 	bin := ConsulBinary(t)
@@ -205,7 +210,8 @@ func StartConsulCluster(t testing.TB, n int) *ConsulCluster {
 		}
 		s := &Consul{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(p.http)), Dir: dir}
 		addr := s.Addr
-		s.Process = newProcess(t, fmt.Sprintf("Consul server %d at %s", i+1, s.Addr), bin, args, dir, "consul.log", consulWait,
+		s.Process = newProcess(t, fmt.Sprintf("Consul server %d at %s", i+1, s.Addr), bin, args, dir,
+			"consul.log", consulWait,
 			func() error {
 				if !c.quorumUp() {
 					_, code, err := consulGet(addr, "/v1/status/leader")
@@ -273,7 +279,8 @@ func (c *ConsulCluster) serving() (int, error) {
 			return -1, fmt.Errorf("node %d at %s: %w", i+1, s.Addr, err)
 		}
 		if leader != "" && l != leader {
-			return -1, fmt.Errorf("node %d at %s says the leader is %s, another node %s", i+1, s.Addr, l, leader)
+			return -1, fmt.Errorf("node %d at %s says the leader is %s, another node %s", i+1, s.Addr, l,
+				leader)
 		}
 		leader = l
 		body, _, err := consulGet(s.Addr, "/v1/status/peers")
@@ -285,10 +292,12 @@ func (c *ConsulCluster) serving() (int, error) {
 			return -1, fmt.Errorf("node %d at %s: /v1/status/peers: %q: %w", i+1, s.Addr, body, err)
 		}
 		if len(peers) != len(c.Nodes) {
-			return -1, fmt.Errorf("node %d at %s lists %d raft peers %v, want %d", i+1, s.Addr, len(peers), peers, len(c.Nodes))
+			return -1, fmt.Errorf("node %d at %s lists %d raft peers %v, want %d", i+1, s.Addr, len(peers),
+				peers, len(c.Nodes))
 		}
 		// 404: no such key, answered by the leader after a barrier.
-		if _, code, err := consulGet(s.Addr, "/v1/kv/cerberus-testenv-probe?consistent"); code != http.StatusNotFound && err != nil {
+		if _, code, err := consulGet(s.Addr,
+			"/v1/kv/cerberus-testenv-probe?consistent"); code != http.StatusNotFound && err != nil {
 			return -1, fmt.Errorf("node %d at %s: %w", i+1, s.Addr, err)
 		}
 	}

@@ -59,7 +59,8 @@ func ConsulToken(t testing.TB, addr, mgmt, rules string) string {
 	w := (&api.WriteOptions{}).WithContext(ctx)
 	var p *api.ACLPolicy
 	for { // the ACL system comes up a moment after the leader
-		p, _, err = c.ACL().PolicyCreate(&api.ACLPolicy{Name: "cerberus-" + ConsulUUID(t)[:8], Rules: rules}, w)
+		p, _, err = c.ACL().PolicyCreate(&api.ACLPolicy{Name: "cerberus-" + ConsulUUID(t)[:8],
+			Rules: rules}, w)
 		if err == nil || ctx.Err() != nil {
 			break
 		}
@@ -68,7 +69,8 @@ func ConsulToken(t testing.TB, addr, mgmt, rules string) string {
 	if err != nil {
 		t.Fatalf("testenv: consul policy create: %v", err)
 	}
-	tok, _, err := c.ACL().TokenCreate(&api.ACLToken{Policies: []*api.ACLTokenPolicyLink{{ID: p.ID}}}, w)
+	tok, _, err := c.ACL().TokenCreate(&api.ACLToken{Policies: []*api.ACLTokenPolicyLink{{ID: p.ID}}},
+		w)
 	if err != nil {
 		t.Fatalf("testenv: consul token create: %v", err)
 	}

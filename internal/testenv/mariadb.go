@@ -133,7 +133,8 @@ func makeMariaDBTemplate(mariadbd, install string) (string, error) {
 	if _, after, ok := strings.Cut(version, "Ver "); ok {
 		version, _, _ = strings.Cut(after, " ")
 	}
-	name := fmt.Sprintf("mariadb-datadir-%s-uid%d", unsafeName.ReplaceAllString(version, "_"), os.Geteuid())
+	name := fmt.Sprintf("mariadb-datadir-%s-uid%d", unsafeName.ReplaceAllString(version, "_"),
+		os.Geteuid())
 	final := filepath.Join(cacheDir(), name)
 	if _, err := os.Stat(filepath.Join(final, "mysql")); err == nil {
 		return final, nil
@@ -155,7 +156,8 @@ func makeMariaDBTemplate(mariadbd, install string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, install, args...).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("%s %s: %w\n%s", install, strings.Join(args, " "), err, lastLines(string(out), 20))
+		return "", fmt.Errorf("%s %s: %w\n%s", install, strings.Join(args, " "), err,
+			lastLines(string(out), 20))
 	}
 	// Another test process may have made it meanwhile: then use theirs.
 	if err := os.Rename(data, final); err != nil {

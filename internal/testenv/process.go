@@ -47,9 +47,11 @@ type Process struct {
 
 // newProcess prepares (does not start) a server process and registers its
 // Kill with t.Cleanup. The log file is dir/log.
-func newProcess(t testing.TB, name, bin string, args []string, dir, log string, wait time.Duration, ready func() error) *Process {
+func newProcess(t testing.TB, name, bin string, args []string, dir, log string, wait time.Duration,
+	ready func() error) *Process {
 	t.Helper()
-	p := &Process{t: t, name: name, bin: bin, args: args, log: filepath.Join(dir, log), wait: wait, ready: ready}
+	p := &Process{t: t, name: name, bin: bin, args: args, log: filepath.Join(dir, log), wait: wait,
+		ready: ready}
 	t.Cleanup(p.Kill)
 	return p
 }
@@ -194,7 +196,8 @@ func (p *Process) Kill() {
 		select {
 		case <-done:
 		case <-time.After(30 * time.Second):
-			p.t.Errorf("testenv: the %s (pid %d) did not exit within 30s of SIGKILL", p.name, cmd.Process.Pid)
+			p.t.Errorf("testenv: the %s (pid %d) did not exit within 30s of SIGKILL", p.name,
+				cmd.Process.Pid)
 			return
 		}
 	}
@@ -265,7 +268,8 @@ func (p *Process) launch() {
 		p.t.Fatalf("testenv: %s: log file: %v", p.name, err)
 		return
 	}
-	fmt.Fprintf(f, "==== testenv: %s %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(append([]string{p.bin}, p.args...), " "))
+	fmt.Fprintf(f, "==== testenv: %s %s\n", time.Now().Format(time.RFC3339Nano),
+		strings.Join(append([]string{p.bin}, p.args...), " "))
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -405,7 +409,8 @@ var portLocks struct {
 // it. Without the lock file it reserves nothing and says yes.
 func reserve(port int) bool {
 	portLocks.once.Do(func() {
-		f, err := os.OpenFile(filepath.Join(os.TempDir(), "cerberus-test-ports.lock"), os.O_RDWR|os.O_CREATE, 0o666)
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), "cerberus-test-ports.lock"),
+			os.O_RDWR|os.O_CREATE, 0o666)
 		if err == nil {
 			portLocks.f = f
 		}
@@ -445,9 +450,11 @@ func portCeiling() int {
 }
 
 // lookBinary finds an executable on PATH, also in the sbin directories a
-// non-root PATH may lack, or fails the test naming what installs it.
+// non-root PATH may lack, or fails the test naming what installs it. Under
+// -short it skips the test: starting a server is not a quick run.
 func lookBinary(t testing.TB, names ...string) string {
 	t.Helper()
+	Needs(t, strings.Join(names, " or "))
 	for _, name := range names {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
@@ -459,7 +466,8 @@ func lookBinary(t testing.TB, names ...string) string {
 			}
 		}
 	}
-	t.Fatalf("testenv: %s is not installed: run %s (it installs it)", strings.Join(names, " or "), StartCommand)
+	t.Fatalf("testenv: %s is not installed: run %s (it installs it)", strings.Join(names, " or "),
+		StartCommand)
 	return ""
 }
 

@@ -36,7 +36,8 @@ const redisClusterNodeTimeout = 2 * time.Second
 func StartRedisCluster(t testing.TB, n int) *RedisCluster {
 	t.Helper()
 	if n < MinRedisClusterNodes {
-		t.Fatalf("testenv: StartRedisCluster(%d): a Redis Cluster needs at least %d masters", n, MinRedisClusterNodes)
+		t.Fatalf("testenv: StartRedisCluster(%d): a Redis Cluster needs at least %d masters", n,
+			MinRedisClusterNodes)
 		return nil
 	}
 	c := &RedisCluster{t: t}
@@ -106,7 +107,8 @@ func (c *RedisCluster) form() {
 // (a node that is not running never reports it).
 func (c *RedisCluster) Wait() {
 	c.t.Helper()
-	if _, err := poll(time.Minute, 50*time.Millisecond, func() (struct{}, error) { return struct{}{}, c.healthy() }); err != nil {
+	if _, err := poll(time.Minute, 50*time.Millisecond,
+		func() (struct{}, error) { return struct{}{}, c.healthy() }); err != nil {
 		c.t.Fatalf("testenv: the Redis Cluster %v is not ok after a minute: %v", c.Addrs, err)
 	}
 }

@@ -68,7 +68,8 @@ func prepareRedis(t testing.TB, port int, extra []string) *RedisServer {
 		s.Addr = net.JoinHostPort("127.0.0.1", tlsPort)
 		ready = func() error { return tcpOpen(s.Addr) }
 	}
-	s.Process = newProcess(t, "redis-server at "+s.Addr, bin, args, dir, "redis.log", 30*time.Second, ready)
+	s.Process = newProcess(t, "redis-server at "+s.Addr, bin, args, dir, "redis.log", 30*time.Second,
+		ready)
 	return s
 }
 

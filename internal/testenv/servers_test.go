@@ -248,6 +248,7 @@ func TestStartRedisTLS(t *testing.T) {
 
 func TestStartFailureNamesTheLog(t *testing.T) {
 	t.Parallel()
+	Needs(t, "redis-server") // fails() would not see the skip
 	msg := fails(t, func(tb testing.TB) { StartRedis(tb, "--no-such-directive", "x") })
 	if !strings.Contains(msg, "exited before answering") || !strings.Contains(msg, "no-such-directive") {
 		t.Fatalf("a redis-server that cannot start: want a failure quoting its log, got %q", msg)
@@ -256,6 +257,7 @@ func TestStartFailureNamesTheLog(t *testing.T) {
 
 func TestPauseOfKilledServerFails(t *testing.T) {
 	t.Parallel()
+	Needs(t, "redis-server") // fails() would not see the skip
 	var s *RedisServer
 	msg := fails(t, func(tb testing.TB) {
 		s = StartRedis(tb)

@@ -6,7 +6,13 @@
 // usual port on 127.0.0.1), checks within a couple of seconds that the server
 // answers a small protocol-level probe, and otherwise fails the test with a
 // message naming the address and the command that starts the servers
-// (StartCommand). Tests are never skipped: a missing server is a failure.
+// (StartCommand). A missing server is a failure, never a silent skip.
+//
+// Under go test -short every helper that needs a server, whether one
+// already running (RedisAddr, MySQLDSN, ...) or one the test starts
+// (StartRedis, StartConsul, StartMariaDB, ...), skips the test instead, so
+// that go test -short ./... is a quick run on a machine with nothing
+// running.
 //
 // The probes are deliberately tiny (a TCP dial plus one request) and use only
 // the standard library; the real clients are exercised by the tests
@@ -71,6 +77,22 @@ const StartCommand = "scripts/services.sh up (or `make test`, which starts them 
 // ProbeTimeout bounds each server check: dial, request and reply.
 const ProbeTimeout = 2 * time.Second
 
+// short reports whether the tests run under -short; the package's own
+// tests replace it.
+var short = testing.Short
+
+// Needs skips t under go test -short, naming the server the test needs and
+// the command that starts it. Without -short it does nothing: a missing
+// server then fails the test where it is looked up. Every helper here that
+// needs a server calls it; a test calls it itself only when it reaches its
+// servers some other way, or must not start at all in a quick run.
+func Needs(t testing.TB, server string) {
+	t.Helper()
+	if short() {
+		t.Skipf("testenv: needs %s; run without -short after %s", server, StartCommand)
+	}
+}
+
 // RedisAddr returns the host:port of the Redis server for tests, from
 // CERBERUS_REDIS_ADDR (default 127.0.0.1:6379). It fails t unless the server
 // answers PING with PONG.
@@ -102,6 +124,7 @@ func ConsulAddr(t testing.TB) string {
 // the database are not checked here.
 func MySQLDSN(t testing.TB) string {
 	t.Helper()
+	Needs(t, "MySQL")
 	dsn := fromEnv(MySQLDSNEnv, DefaultMySQLDSN)
 	addr, err := mysqlAddr(dsn)
 	if err != nil {
@@ -136,8 +159,10 @@ func RedlockAddrs(t testing.TB) []string {
 		MinRedlockNodes, probeRedis)
 }
 
-func lookupList(t testing.TB, server, env, def string, atLeast int, probe func(net.Conn, string) error) []string {
+func lookupList(t testing.TB, server, env, def string, atLeast int,
+	probe func(net.Conn, string) error) []string {
 	t.Helper()
+	Needs(t, server)
 	list := fromEnv(env, def)
 	addrs, err := splitAddrs(list)
 	if err == nil && len(addrs) < atLeast {
@@ -191,6 +216,7 @@ func fromEnv(name, def string) string {
 
 func lookup(t testing.TB, server, env, def string, probe func(net.Conn, string) error) string {
 	t.Helper()
+	Needs(t, server)
 	addr := fromEnv(env, def)
 	if err := check(server, addr, probe); err != nil {
 		t.Fatalf("%s", failure(server, env, addr, err))
@@ -255,7 +281,8 @@ func requireLoopback(addr string) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("%q is not a loopback address; only 127.0.0.0/8, ::1 or localhost may be used", host)
+	return fmt.Errorf("%q is not a loopback address; only 127.0.0.0/8, ::1 or localhost may be used",
+		host)
 }
 
 // probeRedis sends an inline PING and expects +PONG.
@@ -305,7 +332,8 @@ func probeRedisCluster(conn net.Conn, _ string) error {
 	case "":
 		return fmt.Errorf("CLUSTER INFO has no cluster_state: %q", firstLine(info))
 	default:
-		return fmt.Errorf("cluster_state:%s (%s known nodes, %s of 16384 slots assigned); the cluster is not formed or has lost a node",
+		return fmt.Errorf("cluster_state:%s (%s known nodes, %s of 16384 slots assigned); the cluster "+
+			"is not formed or has lost a node",
 			state, fields["cluster_known_nodes"], fields["cluster_slots_assigned"])
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,15 @@ func (f *fakeTB) Fatalf(format string, args ...any) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.msg = fmt.Sprintf(format, args...)
+}
+
+// unshort makes the helpers act as without -short for the rest of the
+// test: the tests that call them against fake servers run in a quick run
+// too.
+func unshort(t *testing.T) {
+	t.Helper()
+	short = func() bool { return false }
+	t.Cleanup(func() { short = testing.Short })
 }
 
 // serve runs a one-shot-per-connection fake server on 127.0.0.1 and returns
@@ -63,6 +73,7 @@ func freeAddr(t *testing.T) string {
 }
 
 func TestRedisAddr(t *testing.T) {
+	unshort(t)
 	addr := serve(t, func(c net.Conn) {
 		line, _ := bufio.NewReader(c).ReadString('\n')
 		if strings.TrimSpace(line) == "PING" {
@@ -76,6 +87,7 @@ func TestRedisAddr(t *testing.T) {
 }
 
 func TestZooKeeperAddr(t *testing.T) {
+	unshort(t)
 	addr := serve(t, func(c net.Conn) {
 		b := make([]byte, 4)
 		io.ReadFull(c, b)
@@ -93,6 +105,7 @@ func TestZooKeeperAddr(t *testing.T) {
 }
 
 func TestConsulAddrNoLeader(t *testing.T) {
+	unshort(t)
 	addr := serve(t, func(c net.Conn) {
 		bufio.NewReader(c).ReadString('\n')
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n\"\"")
@@ -106,6 +119,7 @@ func TestConsulAddrNoLeader(t *testing.T) {
 }
 
 func TestMySQLDSN(t *testing.T) {
+	unshort(t)
 	addr := serve(t, func(c net.Conn) {
 		payload := append([]byte{10}, "5.5.5-10.11.0-MariaDB\x00"...)
 		c.Write(append([]byte{byte(len(payload)), 0, 0, 0}, payload...))
@@ -118,6 +132,7 @@ func TestMySQLDSN(t *testing.T) {
 }
 
 func TestFailureNamesAddressAndStartCommand(t *testing.T) {
+	unshort(t)
 	addr := freeAddr(t)
 	t.Setenv(RedisAddrEnv, addr)
 	f := &fakeTB{TB: t}
@@ -192,6 +207,7 @@ func fakeRedis(t *testing.T, clusterInfo string) string {
 const clusterOK = "cluster_state:ok\r\ncluster_slots_assigned:16384\r\ncluster_known_nodes:3\r\n"
 
 func TestRedisClusterAddrs(t *testing.T) {
+	unshort(t)
 	addrs := []string{fakeRedis(t, clusterOK), fakeRedis(t, clusterOK), fakeRedis(t, clusterOK)}
 	t.Setenv(RedisClusterAddrsEnv, " "+strings.Join(addrs, " , ")+",")
 	got := RedisClusterAddrs(t)
@@ -201,6 +217,7 @@ func TestRedisClusterAddrs(t *testing.T) {
 }
 
 func TestRedisClusterAddrsFailures(t *testing.T) {
+	unshort(t)
 	ok := fakeRedis(t, clusterOK)
 	for name, tc := range map[string]struct {
 		addrs []string
@@ -245,6 +262,7 @@ func TestRedisClusterAddrsFailures(t *testing.T) {
 func ok2(t *testing.T) string { return fakeRedis(t, clusterOK) }
 
 func TestRedlockAddrs(t *testing.T) {
+	unshort(t)
 	var addrs []string
 	for range 5 {
 		addrs = append(addrs, fakeRedis(t, ""))
@@ -285,10 +303,78 @@ func TestSplitAddrs(t *testing.T) {
 }
 
 func TestNonLoopbackListRefused(t *testing.T) {
+	unshort(t)
 	t.Setenv(RedlockAddrsEnv, freeAddr(t)+",10.0.0.1:6392,"+freeAddr(t))
 	f := &fakeTB{TB: t}
 	RedlockAddrs(f)
 	if !strings.Contains(f.msg, "not a loopback address") {
 		t.Fatalf("want a loopback failure, got %q", f.msg)
 	}
+}
+
+// skipTB records SkipNow's message and ends the goroutine, as the real one
+// ends the test.
+type skipTB struct {
+	testing.TB
+	msg string
+}
+
+func (s *skipTB) Helper() {}
+
+func (s *skipTB) Skipf(format string, args ...any) {
+	s.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func (s *skipTB) Fatalf(format string, args ...any) {
+	s.msg = "Fatalf: " + fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+// TestShortSkips checks that under -short every kind of helper skips the
+// test, naming the server and the command that starts it, before it
+// probes or starts anything.
+func TestShortSkips(t *testing.T) {
+	short = func() bool { return true }
+	t.Cleanup(func() { short = testing.Short })
+	t.Setenv(RedisAddrEnv, freeAddr(t))
+	for name, tc := range map[string]struct {
+		call func(testing.TB)
+		want string
+	}{
+		"RedisAddr":      {func(tb testing.TB) { RedisAddr(tb) }, "needs Redis;"},
+		"MySQLDSN":       {func(tb testing.TB) { MySQLDSN(tb) }, "needs MySQL;"},
+		"RedlockAddrs":   {func(tb testing.TB) { RedlockAddrs(tb) }, "needs Redis (Redlock node);"},
+		"StartRedis":     {func(tb testing.TB) { StartRedis(tb) }, "needs redis-server;"},
+		"StartMariaDB":   {func(tb testing.TB) { StartMariaDB(tb) }, "needs mariadbd or mysqld;"},
+		"StartConsul":    {func(tb testing.TB) { StartConsul(tb) }, "needs a consul binary;"},
+		"StartZooKeeper": {func(tb testing.TB) { StartZooKeeper(tb) }, "needs java;"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := &skipTB{TB: t}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				tc.call(s)
+			}()
+			<-done
+			for _, want := range []string{tc.want, "without -short", "scripts/services.sh up"} {
+				if !strings.Contains(s.msg, want) {
+					t.Errorf("%s under -short: message lacks %q: %q", name, want, s.msg)
+				}
+			}
+		})
+	}
+}
+
+// TestServersAnswer checks that every server the integration tests use
+// answers where the CERBERUS_* variables say. Without one it fails naming
+// the command that starts them; under -short it is skipped.
+func TestServersAnswer(t *testing.T) {
+	t.Run("Redis", func(t *testing.T) { RedisAddr(t) })
+	t.Run("ZooKeeper", func(t *testing.T) { ZooKeeperAddr(t) })
+	t.Run("Consul", func(t *testing.T) { ConsulAddr(t) })
+	t.Run("MySQL", func(t *testing.T) { MySQLDSN(t) })
+	t.Run("RedisCluster", func(t *testing.T) { RedisClusterAddrs(t) })
+	t.Run("Redlock", func(t *testing.T) { RedlockAddrs(t) })
 }

@@ -43,25 +43,8 @@ type TLS struct {
 func TLSFiles(t testing.TB) TLS {
 	t.Helper()
 	dir := t.TempDir()
-	caKey := newKey(t)
 	notBefore := time.Now().Add(-time.Minute)
-	caTmpl := &x509.Certificate{
-		SerialNumber:          serial(t),
-		Subject:               pkix.Name{CommonName: "cerberus test CA"},
-		NotBefore:             notBefore,
-		NotAfter:              notBefore.Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatalf("testenv: CA certificate: %v", err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatalf("testenv: CA certificate: %v", err)
-	}
+	ca := newCA(t, notBefore)
 	f := TLS{
 		CAFile:         filepath.Join(dir, "ca.pem"),
 		CertFile:       filepath.Join(dir, "server.pem"),
@@ -70,41 +53,77 @@ func TLSFiles(t testing.TB) TLS {
 		ClientKeyFile:  filepath.Join(dir, "client-key.pem"),
 		ca:             x509.NewCertPool(),
 	}
-	f.ca.AddCert(caCert)
-	writePEM(t, f.CAFile, "CERTIFICATE", caDER)
-
-	leaf := func(cn string, usage x509.ExtKeyUsage, certFile, keyFile string) {
-		key := newKey(t)
-		tmpl := &x509.Certificate{
-			SerialNumber: serial(t),
-			Subject:      pkix.Name{CommonName: cn},
-			NotBefore:    notBefore,
-			NotAfter:     notBefore.Add(time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-		}
-		if usage == x509.ExtKeyUsageServerAuth {
-			tmpl.DNSNames = []string{"localhost"}
-			tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatalf("testenv: %s certificate: %v", cn, err)
-		}
-		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			t.Fatalf("testenv: %s key: %v", cn, err)
-		}
-		writePEM(t, certFile, "CERTIFICATE", der)
-		writePEM(t, keyFile, "PRIVATE KEY", keyDER)
-	}
-	leaf("cerberus-test-server", x509.ExtKeyUsageServerAuth, f.CertFile, f.KeyFile)
-	leaf("cerberus-test-client", x509.ExtKeyUsageClientAuth, f.ClientCertFile, f.ClientKeyFile)
+	f.ca.AddCert(ca.cert)
+	writePEM(t, f.CAFile, "CERTIFICATE", ca.cert.Raw)
+	ca.leaf(t, "cerberus-test-server", x509.ExtKeyUsageServerAuth, f.CertFile, f.KeyFile)
+	ca.leaf(t, "cerberus-test-client", x509.ExtKeyUsageClientAuth, f.ClientCertFile, f.ClientKeyFile)
+	var err error
 	f.clientKP, err = tls.LoadX509KeyPair(f.ClientCertFile, f.ClientKeyFile)
 	if err != nil {
 		t.Fatalf("testenv: client key pair: %v", err)
 	}
 	return f
+}
+
+// testCA is a throw-away certificate authority, valid for an hour from
+// notBefore.
+type testCA struct {
+	cert      *x509.Certificate
+	key       *ecdsa.PrivateKey
+	notBefore time.Time
+}
+
+func newCA(t testing.TB, notBefore time.Time) testCA {
+	t.Helper()
+	key := newKey(t)
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(t),
+		Subject:               pkix.Name{CommonName: "cerberus test CA"},
+		NotBefore:             notBefore,
+		NotAfter:              notBefore.Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign |
+			x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatalf("testenv: CA certificate: %v", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatalf("testenv: CA certificate: %v", err)
+	}
+	return testCA{cert: cert, key: key, notBefore: notBefore}
+}
+
+// leaf signs a certificate for cn with a new key and writes both: a server
+// certificate (usage ServerAuth) is for 127.0.0.1, ::1 and localhost.
+func (ca testCA) leaf(t testing.TB, cn string, usage x509.ExtKeyUsage, certFile, keyFile string) {
+	t.Helper()
+	key := newKey(t)
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(t),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    ca.notBefore,
+		NotAfter:     ca.notBefore.Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+	}
+	if usage == x509.ExtKeyUsageServerAuth {
+		tmpl.DNSNames = []string{"localhost"}
+		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatalf("testenv: %s certificate: %v", cn, err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatalf("testenv: %s key: %v", cn, err)
+	}
+	writePEM(t, certFile, "CERTIFICATE", der)
+	writePEM(t, keyFile, "PRIVATE KEY", keyDER)
 }
 
 // ClientConfig returns a client configuration that trusts only the test CA

@@ -62,7 +62,8 @@ func prepareZooKeeper(t testing.TB, clientPort int, servers string, jvm []string
 	java := lookBinary(t, "java")
 	for _, p := range ZooKeeperClasspath[1:] {
 		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("testenv: the ZooKeeper server is not installed (%v): run %s (it installs zookeeperd)", err, StartCommand)
+			t.Fatalf("testenv: the ZooKeeper server is not installed (%v): run %s (it installs zookeeperd)",
+				err, StartCommand)
 			return nil
 		}
 	}
@@ -156,7 +157,8 @@ type ZooKeeperEnsemble struct {
 func StartZooKeeperEnsemble(t testing.TB, n int) *ZooKeeperEnsemble {
 	t.Helper()
 	if n < 3 {
-		t.Fatalf("testenv: StartZooKeeperEnsemble(%d): an ensemble that survives the loss of a node needs at least 3", n)
+		t.Fatalf("testenv: StartZooKeeperEnsemble(%d): an ensemble that survives the loss of a node "+
+			"needs at least 3", n)
 		return nil
 	}
 	e := &ZooKeeperEnsemble{t: t}
@@ -168,10 +170,12 @@ func StartZooKeeperEnsemble(t testing.TB, n int) *ZooKeeperEnsemble {
 	}
 	// Connecting to a stopped peer gives up after 2s, and a node retries
 	// an election at most every 2s (the defaults are 5s and a minute).
-	jvm := []string{"-Dzookeeper.cnxTimeout=2000", "-Dzookeeper.fastleader.maxNotificationInterval=2000"}
+	jvm := []string{"-Dzookeeper.cnxTimeout=2000",
+		"-Dzookeeper.fastleader.maxNotificationInterval=2000"}
 	for i := range n {
 		z := prepareZooKeeper(t, client[i], servers.String(), jvm)
-		if err := os.WriteFile(filepath.Join(z.Dir, "data", "myid"), []byte(strconv.Itoa(i+1)+"\n"), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(z.Dir, "data", "myid"), []byte(strconv.Itoa(i+1)+"\n"),
+			0o644); err != nil {
 			t.Fatalf("testenv: %v", err)
 			return nil
 		}
@@ -234,7 +238,8 @@ func (e *ZooKeeperEnsemble) leader(wait time.Duration) int {
 	e.t.Helper()
 	leader, err := poll(wait, 50*time.Millisecond, e.serving)
 	if err != nil {
-		e.t.Fatalf("testenv: the ZooKeeper ensemble %v has no leader served by every running node after %v: %v", e.Addrs, wait, err)
+		e.t.Fatalf("testenv: the ZooKeeper ensemble %v has no leader served by every running node after "+
+			"%v: %v", e.Addrs, wait, err)
 		return -1
 	}
 	return leader

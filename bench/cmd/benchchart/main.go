@@ -86,7 +86,8 @@ func render(w io.Writer, vals map[string][]bar) error {
 		if p.lowerBetter {
 			note = " (lower is better)"
 		}
-		fmt.Fprintf(&body, `<text x="10" y="%d" font-weight="bold">%s%s</text>`+"\n", y, html.EscapeString(p.title), note)
+		fmt.Fprintf(&body, `<text x="10" y="%d" font-weight="bold">%s%s</text>`+"\n", y,
+			html.EscapeString(p.title), note)
 		y += 10
 		for _, b := range bars {
 			l := 0.0
@@ -97,9 +98,12 @@ func render(w io.Writer, vals map[string][]bar) error {
 			if strings.Contains(b.name, "cerberus") {
 				color = "#2f6fba"
 			}
-			fmt.Fprintf(&body, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", left-8, y+barH-4, html.EscapeString(b.name))
-			fmt.Fprintf(&body, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n", left, y, l, barH, color)
-			fmt.Fprintf(&body, `<text x="%.1f" y="%d">%s %s</text>`+"\n", float64(left)+l+6, y+barH-4, format(b.value), p.unit)
+			fmt.Fprintf(&body, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", left-8, y+barH-4,
+				html.EscapeString(b.name))
+			fmt.Fprintf(&body, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n", left, y, l,
+				barH, color)
+			fmt.Fprintf(&body, `<text x="%.1f" y="%d">%s %s</text>`+"\n", float64(left)+l+6, y+barH-4,
+				format(b.value), p.unit)
 			y += barH + gap
 		}
 		y += panelGap
