@@ -132,8 +132,10 @@ type EngineKey struct {
 	// Key is the KV key, such as "myapp/cerberus/engine".
 	Key string `mapstructure:"key"`
 	// Token is the Consul ACL token sent when reading (every process) and
-	// writing (SetEngineKey) the key: it needs key "<key>" read, and write
-	// for whoever flips the fleet. At most one of Token, TokenFile and
+	// writing (SetEngineKey) the key: it needs key "<key>" read, key_prefix
+	// "<key>/fleet/" write and session write for the fleet registration,
+	// and key "<key>" write for automatic decisions and whoever flips the
+	// fleet. At most one of Token, TokenFile and
 	// TokenEnv may be set; none means no token (the agent's anonymous
 	// token). A consul engine's token is not used here, even for the same
 	// agent: give the key a token of its own.

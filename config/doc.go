@@ -63,10 +63,14 @@
 // and every error this package returns leave out passwords, tokens and the
 // password part of a MySQL DSN. A Redis ACL user is username (with one of
 // the password keys); so is a ZooKeeper digest user, whose lock nodes the
-// engine then protects with a digest ACL. The engine key has its own token, token_file or
-// token_env (EngineKey.ConsulToken): it needs read on the key in every
-// process, and write where SetEngineKey runs, and is not taken from a
-// consul engine.
+// engine then protects with a digest ACL. The engine key has its own
+// token, token_file or token_env (EngineKey.ConsulToken), not taken from a
+// consul engine. Every process needs key "<key>" read to follow the key,
+// and, to appear in the fleet view and take part in automatic decisions,
+// key_prefix "<key>/fleet/" write and session write; with auto, and where
+// SetEngineKey, Switch or cerberusctl use run, key "<key>" write. A
+// process whose token lacks the fleet rights still follows the key, and
+// says why it is not registered.
 //
 // # TLS
 //
