@@ -30,7 +30,7 @@ env:
 
 ## test: servers up, then go test -race over the whole module
 test: services
-	eval "$$($(SERVICES) env)" && $(GO) test -race -count=1 ./...
+	eval "$$($(SERVICES) env)" && $(GO) test -race -count=1 -timeout 45m ./...
 
 ## test-short: a quick run that needs no server: go test -short skips every
 ## test that needs one

@@ -379,9 +379,9 @@ func (c *Config) Warnings() []string {
 			w = append(w, fmt.Sprintf("%s: %v is below engines[%d] (%s)'s session timeout: a crashed or "+
 				"paused holder keeps its keys until the server expires its session, within %v",
 				key, period, i, e.Name, e.zkFloor()))
-		case e.Kind == KindMySQL && e.Strategy == "row" && period < time.Second:
-			w = append(w, fmt.Sprintf("%s: %v is below engines[%d] (%s)'s floor of 1s: the server ends a "+
-				"silent holder's session after a wait_timeout of whole seconds",
+		case e.Kind == KindMySQL && e.Strategy == "row" && period < 2*time.Second:
+			w = append(w, fmt.Sprintf("%s: %v is below engines[%d] (%s)'s floor of 2s: the server ends a "+
+				"silent holder's session after a wait_timeout of whole seconds, one more than the period",
 				key, period, i, e.Name))
 		}
 	}

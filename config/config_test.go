@@ -306,7 +306,7 @@ lease: {watchdog: 500ms}
 	}
 	w := cfg.Warnings()
 	if len(w) != 2 || !strings.HasPrefix(w[0], "lease.watchdog: 500ms is below engines[0] (z)'s session timeout") || !strings.Contains(w[0], "within 6s") ||
-		!strings.HasPrefix(w[1], "lease.watchdog: 500ms is below engines[1] (r)'s floor of 1s") {
+		!strings.HasPrefix(w[1], "lease.watchdog: 500ms is below engines[1] (r)'s floor of 2s") {
 		t.Errorf("Warnings = %q", w)
 	}
 }

@@ -139,15 +139,16 @@
 // not share a table.
 //
 // The row lock lives as long as its connection. The session's wait_timeout
-// is set to the lease period (whole seconds, rounded up, at least one), and
-// each lease pings its connection every WithConnCheck interval (250ms by
-// default) and at least three times a period, which keeps a running
-// holder's session alive. A holder that stops talking (a crash, a SIGSTOP,
-// a long GC pause, a frozen VM, a cut network) has its session ended by the
-// server one period after its last ping, which rolls back its transaction
-// and frees the key: another process is granted within the period plus
-// one conn-check interval (measured: 1.0s with a 1s watchdog; before this,
-// a paused holder's TCP connection kept the lock until the server's
+// is set to the lease period (whole seconds, rounded up, at least one)
+// plus one second of margin for network latency, and each lease pings its
+// connection every WithConnCheck interval (250ms by default) and at least
+// three times a period, which keeps a running holder's session alive. A
+// holder that stops talking (a crash, a SIGSTOP, a long GC pause, a frozen
+// VM, a cut network) has its session ended by the server that long after
+// its last ping, which rolls back its transaction and frees the key:
+// another process is granted within the period plus about one second
+// (Limits().Floor is 2s; measured: 1.0s to 2.0s with a 1s watchdog; before
+// this, a paused holder's TCP connection kept the lock until the server's
 // default wait_timeout, 8 hours). A resumed holder's next ping fails, and
 // its lease ends with engine.ErrLeaseLost at once; the next holder's token
 // is larger, so its late fenced writes are refused. Request.Renew needs no

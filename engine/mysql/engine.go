@@ -260,9 +260,9 @@ func (e *Engine) Table() string { return e.cfg.table }
 func (e *Engine) Limits() engine.Limits {
 	lim := engine.Limits{MaxKeyLen: MaxKeyLen, MinTTL: engine.MinTTL, MaxTTL: engine.MaxTTL}
 	if e.cfg.strategy == StrategyRow {
-		// A silent holder's session ends after its wait_timeout, which
-		// the server counts in whole seconds, at least one.
-		lim.Floor = time.Second
+		// A silent holder's session ends after its wait_timeout: the
+		// period in whole seconds, at least one, plus one (idleTimeout).
+		lim.Floor = 2 * time.Second
 	}
 	return lim
 }

@@ -37,12 +37,14 @@ type rowConn struct {
 	used     time.Time // when it was last given back
 }
 
-// idleTimeout is the session wait_timeout, in whole seconds (at least one,
-// the server's minimum), that makes the server end a row lease's session
-// when its holder stops talking for one lease period: rounded up, so the
-// server never cuts a live holder short.
+// idleTimeout is the session wait_timeout, in whole seconds, that makes the
+// server end a row lease's session when its holder stops talking for one
+// lease period: rounded up, and one second more, so that the server never
+// cuts a live holder short while network latency holds back its answers
+// and pings (a holder pings three times a period, but the grant's answer,
+// the token draw and the first ping each cross the network first).
 func idleTimeout(period time.Duration) int {
-	return max(1, int(math.Ceil(period.Seconds())))
+	return max(1, int(math.Ceil(period.Seconds()))) + 1
 }
 
 // stale reports whether the server may already have ended rc's session for
