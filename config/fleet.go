@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -236,7 +237,7 @@ func (fl *fleet) apply(v keyValue, idx uint64) {
 		return
 	}
 	before, epoch := fl.f.Active(), fl.f.Epoch()
-	reason := cmp(v.Reason, "operator")
+	reason := cmp.Or(v.Reason, "operator")
 	if err := fl.f.Follow(v.Engine, v.Epoch, reason); err != nil {
 		fl.log.Warn("cerberus engine key names no configured engine; staying",
 			slog.String("key", fl.k.Key), slog.String("value", v.Engine))
@@ -251,13 +252,6 @@ func (fl *fleet) apply(v keyValue, idx uint64) {
 		slog.String("active", fl.f.Active()),
 		slog.Uint64("epoch", fl.f.Epoch()), slog.String("reason", reason))
 	fl.poke()
-}
-
-func cmp(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
@@ -331,7 +325,7 @@ func (fl *fleet) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		fl.round(ctx, r)
 		fl.mu.Lock()
-		interval := min(fl.policy.interval, cmpDur(fl.k.MemberTTL, DefaultMemberTTL)/3)
+		interval := min(fl.policy.interval, cmp.Or(fl.k.MemberTTL, DefaultMemberTTL)/3)
 		fl.mu.Unlock()
 		t := time.NewTimer(interval)
 		select {
@@ -448,7 +442,7 @@ type registration struct {
 // put writes m (when it changed) and keeps the session alive, making a
 // new session when the old one is gone.
 func (r *registration) put(ctx context.Context, m cerberus.FleetMember) error {
-	ttl := cmpDur(r.fl.k.MemberTTL, DefaultMemberTTL)
+	ttl := cmp.Or(r.fl.k.MemberTTL, DefaultMemberTTL)
 	if r.session != "" && time.Since(r.renewed) > ttl/3 {
 		e, _, err := r.fl.kv.Session().Renew(r.session, (&api.WriteOptions{}).WithContext(ctx))
 		if err != nil {
@@ -496,11 +490,4 @@ func (r *registration) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_, _ = r.fl.kv.Session().Destroy(r.session, (&api.WriteOptions{}).WithContext(ctx))
-}
-
-func cmpDur(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }

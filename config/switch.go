@@ -30,13 +30,12 @@ func Switch(ctx context.Context, cfg *Config, name string, wait time.Duration,
 		return cerberus.SwitchReport{}, fmt.Errorf("%w: engine: %q is not a configured engine",
 			ErrInvalid, name)
 	}
-	k := &cfg.EngineKey
-	c, done, err := kvClient(k)
+	fl, done, err := dialFleet(cfg)
 	if err != nil {
 		return cerberus.SwitchReport{}, err
 	}
 	defer done()
-	fl := &fleet{k: *k, kv: c, def: cfg.defaultEngine()}
+	k := &fl.k
 	v, err := writeEngineKey(ctx, fl, name)
 	if err != nil {
 		return cerberus.SwitchReport{}, err
@@ -118,13 +117,12 @@ func ReadFleet(ctx context.Context, cfg *Config) (cerberus.FleetStatus, error) {
 		return cerberus.FleetStatus{}, fmt.Errorf("%w: engine_key: not configured; the fleet view needs "+
 			"it", ErrInvalid)
 	}
-	k := &cfg.EngineKey
-	c, done, err := kvClient(k)
+	fl, done, err := dialFleet(cfg)
 	if err != nil {
 		return cerberus.FleetStatus{}, err
 	}
 	defer done()
-	fl := &fleet{k: *k, kv: c, def: cfg.defaultEngine()}
+	k := &fl.k
 	v, _, _, err := fl.readKey(ctx, &api.QueryOptions{})
 	if err != nil {
 		return cerberus.FleetStatus{}, fmt.Errorf("engine_key: reading %s on %s: %w", k.Key, k.Consul,
@@ -137,4 +135,15 @@ func ReadFleet(ctx context.Context, cfg *Config) (cerberus.FleetStatus, error) {
 	}
 	return cerberus.FleetStatus{Scope: cerberus.ScopeFleet, Key: k.Key, Engine: v.Engine,
 		Epoch: v.Epoch, Members: members, Updated: time.Now()}, nil
+}
+
+// dialFleet makes a Consul client for cfg's engine key and a fleet over it
+// that reads and writes the key from outside (no Failover, no
+// registration); done closes the client's idle connections.
+func dialFleet(cfg *Config) (*fleet, func(), error) {
+	c, done, err := kvClient(&cfg.EngineKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &fleet{k: cfg.EngineKey, kv: c, def: cfg.defaultEngine()}, done, nil
 }
