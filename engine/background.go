@@ -51,13 +51,16 @@ func (b *Background) RunUpTo(d time.Duration, f func()) {
 	WaitUpTo(done, d)
 }
 
-// WaitUpTo waits until done is closed, but no longer than d.
-func WaitUpTo(done <-chan struct{}, d time.Duration) {
+// WaitUpTo waits until done is closed, but no longer than d, and reports
+// whether done was closed.
+func WaitUpTo(done <-chan struct{}, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-done:
+		return true
 	case <-t.C:
+		return false
 	}
 }
 
@@ -68,4 +71,18 @@ func (b *Background) Wait() {
 	b.closed = true
 	b.mu.Unlock()
 	b.wg.Wait()
+}
+
+// WaitUpTo is Wait, but it waits no longer than d, and reports whether
+// every goroutine had finished by then; the rest finish on their own.
+func (b *Background) WaitUpTo(d time.Duration) bool {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		b.wg.Wait()
+		close(done)
+	}()
+	return WaitUpTo(done, d)
 }

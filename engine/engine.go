@@ -44,6 +44,23 @@ type Request struct {
 	// Wait blocks until the lock is granted or ctx ends. Without Wait the
 	// engine makes one attempt and returns ErrNotAcquired if the key is held.
 	Wait bool
+	// Limit, when above 0, makes a Shared request counted: it is granted
+	// only while fewer than Limit Shared leases hold the key, so that the key
+	// is a semaphore of Limit permits (Exclusive leases still exclude every
+	// Shared one, and Shared ones every Exclusive one). Each grant still gets
+	// its own token, strictly above every earlier grant's on the key. Waiters
+	// are served in arrival order: a counted waiter does not pass an earlier
+	// waiter of either mode. The count is checked against the Limit of the
+	// request being granted; every holder of a key should ask the same Limit.
+	// 0 means no limit. Limit must be 0 for an Exclusive request and at most
+	// MaxLimit; CheckRequest says so with ErrInvalidRequest.
+	Limit int
+	// Value is a small label the engine stores with the lease on the server,
+	// readable by anyone through Inspector.Holders while the lease holds:
+	// an election candidate's identity, a permit holder's name. At most
+	// MaxValueLen bytes of valid UTF-8 without control characters; it may be
+	// empty.
+	Value string
 	// OnLost, if set, is called at most once, before Done closes, when
 	// the lease is lost for any reason other than its own release: expiry,
 	// failed renewal, session loss, engine close. It receives the same error

@@ -3,7 +3,11 @@ package engine
 // Optional interfaces. An Engine or a Lease may implement these besides the
 // contract; callers find them with a type assertion, as database/sql finds
 // driver.Pinger or driver.Validator. None of them is needed to pass the
-// conformance suite.
+// conformance suite, except Inspector and Watcher, which the suite's
+// semaphore and election checks use (every engine in this module implements
+// both).
+
+import "context"
 
 // Namer is implemented by a Lease that names the engine that granted it,
 // when that is not simply the engine it was asked of: a lease of the root
@@ -26,4 +30,38 @@ type Wrapper interface {
 	// Unwrap returns the engine inside, for callers that need its
 	// concrete type (such as *redis.Engine).
 	Unwrap() Engine
+}
+
+// Holder is one lease that holds a key, as Inspector reports it.
+type Holder struct {
+	// Mode is the mode the lease was granted in.
+	Mode Mode
+	// Token is the lease's fencing token.
+	Token uint64
+	// Value is the Request.Value the lease was asked with.
+	Value string
+}
+
+// Inspector is implemented by an Engine that can list the leases holding a
+// key. Semaphores count permits with it and elections read their leader.
+type Inspector interface {
+	// Holders returns the leases that hold key now, in the order they were
+	// granted (ascending Token); none when the key is free. A lease whose
+	// period has run out on the server is not listed, even if the server
+	// has not yet removed it. It validates key first, wrapping
+	// ErrInvalidKey, and reports server failures as *OpError, like Acquire.
+	Holders(ctx context.Context, key string) ([]Holder, error)
+}
+
+// Watcher is implemented by an Engine whose server can tell when a key's
+// holders may have changed (pub/sub, a watch, a blocking query), so that
+// an observer need not poll.
+type Watcher interface {
+	// Watch returns a channel that receives a value soon after the holders
+	// of key may have changed (a grant, a release, an expiry the server
+	// noticed). Notifications may be coalesced and may be spurious; a
+	// missed one is possible when the connection to the server breaks, so
+	// callers still re-read on a bounded interval. The channel is closed
+	// when ctx ends or the engine closes. It validates key first.
+	Watch(ctx context.Context, key string) (<-chan struct{}, error)
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 )
 
@@ -59,4 +60,12 @@ func (s *Signal) Closed() bool {
 	default:
 		return false
 	}
+}
+
+// NotHeld is what a lease's Release returns when the lease no longer holds
+// key: it closes s with ErrLeaseLost if s is still open, and returns an
+// error that wraps ErrNotHeld and names key and the reason the lease ended.
+func (s *Signal) NotHeld(key string) error {
+	s.Close(ErrLeaseLost)
+	return fmt.Errorf("%w: %q (lease ended: %w)", ErrNotHeld, key, s.Err())
 }

@@ -16,6 +16,11 @@ const (
 	MinTTL = 10 * time.Millisecond
 	// MaxTTL is the longest lease any engine must accept.
 	MaxTTL = 7 * 24 * time.Hour
+	// MaxLimit is the largest Request.Limit: the most permits a semaphore
+	// may have.
+	MaxLimit = 10000
+	// MaxValueLen is the longest Request.Value, in bytes.
+	MaxValueLen = 256
 )
 
 // Common is the Limits value of an engine that accepts exactly the common
@@ -42,8 +47,27 @@ func CheckKey(key string, maxLen int) error {
 	return nil
 }
 
+// CheckValue reports whether v is a valid Request.Value: at most
+// MaxValueLen bytes of valid UTF-8 without control characters. The error
+// wraps ErrInvalidRequest.
+func CheckValue(v string) error {
+	switch {
+	case len(v) > MaxValueLen:
+		return fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalidRequest, len(v), MaxValueLen)
+	case !utf8.ValidString(v):
+		return fmt.Errorf("%w: value %s is not valid UTF-8", ErrInvalidRequest, quote(v))
+	}
+	for i, r := range v {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: value %s has a control character at byte %d", ErrInvalidRequest, quote(v), i)
+		}
+	}
+	return nil
+}
+
 // CheckRequest validates req against lim: the key with CheckKey, the mode,
-// and the TTL within [lim.MinTTL, lim.MaxTTL]. Engines call it first in
+// the limit (0, or 1..MaxLimit on a Shared request), the value with
+// CheckValue, and the TTL within [lim.MinTTL, lim.MaxTTL]. Engines call it first in
 // Validate and add their own rules after it.
 func CheckRequest(req Request, lim Limits) error {
 	if err := CheckKey(req.Key, lim.MaxKeyLen); err != nil {
@@ -51,6 +75,15 @@ func CheckRequest(req Request, lim Limits) error {
 	}
 	if req.Mode != Exclusive && req.Mode != Shared {
 		return fmt.Errorf("%w: unknown %v", ErrInvalidRequest, req.Mode)
+	}
+	if req.Limit < 0 || req.Limit > MaxLimit {
+		return fmt.Errorf("%w: limit %d is outside [1, %d]", ErrInvalidRequest, req.Limit, MaxLimit)
+	}
+	if req.Limit > 0 && req.Mode != Shared {
+		return fmt.Errorf("%w: a limit needs a shared request", ErrInvalidRequest)
+	}
+	if err := CheckValue(req.Value); err != nil {
+		return err
 	}
 	if req.TTL < lim.MinTTL && lim.MinTTL == lim.Floor {
 		return fmt.Errorf("%w: %v is below the engine's floor of %v: a holder that stops talking keeps "+

@@ -30,9 +30,6 @@ type Engine struct {
 	idBase string        // random per engine, prefix of lease ids
 	seq    atomic.Uint64 // lease id counter
 
-	closingCtx context.Context // cancelled by Close
-	closeNow   context.CancelFunc
-
 	sessLock chan struct{} // one session creation at a time; a lock that honours ctx
 	turns    engine.Turns  // one blocking-query waiter per key
 	// queueSlots bounds the default-mode writers that queue at once (each
@@ -42,13 +39,11 @@ type Engine struct {
 
 	ownTransport *http.Transport // the transport Dial built, nil with New
 
-	mu       sync.Mutex
-	closed   bool
-	sess     *session // the current session; nil before the first grant or after a loss
-	leases   map[*lease]struct{}
-	wg       sync.WaitGroup    // session goroutines
-	bg       engine.Background // undos that callers do not wait for
-	expiring sync.WaitGroup    // server releases of expired leases; Add under mu while open
+	mu       sync.Mutex          // guards frame and sess
+	frame    engine.Base[*lease] // the leases; undos that callers do not wait for
+	sess     *session            // the current session; nil before the first grant or after a loss
+	wg       sync.WaitGroup      // session goroutines
+	expiring sync.WaitGroup      // server releases of expired leases; Add under mu while open
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -68,18 +63,16 @@ func New(client *api.Client, opts ...Option) (*Engine, error) {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Engine{
+	e := &Engine{
 		client:     client,
 		kv:         client.KV(),
 		cfg:        cfg,
 		idBase:     hex.EncodeToString(b[:]),
-		closingCtx: ctx,
-		closeNow:   cancel,
 		sessLock:   make(chan struct{}, 1),
 		queueSlots: make(chan struct{}, max(1, cfg.maxConns/2)),
-		leases:     make(map[*lease]struct{}),
-	}, nil
+	}
+	e.frame.Init(&e.mu)
+	return e, nil
 }
 
 // Dial builds a consul API client for the agent at address (host:port),
@@ -166,7 +159,7 @@ func (e *Engine) Validate(req engine.Request) error {
 // after Close, and an *engine.OpError wrapping engine.ErrUnavailable when
 // the agent does not answer within ctx and 5s, or knows no leader.
 func (e *Engine) Ping(ctx context.Context) error {
-	if e.isClosed() {
+	if e.frame.Closed() {
 		return engine.ErrClosed
 	}
 	pctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
@@ -179,12 +172,6 @@ func (e *Engine) Ping(ctx context.Context) error {
 		return e.opErr(ctx, "ping", "", errNoLeader)
 	}
 	return nil
-}
-
-func (e *Engine) isClosed() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.closed
 }
 
 // query returns the read options every request uses.
@@ -209,20 +196,12 @@ func (e *Engine) newID() string {
 // semaphore recipe (see the package documentation). Waiting uses blocking
 // queries bounded by WithWaitTime.
 func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
-	if err := e.Validate(req); err != nil {
+	if err := e.frame.Begin(ctx, e.Validate(req)); err != nil {
 		return nil, err
 	}
-	if e.isClosed() {
-		return nil, engine.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(engine.ErrNotAcquired, err)
-	}
 	// wctx ends with the caller's ctx or with Close (cause ErrClosed).
-	wctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(e.closingCtx, func() { cancel(engine.ErrClosed) })
-	defer stop()
+	wctx, cancel := e.frame.Bind(ctx)
+	defer cancel()
 
 	l := &lease{
 		e: e, key: req.Key, mode: req.Mode, id: e.newID(),
@@ -232,17 +211,17 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	err := e.acquire(wctx, l, req)
 	if err != nil {
 		ended := wctx.Err() != nil
-		if ended || l.queued || e.isClosed() {
+		if ended || l.queued || e.frame.Closed() {
 			// A call may have reached the server, or a waiter key is
 			// queued: take back whatever is left, on a context the
 			// caller's end does not cancel, waiting for it no longer than
 			// engine.UndoWait.
-			e.bg.RunUpTo(engine.UndoWait, func() { e.undo(l) })
+			e.frame.RunUpTo(engine.UndoWait, func() { e.undo(l) })
 		}
 		switch {
 		case ended && ctx.Err() != nil:
 			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
-		case ended || e.isClosed():
+		case ended || e.frame.Closed():
 			return nil, engine.ErrClosed
 		}
 		return nil, err
@@ -254,32 +233,28 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 // timer, or undoes the grant if the engine closed or the session was lost
 // meanwhile.
 func (e *Engine) granted(l *lease, req engine.Request) (engine.Lease, error) {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
+	if err := e.frame.Track(l, func() error {
+		s := l.sess
+		s.mu.Lock()
+		lost := s.lost
+		if !lost {
+			s.leases[l] = struct{}{}
+		}
+		s.mu.Unlock()
+		if lost {
+			return &engine.OpError{Engine: name, Op: "acquire", Key: l.key,
+				Err: fmt.Errorf("%w: the session was lost during the grant", engine.ErrUnavailable)}
+		}
+		if !req.Renew {
+			l.mu.Lock()
+			l.timer = time.AfterFunc(req.TTL, l.expire)
+			l.mu.Unlock()
+		}
+		return nil
+	}); err != nil {
 		e.undo(l)
-		return nil, engine.ErrClosed
+		return nil, err
 	}
-	s := l.sess
-	s.mu.Lock()
-	lost := s.lost
-	if !lost {
-		s.leases[l] = struct{}{}
-	}
-	s.mu.Unlock()
-	if lost {
-		e.mu.Unlock()
-		e.undo(l)
-		return nil, &engine.OpError{Engine: name, Op: "acquire", Key: l.key,
-			Err: fmt.Errorf("%w: the session was lost during the grant", engine.ErrUnavailable)}
-	}
-	e.leases[l] = struct{}{}
-	if !req.Renew {
-		l.mu.Lock()
-		l.timer = time.AfterFunc(req.TTL, l.expire)
-		l.mu.Unlock()
-	}
-	e.mu.Unlock()
 	return l, nil
 }
 
@@ -289,41 +264,30 @@ func (e *Engine) granted(l *lease, req engine.Request) (engine.Lease, error) {
 // at most a few seconds for the server. The client stays open. Close is
 // idempotent.
 func (e *Engine) Close() error {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
+	held, first := e.frame.Shut()
+	if !first {
 		return nil
 	}
-	e.closed = true
-	e.closeNow()
-	held := make([]*lease, 0, len(e.leases))
-	for l := range e.leases {
-		held = append(held, l)
-	}
-	s := e.sess
+	e.mu.Lock()
+	s := e.sess // no session is made after Shut
 	e.sess = nil
 	e.mu.Unlock()
 
+	// One bound for the releases and the session's end together.
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	var wg sync.WaitGroup
-	for _, l := range held {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if l.claim() {
-				_, _ = l.releaseOnServer(ctx)
-				l.finish(engine.ErrClosed)
-			}
-		}()
-	}
-	wg.Wait()
+	engine.ReleaseAll(held, cleanupTimeout, func(ctx context.Context, l *lease) {
+		if l.claim() {
+			_, _ = l.releaseOnServer(ctx)
+			l.finish(engine.ErrClosed)
+		}
+	})
 	e.expiring.Wait()
 	if s != nil {
 		s.stopAndDestroy(ctx)
 	}
 	e.wg.Wait()
-	e.bg.Wait()
+	e.frame.Wait()
 	if e.ownTransport != nil {
 		e.ownTransport.CloseIdleConnections()
 	}

@@ -74,9 +74,7 @@ func (l *lease) finish(err error) {
 		l.timer.Stop()
 	}
 	l.mu.Unlock()
-	l.e.mu.Lock()
-	delete(l.e.leases, l)
-	l.e.mu.Unlock()
+	l.e.frame.Forget(l)
 	if s := l.sess; s != nil {
 		s.mu.Lock()
 		delete(s.leases, l)
@@ -116,7 +114,7 @@ func (l *lease) Release(ctx context.Context) error {
 func (l *lease) expire() {
 	e := l.e
 	e.mu.Lock()
-	if e.closed || !l.claim() {
+	if e.frame.ClosedLocked() || !l.claim() {
 		e.mu.Unlock()
 		return // Close (or a release) ends the lease
 	}

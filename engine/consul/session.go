@@ -52,7 +52,7 @@ func (e *Engine) session(ctx context.Context) (*session, error) {
 	s := &session{e: e, id: id, leases: make(map[*lease]struct{}), orphans: make(map[*lease]struct{}),
 		stop: make(chan struct{})}
 	e.mu.Lock()
-	if e.closed {
+	if e.frame.ClosedLocked() {
 		e.mu.Unlock()
 		dctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
@@ -69,7 +69,7 @@ func (e *Engine) session(ctx context.Context) (*session, error) {
 func (e *Engine) currentSession() (*session, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed {
+	if e.frame.ClosedLocked() {
 		return nil, engine.ErrClosed
 	}
 	return e.sess, nil
@@ -267,7 +267,7 @@ func (s *session) orphanCount() int {
 // ctx returns a context that ends after d or when the session stops.
 func (s *session) ctx(d time.Duration) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
-	stop := context.AfterFunc(s.e.closingCtx, cancel)
+	stop := context.AfterFunc(s.e.frame.Context(), cancel)
 	go func() {
 		select {
 		case <-s.stop:

@@ -52,17 +52,16 @@ func WithStore(s *Store) Option { return func(e *Engine) { e.store = s } }
 type Engine struct {
 	store *Store
 
-	mu      sync.Mutex
-	leases  map[*lease]struct{}
-	closed  bool
-	closing chan struct{}
+	mu    sync.Mutex // guards frame and the leases' timers
+	frame engine.Base[*lease]
 }
 
 var _ engine.Engine = (*Engine)(nil)
 
 // New returns a memory engine.
 func New(opts ...Option) *Engine {
-	e := &Engine{leases: make(map[*lease]struct{}), closing: make(chan struct{})}
+	e := &Engine{}
+	e.frame.Init(&e.mu)
 	for _, o := range opts {
 		o(e)
 	}
@@ -87,28 +86,16 @@ func (e *Engine) Validate(req engine.Request) error {
 
 // Ping returns engine.ErrClosed after Close, nil before.
 func (e *Engine) Ping(ctx context.Context) error {
-	if e.isClosed() {
+	if e.frame.Closed() {
 		return engine.ErrClosed
 	}
 	return ctx.Err()
 }
 
-func (e *Engine) isClosed() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.closed
-}
-
 // Acquire grants a lease; see engine.Engine.
 func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
-	if err := e.Validate(req); err != nil {
+	if err := e.frame.Begin(ctx, e.Validate(req)); err != nil {
 		return nil, err
-	}
-	if e.isClosed() {
-		return nil, engine.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(engine.ErrNotAcquired, err)
 	}
 	l := &lease{eng: e, key: req.Key, mode: req.Mode, sig: engine.NewSignal(req.OnLost)}
 	s := e.store
@@ -134,7 +121,7 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 		return e.granted(l, req)
 	case <-ctx.Done():
 		stop = errors.Join(engine.ErrNotAcquired, ctx.Err())
-	case <-e.closing:
+	case <-e.frame.Closing():
 		stop = engine.ErrClosed
 	}
 	s.mu.Lock()
@@ -157,36 +144,22 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 // granted finishes a grant: registers the lease with its engine (or undoes
 // the grant if the engine closed meanwhile) and arms the expiry timer.
 func (e *Engine) granted(l *lease, req engine.Request) (engine.Lease, error) {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
+	if err := e.frame.Track(l, func() error {
+		if !req.Renew {
+			l.timer = time.AfterFunc(req.TTL, l.expire)
+		}
+		return nil
+	}); err != nil {
 		e.store.drop(l)
-		return nil, engine.ErrClosed
+		return nil, err
 	}
-	e.leases[l] = struct{}{}
-	if !req.Renew {
-		l.timer = time.AfterFunc(req.TTL, l.expire)
-	}
-	e.mu.Unlock()
 	return l, nil
 }
 
 // Close releases every lease this engine holds and ends them with
 // engine.ErrClosed. Waiters in Acquire return engine.ErrClosed.
 func (e *Engine) Close() error {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return nil
-	}
-	e.closed = true
-	close(e.closing)
-	held := make([]*lease, 0, len(e.leases))
-	for l := range e.leases {
-		held = append(held, l)
-	}
-	e.leases = nil
-	e.mu.Unlock()
+	held, _ := e.frame.Shut()
 	for _, l := range held {
 		l.end(engine.ErrClosed)
 	}
@@ -310,8 +283,7 @@ func (l *lease) Release(ctx context.Context) error {
 		return nil
 	}
 	l.stop()
-	l.sig.Close(engine.ErrLeaseLost)
-	return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+	return l.sig.NotHeld(l.key)
 }
 
 // expire ends a fixed-TTL lease when its timer fires.
@@ -333,5 +305,5 @@ func (l *lease) stop() {
 	if l.timer != nil {
 		l.timer.Stop()
 	}
-	delete(e.leases, l)
+	e.frame.ForgetLocked(l)
 }

@@ -113,17 +113,16 @@ type Engine struct {
 	id    string // instance id, the prefix of every owner value
 	seq   atomic.Uint64
 
-	mu      sync.Mutex
-	closed  bool
-	closing chan struct{}
-	leases  map[*lease]struct{}
-	rows    map[*rowLease]struct{}
-	idle    []*rowConn
-	pins    chan struct{}         // one token per pinned row connection
-	turns   engine.Turns          // one polling waiter per key
-	kick    chan struct{}         // wakes the renewal loop
-	behind  atomic.Pointer[error] // set while renewal cannot keep up (pace)
-	busy    sync.WaitGroup
+	mu sync.Mutex // guards frame and idle
+	// frame keeps the leases of either strategy (*lease or *rowLease), the
+	// calls in progress, and the clean-ups, renewal loop and connection
+	// watchers that Close waits for.
+	frame  engine.Base[engine.Lease]
+	idle   []*rowConn
+	pins   chan struct{}         // one token per pinned row connection
+	turns  engine.Turns          // one polling waiter per key
+	kick   chan struct{}         // wakes the renewal loop
+	behind atomic.Pointer[error] // set while renewal cannot keep up (pace)
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -234,14 +233,12 @@ func newEngine(cfg config, db *sql.DB, owned bool) *Engine {
 	_, _ = rand.Read(b[:])
 	e := &Engine{
 		cfg: cfg, db: db, owned: owned, q: buildQueries(cfg.table),
-		id: hex.EncodeToString(b[:]), closing: make(chan struct{}),
-		leases: make(map[*lease]struct{}), rows: make(map[*rowLease]struct{}),
-
+		id:   hex.EncodeToString(b[:]),
 		kick: make(chan struct{}, 1), pins: make(chan struct{}, cfg.maxConns-2),
 	}
+	e.frame.Init(&e.mu)
 	if cfg.strategy == StrategyLease {
-		e.busy.Add(1)
-		go e.renewLoop()
+		e.frame.Go(e.renewLoop)
 	}
 	return e
 }
@@ -276,7 +273,7 @@ func (e *Engine) Validate(req engine.Request) error {
 // timeout (WithOpTimeout); a server that does not is
 // engine.ErrUnavailable. It returns engine.ErrClosed after Close.
 func (e *Engine) Ping(ctx context.Context) error {
-	if e.isClosed() {
+	if e.frame.Closed() {
 		return engine.ErrClosed
 	}
 	pctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
@@ -291,60 +288,14 @@ func (e *Engine) Ping(ctx context.Context) error {
 // A waiting lease Acquire polls (see the package documentation); a waiting
 // row Acquire queues inside InnoDB.
 func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
-	if err := e.Validate(req); err != nil {
+	if err := e.frame.Enter(ctx, e.Validate(req)); err != nil {
 		return nil, err
 	}
-	if !e.enter() {
-		return nil, engine.ErrClosed
-	}
-	defer e.busy.Done()
-	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(engine.ErrNotAcquired, err)
-	}
+	defer e.frame.Exit()
 	if e.cfg.strategy == StrategyRow {
 		return e.acquireRow(ctx, req)
 	}
 	return e.acquireLease(ctx, req)
-}
-
-// later runs a clean-up in the background, where Close waits for it; it is
-// called inside a call that entered, so the engine's count of busy calls is
-// not zero.
-func (e *Engine) later(f func()) {
-	e.busy.Add(1)
-	go func() {
-		defer e.busy.Done()
-		f()
-	}()
-}
-
-// laterUpTo runs f as later does and waits for it no longer than
-// engine.UndoWait: the clean-up of a call that ended without a lease.
-func (e *Engine) laterUpTo(f func()) {
-	done := make(chan struct{})
-	e.later(func() {
-		defer close(done)
-		f()
-	})
-	engine.WaitUpTo(done, engine.UndoWait)
-}
-
-// enter registers a call that Close must wait for, unless the engine is
-// closed.
-func (e *Engine) enter() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return false
-	}
-	e.busy.Add(1)
-	return true
-}
-
-func (e *Engine) isClosed() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.closed
 }
 
 // Close releases every lease the engine holds (each release bounded by the
@@ -352,34 +303,21 @@ func (e *Engine) isClosed() bool {
 // engine.ErrClosed and stops the renewal loop. A pool from Open is closed;
 // a *gorm.DB passed to New stays open. Close is idempotent.
 func (e *Engine) Close() error {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
+	held, first := e.frame.Shut()
+	if !first {
 		return nil
 	}
-	e.closed = true
-	close(e.closing)
-	leases := make([]*lease, 0, len(e.leases))
-	for l := range e.leases {
-		leases = append(leases, l)
-	}
-	rows := make([]*rowLease, 0, len(e.rows))
-	for l := range e.rows {
-		rows = append(rows, l)
-	}
-	e.mu.Unlock()
-
-	var wg sync.WaitGroup
-	for _, l := range leases {
-		wg.Add(1)
-		go func() { defer wg.Done(); l.end(engine.ErrClosed, true) }()
-	}
-	for _, l := range rows {
-		wg.Add(1)
-		go func() { defer wg.Done(); l.end(engine.ErrClosed) }()
-	}
-	wg.Wait()
-	e.busy.Wait()
+	// Each end bounds its statement by the op timeout.
+	engine.ReleaseAll(held, e.cfg.opTimeout, func(_ context.Context, l engine.Lease) {
+		switch l := l.(type) {
+		case *lease:
+			l.end(engine.ErrClosed, true)
+		case *rowLease:
+			l.end(engine.ErrClosed)
+		}
+	})
+	e.frame.WaitCalls()
+	e.frame.Wait()
 	e.mu.Lock()
 	idle := e.idle
 	e.idle = nil

@@ -76,7 +76,7 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 			transients++
 			ok = false
 		case err != nil:
-			e.laterUpTo(func() { e.undoGrant(req, owner) })
+			e.frame.RunUpTo(engine.UndoWait, func() { e.undoGrant(req, owner) })
 			if ctx.Err() != nil {
 				return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
 			}
@@ -91,7 +91,7 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 		if kick == nil {
 			// Only one waiter per key and engine polls the server; the
 			// others wait here for their turn (see engine.Turns).
-			k, done, err := e.turns.Take(ctx, req.Key, e.closing)
+			k, done, err := e.turns.Take(ctx, req.Key, e.frame.Closing())
 			if err != nil {
 				if errors.Is(err, engine.ErrClosed) {
 					return nil, err
@@ -115,7 +115,7 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 func (e *Engine) grantInTime(req engine.Request, owner string, token uint64,
 	start time.Time) (engine.Lease, error) {
 	if time.Since(start) >= life(req.TTL) {
-		e.laterUpTo(func() { e.undoGrant(req, owner) })
+		e.frame.RunUpTo(engine.UndoWait, func() { e.undoGrant(req, owner) })
 		return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out",
 			engine.ErrNotAcquired, req.Key, req.TTL)
 	}
@@ -137,7 +137,7 @@ func (e *Engine) pause(ctx context.Context, kick <-chan struct{},
 		delay = e.cfg.minBackoff // released here: try at once
 	case <-ctx.Done():
 		return 0, errors.Join(engine.ErrNotAcquired, ctx.Err())
-	case <-e.closing:
+	case <-e.frame.Closing():
 		return 0, engine.ErrClosed
 	}
 	return min(2*delay, e.cfg.maxBackoff), nil
@@ -244,22 +244,21 @@ func (e *Engine) granted(req engine.Request, owner string, token uint64,
 		e: e, key: req.Key, mode: req.Mode, token: token, owner: owner,
 		ttl: req.TTL, renew: req.Renew, sig: engine.NewSignal(req.OnLost), validFrom: start,
 	}
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
+	if err := e.frame.Track(l, func() error {
+		if !req.Renew {
+			// The server expires the row at its NOW(6)+TTL; this timer,
+			// started before the statement was sent, fires a margin
+			// before that.
+			l.mu.Lock()
+			l.timer = time.AfterFunc(life(req.TTL)-time.Since(start),
+				func() { l.end(engine.ErrLeaseLost, false) })
+			l.mu.Unlock()
+		}
+		return nil
+	}); err != nil {
 		_, _ = e.clear(l)
-		return nil, engine.ErrClosed
+		return nil, err
 	}
-	e.leases[l] = struct{}{}
-	if !req.Renew {
-		// The server expires the row at its NOW(6)+TTL; this timer, started
-		// before the statement was sent, fires a margin before that.
-		l.mu.Lock()
-		l.timer = time.AfterFunc(life(req.TTL)-time.Since(start),
-			func() { l.end(engine.ErrLeaseLost, false) })
-		l.mu.Unlock()
-	}
-	e.mu.Unlock()
 	if req.Renew {
 		e.wakeRenewal()
 	}
@@ -293,7 +292,7 @@ func (e *Engine) clear(l *lease) (bool, error) {
 // cancelled, bounded by the engine's op timeout.
 func (l *lease) Release(ctx context.Context) error {
 	if l.sig.Closed() {
-		return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+		return l.sig.NotHeld(l.key)
 	}
 	l.mu.Lock()
 	l.releasing = true
@@ -311,8 +310,7 @@ func (l *lease) Release(ctx context.Context) error {
 		l.e.turns.Kick(l.key)
 		return nil
 	}
-	l.sig.Close(engine.ErrLeaseLost)
-	return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+	return l.sig.NotHeld(l.key)
 }
 
 // end closes the lease with err; with release it first clears it on the
@@ -332,7 +330,5 @@ func (l *lease) forget() {
 		l.timer.Stop()
 	}
 	l.mu.Unlock()
-	l.e.mu.Lock()
-	delete(l.e.leases, l)
-	l.e.mu.Unlock()
+	l.e.frame.Forget(l)
 }

@@ -75,7 +75,7 @@ func schema(table string) []string {
 // strategy's fencing tokens. It is idempotent and safe to run from many
 // processes at once.
 func (e *Engine) Migrate(ctx context.Context) error {
-	if e.isClosed() {
+	if e.frame.Closed() {
 		return engine.ErrClosed
 	}
 	for _, stmt := range schema(e.cfg.table) {

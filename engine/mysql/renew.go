@@ -33,7 +33,6 @@ func (e *Engine) wakeRenewal() {
 // finds as ours ends with engine.ErrLeaseLost; so does one whose last
 // successful renewal is a TTL old while the server cannot be reached.
 func (e *Engine) renewLoop() {
-	defer e.busy.Done()
 	last := time.Now()
 	idle := true
 	t := time.NewTimer(time.Hour)
@@ -45,7 +44,7 @@ func (e *Engine) renewLoop() {
 			select {
 			case <-e.kick:
 				continue
-			case <-e.closing:
+			case <-e.frame.Closing():
 				return
 			}
 		}
@@ -63,7 +62,7 @@ func (e *Engine) renewLoop() {
 			if !t.Stop() {
 				<-t.C
 			}
-		case <-e.closing:
+		case <-e.frame.Closing():
 			return
 		}
 	}
@@ -75,8 +74,8 @@ func (e *Engine) renewInterval() time.Duration {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var d time.Duration
-	for l := range e.leases {
-		if l.renew && (d == 0 || l.ttl/3 < d) {
+	for x := range e.frame.AllLocked() {
+		if l, ok := x.(*lease); ok && l.renew && (d == 0 || l.ttl/3 < d) {
 			d = l.ttl / 3
 		}
 	}
@@ -89,8 +88,9 @@ func (e *Engine) renewInterval() time.Duration {
 func (e *Engine) renewAll() int {
 	var writers, readers []*lease
 	e.mu.Lock()
-	for l := range e.leases {
-		if !l.renew {
+	for x := range e.frame.AllLocked() {
+		l, ok := x.(*lease)
+		if !ok || !l.renew {
 			continue
 		}
 		if l.mode == engine.Shared {

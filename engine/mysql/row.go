@@ -73,7 +73,7 @@ func (e *Engine) getConn(ctx context.Context) (*rowConn, error) {
 	case e.pins <- struct{}{}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-e.closing:
+	case <-e.frame.Closing():
 		return nil, engine.ErrClosed
 	}
 	c, err := e.db.Conn(ctx)
@@ -95,7 +95,7 @@ func (e *Engine) getConn(ctx context.Context) (*rowConn, error) {
 func (e *Engine) putConn(rc *rowConn) {
 	rc.used = time.Now()
 	e.mu.Lock()
-	if !e.closed && len(e.idle) < maxIdleRowConns {
+	if !e.frame.ClosedLocked() && len(e.idle) < maxIdleRowConns {
 		e.idle = append(e.idle, rc)
 		e.mu.Unlock()
 		return
@@ -161,7 +161,7 @@ func (e *Engine) killable(ctx context.Context, rc *rowConn,
 	case err := <-res:
 		return err, false
 	case <-ctx.Done():
-	case <-e.closing:
+	case <-e.frame.Closing():
 	}
 	done := make(chan struct{})
 	go func() {
@@ -364,23 +364,22 @@ func (e *Engine) grantedRow(req engine.Request, rc *rowConn) (engine.Lease, erro
 	}
 	l := &rowLease{e: e, key: req.Key, mode: req.Mode, token: token, rc: rc, period: req.TTL,
 		sig: engine.NewSignal(req.OnLost), stop: make(chan struct{})}
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
+	if err := e.frame.Track(l, func() error {
+		if !req.Renew {
+			// The row strategy has no server-side expiry: a fixed TTL
+			// ends with a rollback from this local timer.
+			l.mu.Lock()
+			l.timer = time.AfterFunc(req.TTL, func() { l.end(engine.ErrLeaseLost) })
+			l.mu.Unlock()
+		}
+		return nil
+	}); err != nil {
 		e.discard(rc)
-		return nil, engine.ErrClosed
+		return nil, err
 	}
-	e.rows[l] = struct{}{}
-	if !req.Renew {
-		// The row strategy has no server-side expiry: a fixed TTL ends
-		// with a rollback from this local timer.
-		l.mu.Lock()
-		l.timer = time.AfterFunc(req.TTL, func() { l.end(engine.ErrLeaseLost) })
-		l.mu.Unlock()
-	}
-	e.busy.Add(1)
-	e.mu.Unlock()
-	go l.watch()
+	// Within Acquire, so before Close can wait for the background: on a
+	// goroutine of its own, which Close waits for.
+	e.frame.Run(l.watch)
 	return l, nil
 }
 
@@ -443,7 +442,6 @@ func (l *rowLease) Err() error            { return l.sig.Err() }
 // A holder that was paused past its period finds that out with its first
 // tick after it resumes.
 func (l *rowLease) watch() {
-	defer l.e.busy.Done()
 	t := time.NewTicker(min(l.e.cfg.connCheck, max(l.period/3, 50*time.Millisecond)))
 	defer t.Stop()
 	for {
@@ -504,7 +502,7 @@ func (l *rowLease) Release(ctx context.Context) error {
 	if err != nil {
 		l.e.discard(rc)
 		l.sig.Close(fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, err))
-		return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+		return l.sig.NotHeld(l.key)
 	}
 	l.e.putConn(rc)
 	l.sig.Close(engine.ErrReleased)
@@ -525,7 +523,5 @@ func (l *rowLease) end(err error) {
 }
 
 func (l *rowLease) forget() {
-	l.e.mu.Lock()
-	delete(l.e.rows, l)
-	l.e.mu.Unlock()
+	l.e.frame.Forget(l)
 }

@@ -26,20 +26,12 @@ import (
 // engine.ErrAccessDenied; the node is deleted then too, now or when the
 // session is back.
 func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
-	if err := e.Validate(req); err != nil {
+	if err := e.frame.Enter(ctx, e.Validate(req)); err != nil {
 		return nil, err
 	}
-	if !e.enter() {
-		return nil, engine.ErrClosed
-	}
-	defer e.active.Done()
-	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(engine.ErrNotAcquired, err)
-	}
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(e.closeCtx, func() { cancel(engine.ErrClosed) })
-	defer stop()
+	defer e.frame.Exit()
+	actx, cancel := e.frame.Bind(ctx)
+	defer cancel()
 	l, err := e.acquire(actx, req)
 	if err == nil {
 		return l, nil
@@ -78,7 +70,7 @@ func (e *Engine) acquire(ctx context.Context, req engine.Request) (*lease, error
 		l, err := e.queue(ctx, req, ep)
 		res <- result{l, err}
 	}
-	if !e.background(work) {
+	if !e.frame.Go(work) { // Close has begun; the end of the session removes nodes anyway
 		return nil, engine.ErrClosed
 	}
 	select {
@@ -274,24 +266,20 @@ func (e *Engine) grant(req engine.Request, own, parent string, token uint64,
 		path: own, parent: parent, sid: ep.sid,
 		sig: engine.NewSignal(req.OnLost),
 	}
-	e.mu.Lock()
-	switch {
-	case e.closed:
-		e.mu.Unlock()
+	if err := e.frame.Track(l, func() error {
+		if e.sess.epoch != ep.epoch {
+			return fmt.Errorf("%w: session lost during acquire", errNoSession)
+		}
+		if !req.Renew {
+			l.mu.Lock()
+			l.timer = time.AfterFunc(req.TTL, l.expire)
+			l.mu.Unlock()
+		}
+		return nil
+	}); err != nil {
 		e.dropNode(own, parent, ep.sid)
-		return nil, engine.ErrClosed
-	case e.sess.epoch != ep.epoch:
-		e.mu.Unlock()
-		e.dropNode(own, parent, ep.sid)
-		return nil, fmt.Errorf("%w: session lost during acquire", errNoSession)
+		return nil, err
 	}
-	e.leases[l] = struct{}{}
-	if !req.Renew {
-		l.mu.Lock()
-		l.timer = time.AfterFunc(req.TTL, l.expire)
-		l.mu.Unlock()
-	}
-	e.mu.Unlock()
 	return l, nil
 }
 

@@ -45,15 +45,9 @@ type Engine struct {
 	authMu   sync.Mutex
 	authDone bool
 
-	closeCtx    context.Context
-	closeCancel context.CancelFunc
-
-	mu     sync.Mutex
-	closed bool
-	leases map[*lease]struct{}
-	sess   session
-	active sync.WaitGroup // Acquire calls in progress
-	bg     sync.WaitGroup // background clean-ups
+	mu    sync.Mutex // guards frame and sess
+	frame engine.Base[*lease]
+	sess  session
 
 	// Counters and hooks for tests (export_test.go).
 	nodeEvents  atomic.Int64 // watch notifications received
@@ -108,7 +102,6 @@ func Dial(servers []string, sessionTimeout time.Duration, opts ...Option) (*Engi
 			e.handleEvent(ev)
 		}))
 	if err != nil {
-		e.closeCancel()
 		return nil, &engine.OpError{Engine: "zookeeper", Op: "dial", Err: err}
 	}
 	e.conn, e.own = conn, conn
@@ -153,7 +146,7 @@ func New(conn Conn, events <-chan zk.Event, opts ...Option) (*Engine, error) {
 					return
 				}
 				e.handleEvent(ev)
-			case <-e.closeCtx.Done():
+			case <-e.frame.Closing():
 				return
 			}
 		}
@@ -181,15 +174,14 @@ func newEngine(cfg config) (*Engine, error) {
 		acl:       zk.WorldACL(zk.PermAll),
 		recheck:   cfg.recheck,
 		requested: cfg.sessionTimeout,
-		leases:    make(map[*lease]struct{}),
 		hooks:     cfg.hooks,
 	}
+	e.frame.Init(&e.mu)
 	if cfg.digest {
 		e.acl = append(zk.DigestACL(zk.PermAll, cfg.user, cfg.password), zk.WorldACL(zk.PermRead)...)
 	}
 	e.sess.ready = make(chan struct{})
 	e.sess.lost = make(chan struct{})
-	e.closeCtx, e.closeCancel = context.WithCancel(context.Background())
 	return e, nil
 }
 
@@ -279,7 +271,7 @@ func (e *Engine) Connected() bool {
 // server does not answer within the session timeout; if ctx ends first,
 // the error wraps ctx.Err() instead.
 func (e *Engine) Ping(ctx context.Context) error {
-	if e.isClosed() {
+	if e.frame.Closed() {
 		return engine.ErrClosed
 	}
 	bctx, cancel := e.bound(ctx)
@@ -289,12 +281,6 @@ func (e *Engine) Ping(ctx context.Context) error {
 		return e.opError(ctx, "ping", "", err)
 	}
 	return nil
-}
-
-func (e *Engine) isClosed() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.closed
 }
 
 // bound limits a call made for a caller to the session timeout, within
@@ -310,85 +296,25 @@ func (e *Engine) bound(ctx context.Context) (context.Context, context.CancelFunc
 // and closes the connection if Dial made it. A connection passed to New
 // stays open. Close is idempotent.
 func (e *Engine) Close() error {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
+	held, first := e.frame.Shut()
+	if !first {
 		return nil
 	}
-	e.closed = true
-	held := make([]*lease, 0, len(e.leases))
-	for l := range e.leases {
-		held = append(held, l)
-	}
-	e.leases = map[*lease]struct{}{}
-	e.mu.Unlock()
-	e.closeCancel()
-
 	bound := e.sessionTimeout()
-	waitFor(&e.active, bound)
-	ctx, cancel := context.WithTimeout(context.Background(), bound)
-	var wg sync.WaitGroup
-	for _, l := range held {
-		if !l.markEnded() {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	e.frame.WaitCallsUpTo(bound)
+	engine.ReleaseAll(held, bound, func(ctx context.Context, l *lease) {
+		if l.markEnded() {
 			_ = e.removeNode(ctx, l.path)
-		}()
-	}
-	wg.Wait()
-	cancel()
+		}
+	})
 	for _, l := range held {
 		l.sig.Close(fmt.Errorf("%w: zookeeper engine closed", engine.ErrClosed))
 	}
-	waitFor(&e.bg, bound)
+	e.frame.WaitUpTo(bound)
 	if e.own != nil {
 		e.own.Close()
 	}
 	return nil
-}
-
-// waitFor waits for wg, at most d.
-func waitFor(wg *sync.WaitGroup, d time.Duration) {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-	}
-}
-
-// enter registers an Acquire call; it fails once Close has begun.
-func (e *Engine) enter() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return false
-	}
-	e.active.Add(1)
-	return true
-}
-
-// background runs f in a goroutine Close waits for (within a bound). After
-// Close it does nothing and returns false: an own connection's close ends
-// the session, which removes its nodes anyway.
-func (e *Engine) background(f func()) bool {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return false
-	}
-	e.bg.Add(1)
-	e.mu.Unlock()
-	go func() {
-		defer e.bg.Done()
-		f()
-	}()
-	return true
 }
 
 // call runs f, one blocking go-zookeeper call, and returns its error, or

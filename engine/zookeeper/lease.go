@@ -103,7 +103,7 @@ func (l *lease) Release(ctx context.Context) error {
 
 func (l *lease) notHeld() error {
 	l.sig.Close(fmt.Errorf("%w: released while not held", engine.ErrLeaseLost))
-	return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+	return l.sig.NotHeld(l.key)
 }
 
 // expire ends a fixed-TTL lease when its timer fires and deletes its node.
@@ -122,7 +122,7 @@ func (l *lease) expire() {
 	if !l.finish(fmt.Errorf("%w: fixed TTL ran out", engine.ErrLeaseLost)) {
 		return
 	}
-	_ = l.eng.background(func() { l.eng.dropNode(l.path, l.parent, l.sid) })
+	_ = l.eng.frame.Go(func() { l.eng.dropNode(l.path, l.parent, l.sid) })
 }
 
 // drop gives up a lease its caller never received: it ends silently and
@@ -130,9 +130,7 @@ func (l *lease) expire() {
 func (l *lease) drop() {
 	if l.markEnded() {
 		e := l.eng
-		e.mu.Lock()
-		delete(e.leases, l)
-		e.mu.Unlock()
+		e.frame.Forget(l)
 		e.dropNode(l.path, l.parent, l.sid)
 	}
 }
@@ -148,10 +146,7 @@ func (l *lease) finish(err error) bool {
 		}
 		return false
 	}
-	e := l.eng
-	e.mu.Lock()
-	delete(e.leases, l)
-	e.mu.Unlock()
+	l.eng.frame.Forget(l)
 	l.sig.Close(err)
 	return true
 }

@@ -102,7 +102,7 @@ func (e *Engine) sessionUp(id int64) {
 	}
 	e.loseAll(lost, fmt.Errorf("%w: zookeeper session replaced", engine.ErrLeaseLost))
 	for _, o := range todo {
-		_ = e.background(func() { e.removeOrphan(o) })
+		_ = e.frame.Go(func() { e.removeOrphan(o) })
 	}
 }
 
@@ -182,12 +182,7 @@ func (e *Engine) takeLeasesLocked() []*lease {
 	s.epoch++
 	close(s.lost)
 	s.lost = make(chan struct{})
-	lost := make([]*lease, 0, len(e.leases))
-	for l := range e.leases {
-		lost = append(lost, l)
-	}
-	clear(e.leases)
-	return lost
+	return e.frame.TakeLocked()
 }
 
 // loseAll ends leases with err. It runs OnLost callbacks in a goroutine of
@@ -271,13 +266,13 @@ func (e *Engine) orphan(o orphan) {
 		return
 	}
 	e.mu.Unlock()
-	_ = e.background(func() { e.removeOrphan(o) })
+	_ = e.frame.Go(func() { e.removeOrphan(o) })
 }
 
 // removeOrphan deletes one orphan; if the connection fails again it goes
 // back on the list.
 func (e *Engine) removeOrphan(o orphan) {
-	ctx, cancel := context.WithTimeout(e.closeCtx, e.sessionTimeout())
+	ctx, cancel := context.WithTimeout(e.frame.Context(), e.sessionTimeout())
 	defer cancel()
 	path := o.path
 	if path == "" {
