@@ -3,7 +3,7 @@
 //
 // # Data
 //
-// A lock key K lives in up to five Redis keys that share one hash slot (a
+// A lock key K lives in up to seven Redis keys that share one hash slot (a
 // {tag} built from K), so every script works on Redis Cluster:
 //
 //	<prefix>{k:K}:w   the exclusive holder's lease id, with PX = lease TTL
@@ -11,7 +11,9 @@
 //	<prefix>{k:K}:ww  sorted set of waiting writers, scored by a waiter deadline
 //	<prefix>{k:K}:q   list: arrival order of queued writers (see Waiting)
 //	<prefix>{k:K}:f   the fencing counter (INCR); it is kept forever
-//	<prefix>{k:K}:c   the channel a release with no writer waiting publishes on
+//	<prefix>{k:K}:h   hash: each waiting writer's registration (see Hand-off)
+//	<prefix>{k:K}:rw  sorted set of waiting readers, scored by a waiter deadline
+//	<prefix>{k:K}:c   the channel a release wakes waiting readers on
 //	<prefix>wake:E    engine E's channel: a release names the writer it wakes
 //
 // Keys containing '}' use {h:<sha256 of K>} as the tag instead. Only the
@@ -51,11 +53,13 @@
 //
 // Every engine keeps one pub/sub connection. Waiting writers listen on the
 // engine's wake channel, subscribed at its first wait and kept until Close,
-// so a contended acquisition costs no SUBSCRIBE or UNSUBSCRIBE; a release
-// that leaves a writer waiting publishes that writer's lease id on its
-// engine's channel, so one release wakes one waiter across every process.
-// Waiting readers listen on the key's channel, where a release with no
-// writer waiting publishes "*". A holder whose fixed TTL runs out
+// so a contended acquisition costs no SUBSCRIBE or UNSUBSCRIBE, and once it
+// is subscribed a waiter listens before its first attempt; a release that
+// leaves a writer waiting hands the key to it (see Hand-off) and publishes
+// the grant on that writer's engine's channel, so one release serves one
+// waiter across every process. Waiting readers listen on the key's
+// channel, where a release with no writer but a reader waiting publishes
+// "*". A holder whose fixed TTL runs out
 // publishes nothing, so a waiter also wakes when the holder's PTTL says
 // the key will be free, and in any case after the recheck interval: a lost
 // message costs a delay, never a hang. Waiting writers register in the
@@ -69,6 +73,49 @@
 // new arrivals cannot keep an old waiter out for long. A queued waiter
 // that stops refreshing its place (a crashed process) is dropped after the
 // queue TTL.
+//
+// A release that nobody waits for publishes nothing: waiting readers
+// register in :rw as waiting writers do in :ww, so the release script
+// knows whether anyone listens.
+//
+// # Hand-off
+//
+// A release that leaves a writer waiting, with no live reader holding the
+// key, grants the key to that writer itself: the queue head, or in the
+// default mode the waiter that has gone longest without trying. The script
+// sets :w to the waiter's lease id with the TTL the waiter registered,
+// takes the fencing token, and publishes the grant on the waiter's
+// engine's wake channel, so the waiter starts without a round trip and
+// the key is never idle between holders. A copy of the grant stays in :h
+// until the new holder's release, for a waiter whose message was lost: its
+// next attempt finds its own id in :w and reads it there.
+//
+// The waiter must never count the lease as valid longer than the server
+// keeps it. Each refused attempt of a waiting writer registers in :h the
+// server time r of its execution and its attempt number a; the waiter
+// remembers the local send time s(a) of each attempt. The grant carries
+// d = g - r, the server's measure from the registration it served to the
+// grant at g, and a. The waiter counts the lease from
+//
+//	s(a) + d
+//
+// which is never later than the grant: s(a) precedes the attempt's
+// execution at r on the real time line (a request is sent before it
+// runs), so s(a) + d <= r + (g - r) = g, assuming only that the server's
+// clock advances no faster than real time between r and g, the same
+// assumption PX expiry itself makes. The server keeps the key until
+// g + TTL; the waiter's Done closes at s(a) + d + TTL - engine.Margin,
+// earlier by at least the margin. The time the message spends in flight or
+// queued plays no part: a delayed delivery leaves the count's start where
+// it is and so only shortens what is left of the lease, and a delivery
+// later than the lease's life is refused and the key given back. An
+// attempt number the waiter no longer keeps (it keeps the last eight) or
+// does not know is replaced by its first attempt, sent earlier still; a d
+// below zero (the server's clock stepped back) counts as zero. The test
+// TestHandOffDelayedDelivery delays the waiter's pub/sub delivery and
+// checks both bounds; TestHandOffFoundByAttempt checks them for a grant
+// read from :h. A waiter that gives up leaves the queue before it
+// releases, so a hand-off made meanwhile is given back and none can follow.
 //
 // # Redlock
 //
@@ -134,7 +181,7 @@
 // A Redis 7 ACL user for the engine needs only these commands, on keys and
 // channels under its prefix (here the default "cerberus:"):
 //
-//	ACL SETUSER cerberus on >PASSWORD resetkeys ~cerberus:* resetchannels &cerberus:* nocommands +ping +evalsha +eval +script|load +subscribe +unsubscribe +publish +client|setname +exists +get +set +del +incr +pexpire +pexpireat +pttl +time +zadd +zrem +zscore +zcard +zrange +zremrangebyscore +lindex +lpop +lpos +lrem +rpush
+//	ACL SETUSER cerberus on >PASSWORD resetkeys ~cerberus:* resetchannels &cerberus:* nocommands +ping +evalsha +eval +script|load +subscribe +unsubscribe +publish +client|setname +exists +get +set +del +incr +pexpire +pexpireat +pttl +time +zadd +zrem +zscore +zcard +zcount +zrange +zrangebyscore +zremrangebyscore +lindex +lpop +lpos +lrem +rpush +hget +hset +hdel
 //
 // EVALSHA, EVAL and SCRIPT LOAD run the acquire, release and renew
 // scripts (EVAL after the server lost its script cache); Redis checks the

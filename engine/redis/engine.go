@@ -44,8 +44,9 @@ func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
 // WithFair turns fair mode on or off. In fair mode waiting writers get the
 // lock in arrival order, as Redisson's fair lock does. The default is off:
-// unordered, bounded by WithStarvation, whoever tries first after a
-// release wins, which is faster under light contention.
+// unordered, bounded by WithStarvation: a free key goes to whoever asks
+// first, and a release hands it to the waiting writer that has gone
+// longest without trying (see the package doc, "Hand-off").
 func WithFair(on bool) Option { return func(o *options) { o.fair = on } }
 
 // WithStarvation sets how long a writer waits in the default (unordered)
@@ -103,14 +104,11 @@ type Engine struct {
 	// Script arguments every lease sends, boxed once.
 	argWake, argQueueTTL any
 
-	mu       sync.Mutex
-	leases   map[*lease]struct{} // leases this engine holds
-	closed   bool
-	closing  chan struct{}
-	renewNow chan struct{} // pokes the renewal loop
-	wakeAt   time.Time     // when the renewal loop next wakes; guarded by mu
+	mu       sync.Mutex          // guards frame, wakeAt and the leases' renewal state
+	frame    engine.Base[*lease] // the leases this engine holds; undos that callers do not wait for
+	renewNow chan struct{}       // pokes the renewal loop
+	wakeAt   time.Time           // when the renewal loop next wakes; guarded by mu
 	loopDone chan struct{}
-	bg       engine.Background     // undos that callers do not wait for; Close waits for them
 	behind   atomic.Pointer[error] // set while renewal cannot keep up (pace)
 }
 
@@ -148,11 +146,10 @@ func New(c Client, opts ...Option) (*Engine, error) {
 	_, _ = rand.Read(b[:])
 	e := &Engine{
 		c: c, opts: o, id: hex.EncodeToString(b[:]),
-		leases:   make(map[*lease]struct{}),
-		closing:  make(chan struct{}),
 		renewNow: make(chan struct{}, 1),
 		loopDone: make(chan struct{}),
 	}
+	e.frame.Init(&e.mu)
 	e.argWake, e.argQueueTTL = e.wakePrefix(), ms(o.queueTTL)
 	e.hub = newHub(e)
 	go e.renewLoop()
@@ -180,7 +177,7 @@ func (e *Engine) Validate(req engine.Request) error {
 
 // Ping sends PING.
 func (e *Engine) Ping(ctx context.Context) error {
-	if e.isClosed() {
+	if e.frame.Closed() {
 		return engine.ErrClosed
 	}
 	rctx, cancel := e.roundTrip(ctx)
@@ -195,12 +192,6 @@ func (e *Engine) Ping(ctx context.Context) error {
 // timeout (WithTimeout).
 func (e *Engine) roundTrip(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, e.opts.timeout)
-}
-
-func (e *Engine) isClosed() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.closed
 }
 
 // opError wraps a Redis failure of a call made for a caller whose context
@@ -244,20 +235,19 @@ func ms(d time.Duration) int64 {
 
 // Acquire grants a lease; see engine.Engine.
 func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
-	if err := e.Validate(req); err != nil {
+	if err := e.frame.Begin(ctx, e.Validate(req)); err != nil {
 		return nil, err
-	}
-	if e.isClosed() {
-		return nil, engine.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(engine.ErrNotAcquired, err)
 	}
 	if err := e.behind.Load(); err != nil {
 		return nil, &engine.OpError{Engine: "redis", Op: "acquire", Key: req.Key, Err: *err}
 	}
 	l := e.newLease(req)
-	var w *waiter   // joined after the first refusal: uncontended locks never subscribe
+	var w *waiter // joined after the first refusal: uncontended locks never subscribe
+	if req.Wait {
+		// Once the engine listens already, join before the first attempt:
+		// a refusal then needs no second one.
+		w = e.hub.joinReady(l.keys.c, l.id, req.Mode == engine.Shared)
+	}
 	queued := false // registered as a waiting writer on the server
 	var waitSince time.Time
 	defer func() {
@@ -278,15 +268,15 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 		if !queued {
 			waitSince = sent
 		}
-		queued = req.Mode == engine.Exclusive
+		queued = true // a waiting writer or reader is registered on the server
 		if w == nil {
 			// Subscribe, then try again at once: a release published
 			// between the refusal and the subscription is not lost.
 			w = e.hub.join(ctx, l.keys.c, l.id, req.Mode == engine.Shared)
 			continue
 		}
-		if err := e.await(ctx, l, w, n, queued); err != nil {
-			return nil, err
+		if lease, err := e.await(ctx, l, w, n, queued); lease != nil || err != nil {
+			return lease, err
 		}
 	}
 }
@@ -304,7 +294,7 @@ func (e *Engine) tryOnce(ctx context.Context, l *lease, req engine.Request, queu
 		// The reply is lost, not necessarily the write: undo whatever the
 		// script may have done under this lease's id, waiting for it no
 		// longer than engine.UndoWait.
-		e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued || req.Wait) })
+		e.frame.RunUpTo(engine.UndoWait, func() { l.undo(queued || req.Wait) })
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, 0, errors.Join(engine.ErrNotAcquired, ctxErr)
 		}
@@ -313,24 +303,25 @@ func (e *Engine) tryOnce(ctx context.Context, l *lease, req engine.Request, queu
 	if !ok {
 		return nil, n, nil
 	}
-	if time.Since(sent) >= l.life() {
+	if time.Since(l.at) >= l.life() {
 		// The reply came after the lease's TTL had run out (the process
 		// was stopped, or the network held it): the key may be someone
 		// else's by now.
-		e.bg.RunUpTo(engine.UndoWait, func() { l.undo(false) })
+		e.frame.RunUpTo(engine.UndoWait, func() { l.undo(false) })
 		return nil, 0, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out",
 			engine.ErrNotAcquired, req.Key, l.ttl)
 	}
-	lease, err := e.granted(l, uint64(n), sent)
+	lease, err := e.granted(l, uint64(n), l.at)
 	return lease, 0, err
 }
 
 // await waits for a wake-up from w, the key's release as published, or
 // the re-check: sooner when n, the holder's remaining TTL in milliseconds,
-// runs out first. When ctx ends or the engine closes it undoes what the
-// wait left on the server (a waiting writer's mark, if queued) and returns
-// the error that ends the Acquire.
-func (e *Engine) await(ctx context.Context, l *lease, w *waiter, n int64, queued bool) error {
+// runs out first. It returns the lease when the release handed the key to
+// this waiter (see handedOff). When ctx ends or the engine closes it undoes
+// what the wait left on the server (a waiter's mark, if queued) and
+// returns the error that ends the Acquire.
+func (e *Engine) await(ctx context.Context, l *lease, w *waiter, n int64, queued bool) (engine.Lease, error) {
 	pause := e.opts.recheck
 	if n > 0 && time.Duration(n)*time.Millisecond < pause {
 		pause = time.Duration(n)*time.Millisecond + time.Millisecond // the holder's TTL runs out first
@@ -339,37 +330,38 @@ func (e *Engine) await(ctx context.Context, l *lease, w *waiter, n int64, queued
 	defer timer.Stop()
 	select {
 	case <-w.wake:
+		if g, ok := e.hub.granted(w); ok {
+			return e.handedOff(l, g)
+		}
 	case <-timer.C:
 	case <-ctx.Done():
-		e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued) })
-		return errors.Join(engine.ErrNotAcquired, ctx.Err())
-	case <-e.closing:
-		e.bg.RunUpTo(engine.UndoWait, func() { l.undo(queued) })
-		return engine.ErrClosed
+		e.frame.RunUpTo(engine.UndoWait, func() { l.undo(queued) })
+		return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
+	case <-e.frame.Closing():
+		e.frame.RunUpTo(engine.UndoWait, func() { l.undo(queued) })
+		return nil, engine.ErrClosed
 	}
-	return nil
+	return nil, nil
 }
 
 // granted registers a new lease with the engine and arms its expiry or
 // renewal, or gives the key back if the engine closed meanwhile.
 func (e *Engine) granted(l *lease, token uint64, sent time.Time) (engine.Lease, error) {
 	l.token = token
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		l.undo(false)
-		return nil, engine.ErrClosed
-	}
-	e.leases[l] = struct{}{}
-	l.valid = sent.Add(l.life())
 	poke := false
-	if l.renew {
-		l.due = sent.Add(l.ttl / 3)
-		poke = l.due.Before(e.wakeAt)
-	} else {
-		l.timer = time.AfterFunc(time.Until(l.valid), l.expire)
+	if err := e.frame.Track(l, func() error {
+		l.valid = sent.Add(l.life())
+		if l.renew {
+			l.due = sent.Add(l.ttl / 3)
+			poke = l.due.Before(e.wakeAt)
+		} else {
+			l.timer = time.AfterFunc(time.Until(l.valid), l.expire)
+		}
+		return nil
+	}); err != nil {
+		l.undo(false)
+		return nil, err
 	}
-	e.mu.Unlock()
 	if poke {
 		e.poke()
 	}
@@ -383,30 +375,23 @@ func (e *Engine) forget(l *lease) bool {
 	if l.timer != nil {
 		l.timer.Stop()
 	}
-	_, ok := e.leases[l]
-	delete(e.leases, l)
-	return ok
+	return e.frame.ForgetLocked(l)
 }
 
 // Close releases every lease the engine holds, ends them with
 // engine.ErrClosed, wakes waiters with engine.ErrClosed, and stops the
 // renewal loop and the pub/sub connection. It does not close the client.
 func (e *Engine) Close() error {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
+	held, first := e.frame.Shut()
+	if !first {
 		return nil
 	}
-	e.closed = true
-	close(e.closing)
-	held := make([]*lease, 0, len(e.leases))
-	for l := range e.leases {
+	e.mu.Lock()
+	for _, l := range held {
 		if l.timer != nil {
 			l.timer.Stop()
 		}
-		held = append(held, l)
 	}
-	e.leases = map[*lease]struct{}{}
 	e.mu.Unlock()
 	<-e.loopDone
 	if len(held) > 0 {
@@ -422,6 +407,6 @@ func (e *Engine) Close() error {
 		}
 	}
 	e.hub.close()
-	e.bg.Wait() // each is bounded by the engine's timeout
+	e.frame.Wait() // each is bounded by the engine's timeout
 	return nil
 }

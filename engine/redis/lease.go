@@ -23,10 +23,28 @@ type lease struct {
 	token uint64
 	sig   *engine.Signal
 
-	// The script keys and arguments every call of this lease sends, built
-	// and boxed once, not on every attempt.
-	acqKeys, relKeys       []string
-	argID, argTTL, argChan any
+	// The script command lines every call of this lease sends, built once
+	// (see Engine.run): "evalsha", sha, numkeys, keys..., args.... Their
+	// string and integer arguments point into this struct, so building
+	// them allocates no boxed values.
+	acqLine, relLine []any
+	ttlMS            int64
+	// The same keys as slices, for pipelines and the Script fallback.
+	acqKeys, relKeys []string
+	keyArr           [6]string
+	relArr           [7]string
+
+	// Hand-off bookkeeping of a waiting Acquire (see the package doc,
+	// "Hand-off"): attempt counts the acquire attempts sent, and sents
+	// keeps the send times of the last len(sents) of them by attempt
+	// number modulo len(sents); first is the first attempt's.
+	attempt int64
+	sents   [8]time.Time
+	first   time.Time
+	// at is when a grant counts from: the send time of the attempt that
+	// was granted, or for a hand-off the bound described in the package
+	// doc. It is set by try and handedOff.
+	at time.Time
 
 	// guarded by e.mu
 	due   time.Time   // next renewal (renewed leases)
@@ -52,24 +70,96 @@ func (l *lease) Err() error            { return l.sig.Err() }
 // engine's starvation threshold and takes a place in the arrival-order
 // queue.
 func (l *lease) try(ctx context.Context, wait, queued, starving bool) (bool, int64, error) {
-	o := l.e.opts
-	var res []int64
-	var err error
+	s, line := acquireShared, l.acqLine
+	args := line[3+len(l.acqKeys):]
 	if l.mode == engine.Exclusive {
-		res, err = acquireExclusive.Run(ctx, l.e.c, l.acqKeys,
-			l.argID, l.argTTL, flag(o.fair), flag(wait), l.e.argQueueTTL, flag(queued),
-			flag(starving)).Int64Slice()
+		s = acquireExclusive
+		args[2], args[3], args[5], args[6] = flag(l.e.opts.fair), flag(wait), flag(queued), flag(starving)
 	} else {
-		res, err = acquireShared.Run(ctx, l.e.c, l.acqKeys, l.argID, l.argTTL).Int64Slice()
+		args[2], args[4] = flag(wait), flag(queued)
 	}
+	l.attempt++
+	sent := time.Now()
+	if l.attempt == 1 {
+		l.first = sent
+	}
+	l.sents[l.attempt%int64(len(l.sents))] = sent
+	v, err := l.e.run(ctx, s, line, l.acqKeys).Result()
 	if err != nil {
 		return false, 0, err
 	}
-	if len(res) != 2 {
-		return false, 0, fmt.Errorf("acquire script returned %v", res)
+	if r, ok := v.([]any); ok && len(r) >= 2 {
+		code, _ := r[0].(int64)
+		n, okN := r[1].(int64)
+		switch {
+		case okN && code == 1 && len(r) == 2:
+			l.at = sent
+			return true, n, nil
+		case okN && code == 0 && len(r) == 2:
+			return false, n, nil
+		case okN && code == 2 && len(r) == 4:
+			d, okD := r[2].(int64)
+			a, okA := r[3].(int64)
+			if okD && okA {
+				l.at = l.handOffAt(a, d)
+				return true, n, nil
+			}
+		}
 	}
-	return res[0] == 1, res[1], nil
+	return false, 0, fmt.Errorf("acquire script returned %v", v)
 }
+
+// handOffAt is when a hand-off grant counts from: the send time of the
+// attempt that made the registration the release served (attempt number a;
+// the first attempt's when a is unknown or too old to be kept, which is
+// earlier still) plus d microseconds, the server's measure of the time from
+// that registration to the grant. See the package doc, "Hand-off".
+func (l *lease) handOffAt(a, d int64) time.Time {
+	base := l.first
+	if a >= 1 && a <= l.attempt && a > l.attempt-int64(len(l.sents)) {
+		base = l.sents[a%int64(len(l.sents))]
+	}
+	return base.Add(time.Duration(max(d, 0)) * time.Microsecond)
+}
+
+// processor runs a prebuilt command; every go-redis client is one.
+type processor interface {
+	Process(ctx context.Context, cmd goredis.Cmder) error
+}
+
+// run runs s as line, a prebuilt command line "evalsha", sha, len(keys),
+// keys..., args.... On go-redis's own client types it sends line as it is
+// (go-redis writes a *string or *int64 argument as its value, and routes
+// on the first key), so a call allocates no argument list. Any other
+// Client (a wrapper may override EvalSha), and a server that lost its
+// script cache (NOSCRIPT), go through s.Run.
+func (e *Engine) run(ctx context.Context, s *goredis.Script, line []any, keys []string) *goredis.Cmd {
+	switch c := e.c.(type) {
+	case *goredis.Client, *goredis.ClusterClient, *goredis.Ring:
+		cmd := goredis.NewCmd(ctx, line...)
+		cmd.SetFirstKeyPos(3)
+		_ = c.(processor).Process(ctx, cmd)
+		if !hasNoScript(cmd.Err()) {
+			return cmd
+		}
+	}
+	return s.Run(ctx, e.c, keys, line[3+len(keys):]...)
+}
+
+// line builds the command line of the script with hash sha over keys and args into buf.
+func line(buf []any, sha any, keys []string, args ...any) []any {
+	buf = append(buf[:0], "evalsha", sha, len(keys))
+	for i := range keys {
+		buf = append(buf, &keys[i])
+	}
+	return append(buf, args...)
+}
+
+// The scripts' hashes, boxed once.
+var (
+	shaAcquireExclusive, shaAcquireShared any = acquireExclusive.Hash(), acquireShared.Hash()
+	shaReleaseExclusive, shaReleaseShared any = releaseExclusive.Hash(), releaseShared.Hash()
+)
 
 // The script flags, boxed once.
 var argTrue, argFalse any = "1", "0"
@@ -87,31 +177,32 @@ func flag(b bool) any {
 func (l *lease) undo(queued bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.e.opts.timeout)
 	defer cancel()
+	// Leave first: once the waiter is off the queue no release can hand
+	// it the key, and the release then frees a hand-off made before.
 	pipe := l.e.c.Pipeline()
-	l.releaseCmd(ctx, pipe)
 	if queued {
 		l.leaveCmd(ctx, pipe)
 	}
+	l.releaseCmd(ctx, pipe)
 	if _, err := pipe.Exec(ctx); hasNoScript(err) {
 		loadScripts(ctx, l.e.c)
 		pipe = l.e.c.Pipeline()
-		l.releaseCmd(ctx, pipe)
 		if queued {
 			l.leaveCmd(ctx, pipe)
 		}
+		l.releaseCmd(ctx, pipe)
 		_, _ = pipe.Exec(ctx)
 	}
 }
 
 // releaseCmd queues this lease's release script on a pipeline.
 func (l *lease) releaseCmd(ctx context.Context, pipe goredis.Pipeliner) *goredis.Cmd {
-	return l.releaseScript().EvalSha(ctx, pipe, l.relKeys, l.argID, l.argChan, l.e.argWake)
+	return l.releaseScript().EvalSha(ctx, pipe, l.relKeys, l.relLine[3+len(l.relKeys):]...)
 }
 
 // leaveCmd queues the script that takes this lease's waiter off the queue.
 func (l *lease) leaveCmd(ctx context.Context, pipe goredis.Pipeliner) {
-	leaveQueue.EvalSha(ctx, pipe, []string{l.keys.ww, l.keys.q, l.keys.w, l.keys.r}, l.argID,
-		l.argChan, l.e.argWake)
+	leaveQueue.EvalSha(ctx, pipe, l.relKeys, l.relLine[3+len(l.relKeys):]...)
 }
 
 func (l *lease) releaseScript() *goredis.Script {
@@ -124,20 +215,33 @@ func (l *lease) releaseScript() *goredis.Script {
 // newLease builds a lease for req with the keys and arguments its scripts
 // take.
 func (e *Engine) newLease(req engine.Request) *lease {
+	var b [48]byte
 	l := &lease{
 		e: e, key: req.Key, keys: e.keysOf(req.Key), mode: req.Mode,
-		id:  e.id + ":" + strconv.FormatUint(e.seq.Add(1), 36),
+		id:  string(strconv.AppendUint(append(append(b[:0], e.id...), ':'), e.seq.Add(1), 36)),
 		ttl: req.TTL, renew: req.Renew, sig: engine.NewSignal(req.OnLost),
 	}
-	k := l.keys
+	k := &l.keys
+	l.ttlMS = ms(l.ttl)
+	buf := make([]any, 0, 17+13) // both lines in one allocation
 	if l.mode == engine.Exclusive {
-		l.acqKeys = []string{k.w, k.r, k.ww, k.q, k.f}
-		l.relKeys = []string{k.w, k.ww, k.q}
+		l.keyArr = [6]string{k.w, k.r, k.ww, k.q, k.f, k.h}
+		l.acqKeys = l.keyArr[:]
+		l.acqLine = line(buf[:0:17], shaAcquireExclusive, l.acqKeys, &l.id, &l.ttlMS, argFalse,
+			argFalse, e.argQueueTTL, argFalse, argFalse, &l.attempt)
 	} else {
-		l.acqKeys = []string{k.w, k.r, k.ww, k.f}
-		l.relKeys = []string{k.r, k.ww, k.q}
+		l.keyArr = [6]string{k.w, k.r, k.ww, k.f, k.rw}
+		l.acqKeys = l.keyArr[:5]
+		l.acqLine = line(buf[:0:17], shaAcquireShared, l.acqKeys, &l.id, &l.ttlMS, argFalse,
+			e.argQueueTTL, argFalse)
 	}
-	l.argID, l.argTTL, l.argChan = l.id, ms(l.ttl), k.c
+	l.relArr = [7]string{k.w, k.r, k.ww, k.q, k.f, k.h, k.rw}
+	l.relKeys = l.relArr[:]
+	sha := shaReleaseExclusive
+	if l.mode == engine.Shared {
+		sha = shaReleaseShared
+	}
+	l.relLine = line(buf[17:17:30], sha, l.relKeys, &l.id, &k.c, e.argWake)
 	return l
 }
 
@@ -146,7 +250,7 @@ func (l *lease) Release(ctx context.Context) error {
 	l.e.forget(l)
 	rctx, cancel := l.e.roundTrip(ctx)
 	defer cancel()
-	n, err := l.releaseScript().Run(rctx, l.e.c, l.relKeys, l.argID, l.argChan, l.e.argWake).Int64()
+	n, err := l.e.run(rctx, l.releaseScript(), l.relLine, l.relKeys).Int64()
 	switch {
 	case err != nil:
 		// Unknown whether it still holds; it is no longer renewed, so it
@@ -157,8 +261,7 @@ func (l *lease) Release(ctx context.Context) error {
 		l.sig.Close(engine.ErrReleased)
 		return nil
 	default:
-		l.sig.Close(engine.ErrLeaseLost)
-		return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+		return l.sig.NotHeld(l.key)
 	}
 }
 

@@ -110,11 +110,7 @@ type Redlock struct {
 	quorum  int
 	opts    redlockOptions
 
-	mu      sync.Mutex
-	leases  map[*redlockLease]struct{}
-	closed  bool
-	closing chan struct{}
-	bg      engine.Background // re-take rounds; Close waits for them
+	frame engine.Base[*redlockLease] // the leases; re-take rounds, which Close waits for
 
 	healSlots chan struct{} // healParallel re-take rounds at most
 }
@@ -160,7 +156,6 @@ func NewRedlock(clients []Client, opts ...RedlockOption) (*Redlock, error) {
 			o.retryMax)
 	}
 	r := &Redlock{clients: clients, quorum: len(clients)/2 + 1, opts: o,
-		leases: make(map[*redlockLease]struct{}), closing: make(chan struct{}),
 		healSlots: make(chan struct{}, healParallel)}
 	for i, c := range clients {
 		e, err := New(c, o.node...)
@@ -192,7 +187,7 @@ func (r *Redlock) drift(ttl time.Duration) time.Duration {
 
 // Ping succeeds when a majority of the nodes answer.
 func (r *Redlock) Ping(ctx context.Context) error {
-	if r.isClosed() {
+	if r.frame.Closed() {
 		return engine.ErrClosed
 	}
 	errs := r.each(func(i int) error { return r.nodes[i].Ping(ctx) })
@@ -227,12 +222,6 @@ func (r *Redlock) quorumErr(ctx context.Context, op, key, what string, errs []er
 	return &engine.OpError{Engine: "redlock", Op: op, Key: key, Err: err}
 }
 
-func (r *Redlock) isClosed() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.closed
-}
-
 // each runs f for every node concurrently and returns their errors.
 func (r *Redlock) each(f func(i int) error) []error {
 	all := make([]int, len(r.nodes))
@@ -254,14 +243,8 @@ func countNil(errs []error) int {
 
 // Acquire takes the lock on a majority of nodes; see engine.Engine.
 func (r *Redlock) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
-	if err := r.Validate(req); err != nil {
+	if err := r.frame.Begin(ctx, r.Validate(req)); err != nil {
 		return nil, err
-	}
-	if r.isClosed() {
-		return nil, engine.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, errors.Join(engine.ErrNotAcquired, err)
 	}
 	for {
 		l, err := r.attempt(ctx, req)
@@ -278,7 +261,7 @@ func (r *Redlock) Acquire(ctx context.Context, req engine.Request) (engine.Lease
 		case <-ctx.Done():
 			t.Stop()
 			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
-		case <-r.closing:
+		case <-r.frame.Closing():
 			t.Stop()
 			return nil, engine.ErrClosed
 		}
@@ -360,15 +343,11 @@ func (r *Redlock) raiseNode(ctx context.Context, i int, key string, token uint64
 // granted registers rl and arms its expiry, or for a renewed lease its
 // first re-take round, at once when some node did not grant.
 func (r *Redlock) granted(rl *redlockLease, req engine.Request, validUntil time.Time) (engine.Lease, error) {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
+	if err := r.frame.Track(rl, nil); err != nil {
 		rl.markEnded()
 		rl.releaseParts(context.Background())
-		return nil, engine.ErrClosed
+		return nil, err
 	}
-	r.leases[rl] = struct{}{}
-	r.mu.Unlock()
 	rl.mu.Lock()
 	held := rl.held
 	if !req.Renew {
@@ -387,22 +366,15 @@ func (r *Redlock) granted(rl *redlockLease, req engine.Request, validUntil time.
 // Close ends every lease with engine.ErrClosed and closes the node engines,
 // which release what they hold. It does not close the clients.
 func (r *Redlock) Close() error {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
+	held, first := r.frame.Shut()
+	if !first {
 		return nil
 	}
-	r.closed = true
-	close(r.closing)
-	held := make([]*redlockLease, 0, len(r.leases))
-	for l := range r.leases {
-		held = append(held, l)
-	}
-	r.mu.Unlock()
 	for _, l := range held {
-		l.end(engine.ErrClosed)
+		l.markEnded() // the node engines release the parts
+		l.sig.Close(engine.ErrClosed)
 	}
-	r.bg.Wait() // re-take rounds in flight; each is bounded by the node timeout
+	r.frame.Wait() // re-take rounds in flight; each is bounded by the node timeout
 	var errs []error
 	for _, n := range r.nodes {
 		errs = append(errs, n.Close())
@@ -513,10 +485,7 @@ func (l *redlockLease) nodeLost(i int, h *nodeHold, err error) {
 // stop marks the lease ended and stops its timers. It reports whether the
 // lease was still tracked by the engine.
 func (l *redlockLease) stop() bool {
-	l.r.mu.Lock()
-	_, tracked := l.r.leases[l]
-	delete(l.r.leases, l)
-	l.r.mu.Unlock()
+	tracked := l.r.frame.Forget(l)
 	if tracked {
 		l.markEnded()
 	}

@@ -48,7 +48,7 @@ func BenchmarkRedlockRenewal(b *testing.B) {
 				for _, e := range r.nodes {
 					wg.Go(func() {
 						e.mu.Lock()
-						for l := range e.leases {
+						for l := range e.frame.AllLocked() {
 							l.due = time.Now()
 						}
 						e.mu.Unlock()

@@ -51,7 +51,7 @@ func (l *redlockLease) scheduleHeal(d time.Duration) {
 	if l.healTimer != nil {
 		l.healTimer.Stop()
 	}
-	l.healTimer = time.AfterFunc(d, func() { l.r.bg.Run(l.heal) })
+	l.healTimer = time.AfterFunc(d, func() { l.r.frame.Run(l.heal) })
 }
 
 // heal is one re-take round: every node that does not hold the lease is

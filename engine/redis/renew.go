@@ -37,7 +37,7 @@ func (e *Engine) renewLoop() {
 	for {
 		timer.Reset(time.Until(e.nextDue()))
 		select {
-		case <-e.closing:
+		case <-e.frame.Closing():
 			return
 		case <-e.renewNow:
 		case <-timer.C:
@@ -53,8 +53,10 @@ func (e *Engine) renewLoop() {
 func (e *Engine) nextDue() time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	next := time.Now().Add(time.Hour)
-	for l := range e.leases {
+	// An idle loop still wakes every idleWake, so that granting a lease
+	// due later than that needs no poke (a goroutine switch per grant).
+	next := time.Now().Add(idleWake)
+	for l := range e.frame.AllLocked() {
 		if l.renew && l.due.Before(next) {
 			next = l.due
 		}
@@ -62,6 +64,9 @@ func (e *Engine) nextDue() time.Time {
 	e.wakeAt = next
 	return next
 }
+
+// idleWake is the longest the renewal loop sleeps.
+const idleWake = time.Second
 
 // renewParallel is how many renewal pipelines may be in flight at once.
 const renewParallel = 4
@@ -74,7 +79,7 @@ func (e *Engine) renewDue() (slow bool) {
 	now := time.Now()
 	e.mu.Lock()
 	var due []*lease
-	for l := range e.leases {
+	for l := range e.frame.AllLocked() {
 		if l.renew && l.due.Sub(now) <= l.ttl/6 {
 			due = append(due, l)
 		}
@@ -107,7 +112,7 @@ func (e *Engine) renewDue() (slow bool) {
 func (e *Engine) pace(slow bool, took time.Duration) {
 	e.mu.Lock()
 	n, shortest := 0, time.Duration(0)
-	for l := range e.leases {
+	for l := range e.frame.AllLocked() {
 		if l.renew {
 			n++
 			if shortest == 0 || l.ttl < shortest {

@@ -19,7 +19,7 @@ import (
 // aclCommands are the command rules of the minimal ACL user documented in
 // doc.go; TestACLRecipeDocumented keeps the two the same.
 const aclCommands = "+ping +evalsha +eval +script|load +subscribe +unsubscribe +publish +client|setname " +
-	"+exists +get +set +del +incr +pexpire +pexpireat +pttl +time +zadd +zrem +zscore +zcard +zrange +zremrangebyscore +lindex +lpop +lpos +lrem +rpush"
+	"+exists +get +set +del +incr +pexpire +pexpireat +pttl +time +zadd +zrem +zscore +zcard +zcount +zrange +zrangebyscore +zremrangebyscore +lindex +lpop +lpos +lrem +rpush +hget +hset +hdel"
 
 // aclRecipe is the documented ACL SETUSER line for user and password, with
 // commands as its command rules.

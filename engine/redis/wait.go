@@ -2,10 +2,16 @@ package redis
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/cerberus-go/cerberus/engine"
 )
 
 // hub shares one pub/sub connection among the engine's waiters. Waiting
@@ -26,6 +32,10 @@ type hub struct {
 	// pub/sub connection and an unsubscribe never overtakes a subscribe.
 	ops  []psOp
 	kick chan struct{} // wakes the sender; closed by close
+	stop chan struct{} // closed by close
+	// delay holds back every message's delivery: tests set it, before
+	// the first wait, to play a slow pub/sub connection.
+	delay time.Duration
 }
 
 // psOp is one queued SUBSCRIBE (sub) or UNSUBSCRIBE.
@@ -45,13 +55,37 @@ type waiter struct {
 	channel string        // the key's channel (reader) or the wake channel (writer)
 	id      string        // the lease id a release names to wake this waiter
 	wake    chan struct{} // buffered: a wake-up is never lost, only merged
+	grant   *grant        // the hand-off a release published for this waiter; guarded by hub.mu
+}
+
+// grant is a hand-off as a release publishes it (see luaHandOff): the
+// fencing token, the server's time in microseconds from the registration
+// it served to the grant, and that registration's attempt number.
+type grant struct {
+	token      uint64
+	d, attempt int64
+}
+
+// parseGrant reads "<token> <d> <attempt>".
+func parseGrant(s string) (*grant, bool) {
+	f := strings.Fields(s)
+	if len(f) != 3 {
+		return nil, false
+	}
+	tok, err1 := strconv.ParseUint(f[0], 10, 64)
+	d, err2 := strconv.ParseInt(f[1], 10, 64)
+	a, err3 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return nil, false
+	}
+	return &grant{token: tok, d: d, attempt: a}, true
 }
 
 func newHub(e *Engine) *hub {
 	return &hub{
 		e: e, wake: e.wakePrefix() + e.id,
 		chans: make(map[string]*channelState), ids: make(map[string]*waiter),
-		kick: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 }
 
@@ -76,7 +110,8 @@ func (h *hub) join(ctx context.Context, channel, id string, shared bool) *waiter
 	}
 	if h.ps == nil {
 		h.ps = h.e.c.Subscribe(context.Background())
-		go h.dispatch(h.ps.ChannelWithSubscriptions())
+		go h.receive(h.ps)
+		go h.check(h.ps)
 		go h.send(h.ps)
 	}
 	st := h.chans[channel]
@@ -98,6 +133,29 @@ func (h *hub) join(ctx context.Context, channel, id string, shared bool) *waiter
 	case <-ready:
 	case <-t.C:
 	case <-ctx.Done():
+	}
+	return w
+}
+
+// joinReady registers a waiter as join does, but only when the channel it
+// listens on is subscribed and confirmed already, so that it costs no I/O
+// and no wait; otherwise it returns nil. A waiter that joins before its
+// first attempt misses no release that follows that attempt.
+func (h *hub) joinReady(channel, id string, shared bool) *waiter {
+	if !shared {
+		channel = h.wake
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := h.chans[channel]
+	if h.closed || st == nil || !st.isReady {
+		return nil
+	}
+	w := &waiter{channel: channel, id: id, wake: make(chan struct{}, 1)}
+	if shared {
+		st.waiters = append(st.waiters, w)
+	} else {
+		h.ids[id] = w
 	}
 	return w
 }
@@ -167,34 +225,85 @@ func (h *hub) send(ps *goredis.PubSub) {
 	}
 }
 
-// dispatch reads the pub/sub connection until it is closed.
-func (h *hub) dispatch(ch <-chan any) {
-	for msg := range ch {
-		switch m := msg.(type) {
-		case *goredis.Subscription:
-			if m.Kind == "subscribe" {
-				h.mu.Lock()
-				if st := h.chans[m.Channel]; st != nil && !st.isReady {
-					st.isReady = true
-					close(st.ready)
-				}
-				h.mu.Unlock()
+// receive reads the pub/sub connection until it is closed. It reads it
+// itself rather than through go-redis's channel, so that a message reaches
+// its waiter with one goroutine switch fewer; like that channel, it reads
+// again after a failed read (go-redis reconnects and subscribes again),
+// pausing from the second failure in a row on.
+func (h *hub) receive(ps *goredis.PubSub) {
+	failed := 0
+	for {
+		msg, err := ps.Receive(context.Background())
+		if err != nil {
+			if errors.Is(err, goredis.ErrClosed) {
+				return
 			}
-		case *goredis.Message:
-			h.notify(m.Channel, m.Payload)
+			if failed > 0 {
+				time.Sleep(100 * time.Millisecond)
+			}
+			failed++
+			continue
+		}
+		failed = 0
+		h.dispatch(msg)
+	}
+}
+
+// pingEvery is how often check pings the pub/sub connection.
+const pingEvery = 3 * time.Second
+
+// check pings the pub/sub connection every pingEvery until the hub
+// closes, as go-redis's channel does: a ping that fails makes go-redis
+// reconnect and subscribe again.
+func (h *hub) check(ps *goredis.PubSub) {
+	t := time.NewTicker(pingEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), h.e.opts.timeout)
+			_ = ps.Ping(ctx)
+			cancel()
 		}
 	}
 }
 
+// dispatch handles one message from the pub/sub connection.
+func (h *hub) dispatch(msg any) {
+	switch m := msg.(type) {
+	case *goredis.Subscription:
+		if m.Kind == "subscribe" {
+			h.mu.Lock()
+			if st := h.chans[m.Channel]; st != nil && !st.isReady {
+				st.isReady = true
+				close(st.ready)
+			}
+			h.mu.Unlock()
+		}
+	case *goredis.Message:
+		if h.delay > 0 {
+			time.Sleep(h.delay)
+		}
+		h.notify(m.Channel, m.Payload)
+	}
+}
+
 // notify wakes the waiters a message names: on the engine's wake channel
-// the payload is the lease id of the one writer a release wakes, so a
-// release wakes one waiter across every process; on a key's channel ("*")
-// every reader waiting there.
+// the payload is the lease id of the one writer a release serves, so a
+// release wakes one waiter across every process, followed by the grant
+// when the release handed the key to it; on a key's channel ("*") every
+// reader waiting there.
 func (h *hub) notify(channel, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if channel == h.wake {
-		if w := h.ids[payload]; w != nil {
+		id, rest, handed := strings.Cut(payload, " ")
+		if w := h.ids[id]; w != nil {
+			if handed {
+				w.grant, _ = parseGrant(rest)
+			}
 			w.poke()
 		}
 		return
@@ -204,6 +313,30 @@ func (h *hub) notify(channel, payload string) {
 			w.poke()
 		}
 	}
+}
+
+// granted takes the hand-off published for w, if any.
+func (h *hub) granted(w *waiter) (*grant, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := w.grant
+	w.grant = nil
+	return g, g != nil
+}
+
+// handedOff completes an Acquire whose key a release handed to it: the
+// grant counts from l.handOffAt (never later than the grant on the
+// server, see the package doc), so a message delivered late shortens the
+// lease and never lengthens it; one that comes after the lease's life has
+// run out is refused and the key given back.
+func (e *Engine) handedOff(l *lease, g *grant) (engine.Lease, error) {
+	l.at = l.handOffAt(g.attempt, g.d)
+	if time.Since(l.at) >= l.life() {
+		e.frame.RunUpTo(engine.UndoWait, func() { l.undo(true) })
+		return nil, fmt.Errorf("%w: %q: the hand-off arrived after its %v TTL had run out",
+			engine.ErrNotAcquired, l.key, l.ttl)
+	}
+	return e.granted(l, g.token, l.at)
 }
 
 // poke wakes w; wake-ups merge, none is lost.
@@ -223,6 +356,7 @@ func (h *hub) close() {
 	}
 	h.closed = true
 	close(h.kick)
+	close(h.stop)
 	if h.ps != nil {
 		_ = h.ps.Close()
 	}
