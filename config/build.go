@@ -12,9 +12,11 @@ import (
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 	goredis "github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/consul"
+	"github.com/cerberus-go/cerberus/engine/etcd"
 	"github.com/cerberus-go/cerberus/engine/memory"
 	"github.com/cerberus-go/cerberus/engine/mysql"
 	"github.com/cerberus-go/cerberus/engine/redis"
@@ -70,6 +72,8 @@ func (e *EngineSpec) build(ctx context.Context) (engine.Engine, error) {
 		return e.buildConsul()
 	case KindMySQL:
 		return e.buildMySQL(ctx)
+	case KindEtcd:
+		return e.buildEtcd()
 	}
 	// validate refuses unknown kinds; a Config built by hand may still
 	// hold one.
@@ -114,6 +118,28 @@ func (e *EngineSpec) redisClient(addr string, tlsConfig *tls.Config) *goredis.Cl
 	// round trip's) bound reads on a hung server too.
 	return goredis.NewClient(&goredis.Options{Addr: addr, Username: e.Username, Password: e.password,
 		PoolSize: e.MaxConns, ClientName: e.clientName(), TLSConfig: tlsConfig, ContextTimeoutEnabled: true})
+}
+
+// buildEtcd dials an etcd engine; the engine owns its client: Close closes
+// it. With a username the client connects (and authenticates) at the
+// engine's first call, not here.
+func (e *EngineSpec) buildEtcd() (engine.Engine, error) {
+	cfg := clientv3.Config{Endpoints: e.Addrs, Username: e.Username, Password: e.password}
+	if e.TLS != nil {
+		var err error
+		if cfg.TLS, err = e.TLS.clientConfig(); err != nil {
+			return nil, err
+		}
+	}
+	var opts []etcd.Option
+	if e.Prefix != "" {
+		opts = append(opts, etcd.WithPrefix(e.Prefix))
+	}
+	if e.SessionTTL != 0 {
+		opts = append(opts, etcd.WithLeaseTTL(e.SessionTTL))
+	}
+	eng, err := etcd.Dial(cfg, opts...)
+	return own(eng, err)
 }
 
 // buildZooKeeper dials a zookeeper engine; the engine owns its connection:

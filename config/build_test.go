@@ -171,7 +171,7 @@ func TestBuildFailureClosesBuilt(t *testing.T) {
 
 // A Config built by hand with an unknown kind fails Build cleanly.
 func TestBuildUnknownKind(t *testing.T) {
-	cfg := &Config{Engines: []EngineSpec{{Name: "m", Kind: KindMemory}, {Name: "x", Kind: "etcd"}}}
+	cfg := &Config{Engines: []EngineSpec{{Name: "m", Kind: KindMemory}, {Name: "x", Kind: "cassandra"}}}
 	got, err := cfg.Build(context.Background())
 	if err == nil || got != nil {
 		t.Fatalf("Build = %v, %v", got, err)

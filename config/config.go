@@ -24,11 +24,12 @@ const (
 	KindZooKeeper    = "zookeeper"     // a ZooKeeper ensemble
 	KindConsul       = "consul"        // one Consul agent's HTTP API
 	KindMySQL        = "mysql"         // MySQL or MariaDB, by DSN
+	KindEtcd         = "etcd"          // an etcd cluster's client endpoints
 )
 
 // Kinds lists every engine kind, in the order error messages name them.
 var Kinds = []string{KindMemory, KindRedis, KindRedisCluster, KindRedlock, KindZooKeeper,
-	KindConsul, KindMySQL}
+	KindConsul, KindMySQL, KindEtcd}
 
 // Failback modes.
 const (
@@ -196,7 +197,7 @@ func (k EngineKey) String() string {
 func (k EngineKey) GoString() string { return k.String() }
 
 // TLS configures TLS to a server: to the servers of a redis,
-// redis-cluster, redlock, consul or mysql engine, or to the engine key's
+// redis-cluster, redlock, consul, mysql or etcd engine, or to the engine key's
 // Consul agent. A tls section that is present turns TLS on, even empty
 // ("tls: {}": the system's roots verify the server). File names are read
 // at load time, to check them, and again by Build.
@@ -267,8 +268,8 @@ type EngineSpec struct {
 	Kind string `mapstructure:"kind"`
 	// Addrs are host:port addresses. redis and consul take exactly one,
 	// redis-cluster one or more seed nodes, redlock at least three
-	// independent masters, zookeeper one or more servers. memory and mysql
-	// take none.
+	// independent masters, zookeeper and etcd one or more servers (etcd:
+	// client endpoints). memory and mysql take none.
 	Addrs []string `mapstructure:"addrs"`
 	// DSN is the go-sql-driver/mysql DSN of a mysql engine. Its password is
 	// never printed.
@@ -280,10 +281,13 @@ type EngineSpec struct {
 	// needs a password: the engine then authenticates as user:password and
 	// protects its lock nodes with a digest ACL (zookeeper.WithDigest), so
 	// a client without these credentials can neither queue on a key nor
-	// delete a holder's node.
+	// delete a holder's node. On an etcd engine it is the etcd user, which
+	// needs a password (and the password a user); its role needs
+	// read-write on the prefix.
 	Username string `mapstructure:"username"`
 	// Password is the Redis AUTH password (redis, redis-cluster, redlock)
-	// or the ZooKeeper digest password (zookeeper). At most one of
+	// the ZooKeeper digest password (zookeeper) or the etcd user's password
+	// (etcd). At most one of
 	// Password, PasswordFile and PasswordEnv may be set.
 	Password string `mapstructure:"password"`
 	// PasswordFile names a file holding the password; a trailing newline
@@ -298,9 +302,9 @@ type EngineSpec struct {
 	TokenFile string `mapstructure:"token_file"`
 	// TokenEnv names an environment variable holding the Consul ACL token.
 	TokenEnv string `mapstructure:"token_env"`
-	// Prefix is the key prefix (redis kinds: no braces), KV folder (consul)
-	// or base znode path (zookeeper, absolute). Empty means the engine's
-	// default.
+	// Prefix is the key prefix (redis kinds: no braces; etcd: no control
+	// characters), KV folder (consul) or base znode path (zookeeper,
+	// absolute). Empty means the engine's default.
 	Prefix string `mapstructure:"prefix"`
 	// Fair grants waiting writers in arrival order (redis, redis-cluster,
 	// consul).
@@ -317,8 +321,10 @@ type EngineSpec struct {
 	// SessionTimeout is the zookeeper session timeout. The default is
 	// DefaultZKSessionTimeout (4s).
 	SessionTimeout time.Duration `mapstructure:"session_timeout"`
-	// SessionTTL is the consul session TTL, within [10s, 24h]. Zero means
-	// the engine's default (15s).
+	// SessionTTL is the consul session TTL, within [10s, 24h], or the etcd
+	// lease TTL, within [1s, 24h], rounded up to whole seconds: how long a
+	// holder that stops talking keeps its keys. Zero means the engine's
+	// default (consul 15s, etcd 10s).
 	SessionTTL time.Duration `mapstructure:"session_ttl"`
 	// LockDelay is the consul session lock-delay, within [0, 60s]. Nil
 	// means the engine's default (15s); an explicit 0s turns it off.
@@ -330,19 +336,19 @@ type EngineSpec struct {
 	// least 1) or the mysql pool (at least 3). Zero means the default.
 	MaxConns int `mapstructure:"max_conns"`
 	// TLS, when set, encrypts the connections to the servers (redis,
-	// redis-cluster, redlock, consul, mysql). For mysql, Build registers
+	// redis-cluster, redlock, consul, mysql, etcd). For mysql, Build registers
 	// the TLS configuration with go-sql-driver/mysql under a name derived
 	// from the engine and adds tls=<name> to the DSN, so the DSN must not
 	// set tls itself.
 	TLS *TLS `mapstructure:"tls"`
 
-	password string // resolved Redis or ZooKeeper password
+	password string // resolved Redis, ZooKeeper or etcd password
 	token    string // resolved Consul token
 }
 
 // RedisPassword returns the password resolved at load time from Password,
-// PasswordFile or PasswordEnv, or "": the Redis AUTH password, or on a
-// zookeeper engine the digest password.
+// PasswordFile or PasswordEnv, or "": the Redis AUTH password, on a
+// zookeeper engine the digest password, on an etcd engine the user's.
 func (e *EngineSpec) RedisPassword() string { return e.password }
 
 // ConsulToken returns the Consul ACL token resolved at load time from Token,

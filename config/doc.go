@@ -55,7 +55,8 @@
 //
 // # Secrets
 //
-// A Redis password, or a ZooKeeper digest password, comes from password,
+// A Redis password, a ZooKeeper digest password or an etcd user's password
+// comes from password,
 // password_file or password_env (at most one), a Consul ACL token likewise
 // from token, token_file or token_env; files and environment variables are
 // read at load time. The resolved values are reachable only through
@@ -63,7 +64,8 @@
 // and every error this package returns leave out passwords, tokens and the
 // password part of a MySQL DSN. A Redis ACL user is username (with one of
 // the password keys); so is a ZooKeeper digest user, whose lock nodes the
-// engine then protects with a digest ACL. The engine key has its own
+// engine then protects with a digest ACL, and an etcd user, whose role
+// needs read-write on the engine's prefix. The engine key has its own
 // token, token_file or token_env (EngineKey.ConsulToken), not taken from a
 // consul engine. Every process needs key "<key>" read to follow the key,
 // and, to appear in the fleet view and take part in automatic decisions,
@@ -74,7 +76,8 @@
 //
 // # TLS
 //
-// A tls section on a redis, redis-cluster, redlock, consul or mysql engine,
+// A tls section on a redis, redis-cluster, redlock, consul, mysql or etcd
+// engine,
 // or on engine_key, turns TLS on:
 //
 //	tls:

@@ -205,7 +205,7 @@ func TestRedisACLUserBuild(t *testing.T) {
 	defer cancel()
 	rules := strings.Fields("ACL SETUSER locker on >" + userPW + " resetkeys ~cerberus:* resetchannels &cerberus:* nocommands " +
 		"+ping +evalsha +eval +script|load +subscribe +unsubscribe +publish +client|setname +exists +get +set +del +incr " +
-		"+pexpire +pexpireat +pttl +time +zadd +zrem +zscore +zcard +zrange +zremrangebyscore +lindex +lpop +lpos +lrem +rpush")
+		"+pexpire +pexpireat +pttl +time +zadd +zrem +zscore +zcard +zcount +zrange +zrangebyscore +zremrangebyscore +lindex +lpop +lpos +lrem +rpush +hget +hset +hdel")
 	args := make([]any, len(rules))
 	for i, r := range rules {
 		args[i] = r

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/hashicorp/consul/api"
@@ -32,6 +33,8 @@ var consulPrefixRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$`)
 const (
 	consulMinSessionTTL = 10 * time.Second
 	consulMaxSessionTTL = 24 * time.Hour
+	etcdMinLeaseTTL     = time.Second
+	etcdMaxLeaseTTL     = 24 * time.Hour
 	consulMaxLockDelay  = 60 * time.Second
 	maxStarvation       = time.Minute
 	mysqlMinConns       = 3
@@ -46,8 +49,9 @@ type field struct {
 
 var redisKinds = []string{KindRedis, KindRedisCluster, KindRedlock}
 
-// passwordKinds take username and a password: Redis AUTH, ZooKeeper digest.
-var passwordKinds = append(slices.Clone(redisKinds), KindZooKeeper)
+// passwordKinds take username and a password: Redis AUTH, ZooKeeper digest,
+// etcd user.
+var passwordKinds = append(slices.Clone(redisKinds), KindZooKeeper, KindEtcd)
 
 var fields = []field{
 	{"dsn", func(e *EngineSpec) bool { return e.DSN != "" }, []string{KindMySQL}},
@@ -59,7 +63,7 @@ var fields = []field{
 	{"token_file", func(e *EngineSpec) bool { return e.TokenFile != "" }, []string{KindConsul}},
 	{"token_env", func(e *EngineSpec) bool { return e.TokenEnv != "" }, []string{KindConsul}},
 	{"prefix", func(e *EngineSpec) bool { return e.Prefix != "" },
-		[]string{KindRedis, KindRedisCluster, KindRedlock, KindZooKeeper, KindConsul}},
+		[]string{KindRedis, KindRedisCluster, KindRedlock, KindZooKeeper, KindConsul, KindEtcd}},
 	{"fair", func(e *EngineSpec) bool { return e.Fair },
 		[]string{KindRedis, KindRedisCluster, KindConsul}},
 	{"starvation", func(e *EngineSpec) bool { return e.Starvation != nil },
@@ -68,13 +72,12 @@ var fields = []field{
 	{"table", func(e *EngineSpec) bool { return e.Table != "" }, []string{KindMySQL}},
 	{"session_timeout", func(e *EngineSpec) bool { return e.SessionTimeout != 0 },
 		[]string{KindZooKeeper}},
-	{"session_ttl", func(e *EngineSpec) bool { return e.SessionTTL != 0 }, []string{KindConsul}},
+	{"session_ttl", func(e *EngineSpec) bool { return e.SessionTTL != 0 }, []string{KindConsul, KindEtcd}},
 	{"lock_delay", func(e *EngineSpec) bool { return e.LockDelay != nil }, []string{KindConsul}},
 	{"datacenter", func(e *EngineSpec) bool { return e.Datacenter != "" }, []string{KindConsul}},
 	{"max_conns", func(e *EngineSpec) bool { return e.MaxConns != 0 },
 		[]string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
-	{"tls", func(e *EngineSpec) bool { return e.TLS != nil },
-		[]string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
+	{"tls", func(e *EngineSpec) bool { return e.TLS != nil }, tlsKinds},
 }
 
 func contains(list []string, s string) bool {
@@ -352,21 +355,44 @@ func (e *EngineSpec) validateKind(p string) []error {
 		}
 	case KindMySQL:
 		errs = append(errs, e.validateMySQL(p)...)
+	case KindEtcd:
+		errs = append(errs, e.validateEtcd(p)...)
+	}
+	return errs
+}
+
+// validatePair checks that a username and a password (inline, file or
+// environment) come together; what names the credential in the error.
+func (e *EngineSpec) validatePair(p, what string) []error {
+	hasPassword := e.Password != "" || e.PasswordFile != "" || e.PasswordEnv != ""
+	switch {
+	case e.Username != "" && !hasPassword:
+		return []error{invalidf("%s.username: needs password, password_file or password_env", p)}
+	case e.Username == "" && hasPassword:
+		return []error{invalidf("%s.password: %s needs a username too", p, what)}
+	}
+	return nil
+}
+
+// validateEtcd checks the settings of an etcd entry.
+func (e *EngineSpec) validateEtcd(p string) []error {
+	errs := e.validatePair(p, "an etcd password")
+	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
+	if e.SessionTTL != 0 && (e.SessionTTL < etcdMinLeaseTTL || e.SessionTTL > etcdMaxLeaseTTL) {
+		add("%s.session_ttl: the etcd lease TTL must be within [%v, %v], got %v", p, etcdMinLeaseTTL,
+			etcdMaxLeaseTTL, e.SessionTTL)
+	}
+	if strings.ContainsFunc(e.Prefix, unicode.IsControl) {
+		add("%s.prefix: %q must not contain control characters", p, e.Prefix)
 	}
 	return errs
 }
 
 // validateZooKeeper checks the settings of a zookeeper entry.
 func (e *EngineSpec) validateZooKeeper(p string) []error {
-	var errs []error
+	errs := e.validatePair(p, "a ZooKeeper digest")
 	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
-	hasPassword := e.Password != "" || e.PasswordFile != "" || e.PasswordEnv != ""
-	switch {
-	case e.Username != "" && !hasPassword:
-		add("%s.username: needs password, password_file or password_env", p)
-	case e.Username == "" && hasPassword:
-		add("%s.password: a ZooKeeper digest needs a username too", p)
-	case strings.Contains(e.Username, ":"):
+	if len(errs) == 0 && strings.Contains(e.Username, ":") {
 		add("%s.username: %q must not contain ':' (the digest is user:password)", p, e.Username)
 	}
 	if e.SessionTimeout < 0 {
@@ -419,7 +445,7 @@ func hasDotSegment(p string) bool {
 }
 
 // tlsKinds are the kinds that take a tls section.
-var tlsKinds = []string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}
+var tlsKinds = []string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL, KindEtcd}
 
 // validate checks a tls section whose key path is p: the combination of
 // settings, and that the files exist and hold what they should. A nil

@@ -18,11 +18,14 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/cerberus-go/cerberus"
 	"github.com/cerberus-go/cerberus/config"
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/consul"
+	"github.com/cerberus-go/cerberus/engine/etcd"
 	"github.com/cerberus-go/cerberus/engine/mysql"
 	"github.com/cerberus-go/cerberus/engine/redis"
 	"github.com/cerberus-go/cerberus/engine/zookeeper"
@@ -125,6 +128,8 @@ func dialEngine(s workerSpec) (engine.Engine, error) {
 		}))
 	case "zookeeper":
 		return zookeeper.Dial(s.Addrs, s.TTL)
+	case "etcd":
+		return etcd.Dial(clientv3.Config{Endpoints: s.Addrs, Logger: zap.NewNop()}, etcd.WithLeaseTTL(s.TTL))
 	case "consul":
 		// Consul's shortest session and no lock-delay: the engine's floor
 		// is then 20s, and lease periods are raised to it (leasePeriod).

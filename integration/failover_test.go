@@ -2,9 +2,7 @@ package integration
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,7 +10,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/cerberus-go/cerberus"
-	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/redis"
 	"github.com/cerberus-go/cerberus/engine/zookeeper"
 	"github.com/cerberus-go/cerberus/internal/testenv"
@@ -89,72 +86,23 @@ func killPrimary(t *testing.T, interval time.Duration, threshold, lockers int, l
 	t.Cleanup(func() { _ = c.Close() })
 	const callTimeout = 2 * time.Second
 	run := fmt.Sprintf("failover/%d", time.Now().UnixNano())
-	var (
-		killedAt, firstOnZK atomic.Int64
-		overran, grants     atomic.Int64
-		heldMu              sync.Mutex
-		heldAtKill          []*cerberus.Lease
-		held                = map[*cerberus.Lease]bool{}
-		stop                = make(chan struct{})
-		wg                  sync.WaitGroup
-	)
-	for i := range lockers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; n < 10000; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-				start := time.Now()
-				l, err := c.Lock(ctx, fmt.Sprintf("%s/%d", run, i%8))
-				if time.Since(start) > callTimeout+time.Second {
-					overran.Add(1)
-				}
-				cancel()
-				if err != nil {
-					continue
-				}
-				grants.Add(1)
-				if l.Token()>>48 >= 1 && killedAt.Load() != 0 {
-					firstOnZK.CompareAndSwap(0, time.Now().UnixNano())
-				}
-				heldMu.Lock()
-				held[l] = true
-				heldMu.Unlock()
-				time.Sleep(time.Millisecond)
-				heldMu.Lock()
-				delete(held, l)
-				heldMu.Unlock()
-				_ = l.Unlock(context.Background())
-			}
-		}()
-	}
+	ls := startLockers(c, lockers, 8, run, callTimeout)
 	if lockers == 0 {
 		l, err := c.Lock(testContext(t), run+"/idle")
 		if err != nil {
 			t.Fatal(err)
 		}
 		_ = l.Unlock(context.Background())
-		grants.Add(200)
+		ls.grants.Add(200)
 	}
 	// Let the lockers run on Redis, then kill it with leases held.
-	for deadline := time.Now().Add(10 * time.Second); grants.Load() < 200; {
+	for deadline := time.Now().Add(10 * time.Second); ls.grants.Load() < 200; {
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d grants on redis before the kill", grants.Load())
+			t.Fatalf("only %d grants on redis before the kill", ls.grants.Load())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	heldMu.Lock()
-	for l := range held {
-		heldAtKill = append(heldAtKill, l)
-	}
-	killedAt.Store(time.Now().UnixNano())
-	kill()
-	heldMu.Unlock()
+	heldAtKill := ls.kill(kill)
 	if lockers == 0 {
 		for deadline := time.Now().Add(20 * time.Second); switchedAt.Load() == 0; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
@@ -165,36 +113,26 @@ func killPrimary(t *testing.T, interval time.Duration, threshold, lockers int, l
 		if err != nil {
 			t.Fatal(err)
 		}
-		firstOnZK.Store(time.Now().UnixNano())
+		ls.firstOnSecond.Store(time.Now().UnixNano())
 		_ = l.Unlock(context.Background())
 	}
-	for deadline := time.Now().Add(20 * time.Second); firstOnZK.Load() == 0; {
+	for deadline := time.Now().Add(20 * time.Second); ls.firstOnSecond.Load() == 0; {
 		if time.Now().After(deadline) {
 			t.Fatalf("no grant on ZooKeeper within 20s of the kill (active: %s)", f.Active())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	close(stop)
-	wg.Wait()
+	ls.stopAll()
 
 	if f.Active() != "zookeeper" {
 		t.Fatalf("active engine %s after the kill, want zookeeper", f.Active())
 	}
-	for _, l := range heldAtKill {
-		select {
-		case <-l.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatalf("a lease held at the kill never ended")
-		}
-		if err := l.Err(); !errors.Is(err, engine.ErrEngineSwitched) && !errors.Is(err, engine.ErrLeaseLost) && !errors.Is(err, engine.ErrReleased) {
-			t.Errorf("lease held at the kill ended with %v", err)
-		}
-	}
-	if n := overran.Load(); n > 0 {
+	mustAllEnd(t, heldAtKill, 10*time.Second)
+	if n := ls.overran.Load(); n > 0 {
 		t.Errorf("%d Lock calls ran past their %v context", n, callTimeout)
 	}
-	k, s, z := killedAt.Load(), switchedAt.Load(), firstOnZK.Load()
+	k, s, z := ls.killedAt.Load(), switchedAt.Load(), ls.firstOnSecond.Load()
 	t.Logf("%d grants; %d leases held at the kill, all ended; kill -> switch %v, kill -> first grant on ZooKeeper %v",
-		grants.Load(), len(heldAtKill), time.Duration(s-k), time.Duration(z-k))
+		ls.grants.Load(), len(heldAtKill), time.Duration(s-k), time.Duration(z-k))
 	return time.Duration(s - k), time.Duration(z - k)
 }

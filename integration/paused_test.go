@@ -41,6 +41,9 @@ func TestPausedHolder(t *testing.T) {
 		// least 4s, and expires it within one tick after its timeout.
 		{engine: "zookeeper", addrs: []string{testenv.ZooKeeperAddr(t)}, period: 4 * time.Second, bound: 4*time.Second + 2*time.Second},
 		{engine: "consul", addrs: []string{testenv.ConsulAddr(t)}, period: consul.Floor(consulSession, 0), bound: consul.Floor(consulSession, 0) + time.Second},
+		// The etcd lease TTL plus the second etcd's lessor may take to
+		// revoke an expired lease: Limits().Floor.
+		{engine: "etcd", addrs: []string{testenv.EtcdAddr(t)}, period: etcdLease, bound: etcdLease + time.Second},
 		{engine: "mysql", addrs: []string{dsn}, table: table, period: time.Second, bound: time.Second + 500*time.Millisecond},
 		{engine: "mysql-row", addrs: []string{dsn}, table: table, period: time.Second, bound: time.Second + 2*time.Second},
 	} {

@@ -102,6 +102,42 @@ func TestCheckerZooKeeperEnsemble(t *testing.T) {
 	})
 }
 
+// etcdLease is the etcd lease TTL of the etcd runs: etcd's minimum with
+// its default election timeout (1s) is 2s.
+const etcdLease = 2 * time.Second
+
+// TestCheckerEtcd: a private single-member etcd behind a fault proxy,
+// paused and restarted (its data dir, and so its revisions and leases,
+// survive the restart).
+func TestCheckerEtcd(t *testing.T) {
+	srv := testenv.StartEtcd(t)
+	px := startProxy(t, srv.Addr)
+	checkEngine(t, chaosTarget{
+		name: "etcd", engine: "etcd", addrs: []string{px.Addr()}, ttl: etcdLease,
+		faults:      append(networkFaults(t, px, etcdLease), serverFaults(srv, etcdLease)...),
+		clientPause: 2*etcdLease + time.Second,
+	})
+}
+
+// TestCheckerEtcdCluster: a three-member cluster; the leader is killed
+// mid-run and later restarted, then one member is stopped (SIGSTOP), as
+// a member cut off from the others would be.
+func TestCheckerEtcdCluster(t *testing.T) {
+	c := testenv.StartEtcdCluster(t, 3)
+	var leader, other *testenv.Etcd
+	checkEngine(t, chaosTarget{
+		name: "etcd-cluster", engine: "etcd", addrs: c.Addrs, ttl: etcdLease,
+		faults: []fault{
+			{name: "leader killed, later restarted", dur: 3 * time.Second,
+				do:   func() { leader = c.Nodes[c.Leader()]; leader.Kill() },
+				undo: func() { leader.Restart() }},
+			{name: "a follower SIGSTOP", dur: 3 * time.Second,
+				do:   func() { other = c.Nodes[(c.Leader()+1)%len(c.Nodes)]; other.Pause() },
+				undo: func() { other.Resume() }},
+		},
+	})
+}
+
 // consulSession is the session TTL of the Consul runs: Consul's minimum.
 // The agent invalidates a session between one and two TTLs after its last
 // renewal, so the long faults last longer than two.

@@ -388,7 +388,7 @@ func TestNoSecretsInLogsOrErrors(t *testing.T) {
 		defer admin.Close()
 		ctx := secCtx(t, 10*time.Second)
 		for _, u := range []struct{ name, cmds string }{
-			{"locker", "+ping +evalsha +eval +script|load +subscribe +unsubscribe +publish +client|setname +exists +get +set +del +incr +pexpire +pexpireat +pttl +time +zadd +zrem +zscore +zcard +zrange +zremrangebyscore +lindex +lpop +lpos +lrem +rpush"},
+			{"locker", "+ping +evalsha +eval +script|load +subscribe +unsubscribe +publish +client|setname +exists +get +set +del +incr +pexpire +pexpireat +pttl +time +zadd +zrem +zscore +zcard +zcount +zrange +zrangebyscore +zremrangebyscore +lindex +lpop +lpos +lrem +rpush +hget +hset +hdel"},
 			{"noeval", "+ping +subscribe +unsubscribe"},
 		} {
 			args := []any{"ACL", "SETUSER", u.name, "on", ">" + pw, "resetkeys", "~cerberus:*", "resetchannels", "&cerberus:*", "nocommands"}

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Starts, stops and reports the servers the integration tests need: Redis,
-# ZooKeeper, Consul and MySQL (MariaDB when run from Debian packages), plus
+# ZooKeeper, Consul, MySQL (MariaDB when run from Debian packages) and etcd, plus
 # two more Redis set-ups for the Redis engine: a three-master Redis Cluster
 # (redis-cluster) and five independent Redis servers for Redlock (redis-nodes).
 #
 # Usage: scripts/services.sh up|down|status|env [SERVICE ...]
-#   SERVICE: redis zookeeper consul mysql redis-cluster redis-nodes (default: all)
+#   SERVICE: redis zookeeper consul mysql etcd redis-cluster redis-nodes (default: all)
 #
 #   up      Start whatever is not already answering, wait until each server
 #           answers a protocol-level check, then print the env (as `env`).
@@ -24,7 +24,8 @@
 #
 # Environment:
 #   CERBERUS_REDIS_ADDR, CERBERUS_ZK_ADDR, CERBERUS_CONSUL_ADDR,
-#   CERBERUS_MYSQL_DSN     addresses (defaults: the usual ports on 127.0.0.1);
+#   CERBERUS_MYSQL_DSN, CERBERUS_ETCD_ADDR
+#                          addresses (defaults: the usual ports on 127.0.0.1);
 #                          only loopback hosts are accepted.
 #   CERBERUS_REDIS_CLUSTER_ADDRS  comma-separated cluster nodes, at least three
 #                          masters, no replicas (127.0.0.1:7001,...:7002,...:7003)
@@ -49,6 +50,7 @@ REDIS_ADDR=${CERBERUS_REDIS_ADDR:-127.0.0.1:6379}
 ZK_ADDR=${CERBERUS_ZK_ADDR:-127.0.0.1:2181}
 CONSUL_ADDR=${CERBERUS_CONSUL_ADDR:-127.0.0.1:8500}
 MYSQL_DSN=${CERBERUS_MYSQL_DSN:-'root:@tcp(127.0.0.1:3306)/test?parseTime=true'}
+ETCD_ADDR=${CERBERUS_ETCD_ADDR:-127.0.0.1:2379}
 default_cluster_addrs=127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003
 default_redlock_addrs=127.0.0.1:6391,127.0.0.1:6392,127.0.0.1:6393,127.0.0.1:6394,127.0.0.1:6395
 REDIS_CLUSTER_ADDRS=${CERBERUS_REDIS_CLUSTER_ADDRS:-$default_cluster_addrs}
@@ -56,7 +58,7 @@ REDLOCK_ADDRS=${CERBERUS_REDLOCK_ADDRS:-$default_redlock_addrs}
 REDIS_CLUSTER_ADDRS=${REDIS_CLUSTER_ADDRS// /}
 REDLOCK_ADDRS=${REDLOCK_ADDRS// /}
 
-all_services=(redis zookeeper consul mysql redis-cluster redis-nodes)
+all_services=(redis zookeeper consul mysql etcd redis-cluster redis-nodes)
 
 log() { echo "services: $*" >&2; }
 die() { echo "services: error: $*" >&2; exit 1; }
@@ -78,6 +80,7 @@ addr_of() {
     zookeeper) echo "$ZK_ADDR" ;;
     consul) echo "$CONSUL_ADDR" ;;
     mysql) mysql_addr ;;
+    etcd) echo "$ETCD_ADDR" ;;
     redis-cluster) echo "$REDIS_CLUSTER_ADDRS" ;;
     redis-nodes) echo "$REDLOCK_ADDRS" ;;
     *) die "unknown service $1 (want one of: ${all_services[*]})" ;;
@@ -149,6 +152,14 @@ check_consul() {
   [[ $out == "HTTP/1."?" 200"* ]] || return 1
   # The body is a JSON string: "127.0.0.1:8300" once there is a leader, "" before.
   [[ ${out##*$'\r\n\r\n'} == '"'?*'"'* ]]
+}
+
+# etcd's client port serves /health: {"health":"true"} once the member
+# has a leader.
+check_etcd() {
+  local out
+  out=$(tcp_talk "$1" "$2" "GET /health HTTP/1.0\r\nHost: $1:$2\r\n\r\n") || return 1
+  [[ $out == "HTTP/1."?" 200"* && $out == *'"health":"true"'* ]]
 }
 
 mysql_client() {
@@ -493,6 +504,23 @@ EOF
   wait_for zookeeper "$dir/zookeeper.log" $!
 }
 
+# A single etcd member (Debian's etcd-server), client and peer URLs on
+# loopback only; the peer port is the client port + 1. The package's own
+# service is never started (apt_install keeps services from starting).
+start_etcd() {
+  local host=$1 port=$2 dir=$run/etcd
+  apt_install etcd-server
+  command -v etcd >/dev/null || die "etcd not found (package etcd-server)"
+  mkdir -p "$dir"
+  local peer=http://$host:$((port + 1))
+  setsid etcd --name cerberus --data-dir "$dir/data" \
+    --listen-client-urls "http://$host:$port" --advertise-client-urls "http://$host:$port" \
+    --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" --initial-cluster "cerberus=$peer" \
+    </dev/null >"$dir/etcd.log" 2>&1 8>&- &
+  echo $! >"$dir/etcd.pid"
+  wait_for etcd "$dir/etcd.log" $!
+}
+
 consul_bin() {
   if command -v consul >/dev/null; then command -v consul; return; fi
   log "consul not on PATH; using scripts/build-consul.sh (cached; a first build takes ~10 min)"
@@ -697,6 +725,7 @@ default_addr() {
     zookeeper) echo 127.0.0.1:2181 ;;
     consul) echo 127.0.0.1:8500 ;;
     mysql) echo 127.0.0.1:3306 ;;
+    etcd) echo 127.0.0.1:2379 ;;
     redis-cluster) echo "$default_cluster_addrs" ;;
     redis-nodes) echo "$default_redlock_addrs" ;;
   esac
@@ -709,6 +738,7 @@ cmd_env() {
   echo "export CERBERUS_ZK_ADDR=$ZK_ADDR"
   echo "export CERBERUS_CONSUL_ADDR=$CONSUL_ADDR"
   echo "export CERBERUS_MYSQL_DSN='$MYSQL_DSN'"
+  echo "export CERBERUS_ETCD_ADDR=$ETCD_ADDR"
   echo "export CERBERUS_REDIS_CLUSTER_ADDRS=$REDIS_CLUSTER_ADDRS"
   echo "export CERBERUS_REDLOCK_ADDRS=$REDLOCK_ADDRS"
 }

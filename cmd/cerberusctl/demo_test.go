@@ -32,6 +32,7 @@ func TestDemoAcrossProcesses(t *testing.T) {
 		{"mysql", testenv.MySQLDSN},
 		{"mysql-row", testenv.MySQLDSN},
 		{"consul", testenv.ConsulAddr},
+		{"etcd", testenv.EtcdAddr},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
 			tc.check(t)

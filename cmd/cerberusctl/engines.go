@@ -16,7 +16,7 @@ import (
 // engineNames lists the engines the demo can run on. Server addresses come
 // from the same CERBERUS_* variables the tests read (scripts/services.sh env
 // prints them).
-var engineNames = []string{"memory", "redis", "zookeeper", "consul", "mysql", "mysql-row"}
+var engineNames = []string{"memory", "redis", "zookeeper", "consul", "mysql", "mysql-row", "etcd"}
 
 // crossProcess reports whether an engine locks across OS processes.
 func crossProcess(name string) bool { return name != "memory" }
@@ -69,6 +69,8 @@ func demoEngine(name string) (config.EngineSpec, bool) {
 			e.Strategy = string(mysql.StrategyRow)
 		}
 		e.MaxConns = 24 // four demo processes stay well under MySQL's default max_connections (151)
+	case "etcd":
+		e.Kind, e.Addrs = config.KindEtcd, strings.Split(envOr("CERBERUS_ETCD_ADDR", "127.0.0.1:2379"), ",")
 	default:
 		return e, false
 	}

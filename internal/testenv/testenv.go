@@ -1,5 +1,5 @@
 // Package testenv tells tests where the real servers for integration tests
-// are: Redis, ZooKeeper, Consul and MySQL, plus a Redis Cluster and a set of
+// are: Redis, ZooKeeper, Consul, MySQL and etcd, plus a Redis Cluster and a set of
 // independent Redis servers for Redlock.
 //
 // Each helper reads its CERBERUS_* environment variable (falling back to the
@@ -417,31 +417,41 @@ func fourLetterWord(conn net.Conn, cmd string) (string, error) {
 // probeConsul asks the HTTP API for the raft leader, which is "" until the
 // agent has elected one.
 func probeConsul(conn net.Conn, addr string) error {
-	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/v1/status/leader", nil)
+	body, err := httpGet(conn, addr, "/v1/status/leader")
 	if err != nil {
 		return err
 	}
-	req.Close = true
-	if err := req.Write(conn); err != nil {
-		return err
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
-	if err != nil {
-		return fmt.Errorf("no HTTP reply to GET /v1/status/leader: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET /v1/status/leader: %s", resp.Status)
-	}
-	leader := strings.Trim(strings.TrimSpace(string(body)), `"`)
+	leader := strings.Trim(strings.TrimSpace(body), `"`)
 	if leader == "" {
 		return errors.New("consul has no leader yet (GET /v1/status/leader returned \"\")")
 	}
 	return nil
+}
+
+// httpGet sends GET path to the server at addr over conn and returns the
+// first 4 KiB of the body of a 200 reply; any other status is an error.
+func httpGet(conn net.Conn, addr, path string) (string, error) {
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		return "", err
+	}
+	req.Close = true
+	if err := req.Write(conn); err != nil {
+		return "", err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		return "", fmt.Errorf("no HTTP reply to GET %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s %s", path, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return string(body), nil
 }
 
 // probeMySQL reads the server's greeting: a packet whose payload starts with
