@@ -17,9 +17,12 @@ import (
 // consulPrefix is the KV folder the Consul benchmarks lock under.
 const consulPrefix = "cerberus-bench"
 
+// consulClient makes a client the way consul/api's documentation shows,
+// api.DefaultConfig with its pooled transport; each call makes a new
+// client, so every benchmark client has its own pool of connections.
 func consulClient(b *testing.B, addr string) *api.Client {
 	b.Helper()
-	cfg := api.DefaultNonPooledConfig()
+	cfg := api.DefaultConfig()
 	cfg.Address = addr
 	c, err := api.NewClient(cfg)
 	if err != nil {
