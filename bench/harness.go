@@ -28,6 +28,14 @@ type HotKeyResult struct {
 	// Held is the time all clients together spent in their critical
 	// sections, as measured around each section by the client.
 	Held time.Duration
+	// HandoffP50 and HandoffP99 are the time from a holder starting its
+	// release to the next holder's Lock returning, whoever that is (the
+	// releaser itself when it locks again first).
+	HandoffP50, HandoffP99 time.Duration
+
+	// The samples behind the figures, for MergeHotKey.
+	waits, handoffs []time.Duration
+	counts          []int
 }
 
 // Rate is acquisitions per second.
@@ -70,7 +78,11 @@ func (r HotKeyResult) Report(w io.Writer) {
 	fmt.Fprintf(w, "BENCH hotkey %s errors=%d\n", r.Name, r.Errors)
 	fmt.Fprintf(w, "BENCH hotkey %s busy=%.3f\n", r.Name, r.Busy())
 	fmt.Fprintf(w, "BENCH hotkey %s ceiling_acq_per_s=%.1f\n", r.Name, r.Ceiling())
+	fmt.Fprintf(w, "BENCH hotkey %s handoff_p50_us=%.1f\n", r.Name, us(r.HandoffP50))
+	fmt.Fprintf(w, "BENCH hotkey %s handoff_p99_us=%.1f\n", r.Name, us(r.HandoffP99))
 }
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
@@ -78,7 +90,9 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // its own connection), locking one shared key in a loop for dur, holding it
 // for hold each time. A wait is the time from asking for the lock to getting
 // it. Each Lock call is bounded by maxWait; a call that fails counts as an
-// error and the client goes on.
+// error and the client goes on. A handoff is the time from a holder starting
+// its release to the next Lock returning: the locks exclude each other, so
+// grants and releases alternate.
 func HotKey(name string, clients []LockFunc, hold, dur, maxWait time.Duration) HotKeyResult {
 	var (
 		mu     sync.Mutex
@@ -87,6 +101,11 @@ func HotKey(name string, clients []LockFunc, hold, dur, maxWait time.Duration) H
 		counts = make([]int, len(clients))
 		errs   int
 		wg     sync.WaitGroup
+		// released is when the last release began; zero once a grant
+		// has consumed it.
+		hmu      sync.Mutex
+		released time.Time
+		handoffs []time.Duration
 	)
 	start := time.Now()
 	stop := start.Add(dur)
@@ -100,7 +119,8 @@ func HotKey(name string, clients []LockFunc, hold, dur, maxWait time.Duration) H
 				ctx, cancel := context.WithTimeout(context.Background(), maxWait)
 				t0 := time.Now()
 				unlock, err := lock(ctx)
-				wait := time.Since(t0)
+				granted := time.Now()
+				wait := granted.Sub(t0)
 				cancel()
 				if err != nil {
 					mu.Lock()
@@ -108,11 +128,20 @@ func HotKey(name string, clients []LockFunc, hold, dur, maxWait time.Duration) H
 					mu.Unlock()
 					continue
 				}
+				hmu.Lock()
+				if !released.IsZero() {
+					handoffs = append(handoffs, granted.Sub(released))
+					released = time.Time{}
+				}
+				hmu.Unlock()
 				local = append(local, wait)
 				counts[i]++
 				t1 := time.Now()
 				time.Sleep(hold)
 				localHeld += time.Since(t1)
+				hmu.Lock()
+				released = time.Now()
+				hmu.Unlock()
 				if err := unlock(); err != nil {
 					mu.Lock()
 					errs++
@@ -126,7 +155,15 @@ func HotKey(name string, clients []LockFunc, hold, dur, maxWait time.Duration) H
 		}()
 	}
 	wg.Wait()
-	r := HotKeyResult{Name: name, Elapsed: time.Since(start), Errors: errs, Held: held}
+	r := HotKeyResult{Name: name, Elapsed: time.Since(start), Errors: errs, Held: held,
+		waits: waits, handoffs: handoffs, counts: counts}
+	r.summarize()
+	return r
+}
+
+// summarize computes the figures from the samples.
+func (r *HotKeyResult) summarize() {
+	waits, handoffs := r.waits, r.handoffs
 	slices.Sort(waits)
 	r.Acquisitions = len(waits)
 	if n := len(waits); n > 0 {
@@ -134,8 +171,37 @@ func HotKey(name string, clients []LockFunc, hold, dur, maxWait time.Duration) H
 		r.WaitP99 = waits[min(n-1, n*99/100)]
 		r.WaitMax = waits[n-1]
 	}
-	r.PerClientMin, r.PerClientMax = slices.Min(counts), slices.Max(counts)
-	return r
+	if len(r.counts) > 0 {
+		r.PerClientMin, r.PerClientMax = slices.Min(r.counts), slices.Max(r.counts)
+	}
+	slices.Sort(handoffs)
+	if n := len(handoffs); n > 0 {
+		r.HandoffP50 = handoffs[n*50/100]
+		r.HandoffP99 = handoffs[min(n-1, n*99/100)]
+	}
+}
+
+// MergeHotKey combines rounds of HotKey run on the same clients (in the
+// same order) into one result, as if they were one run: times and counts
+// add up, per-client counts add up client by client, and the percentiles
+// are taken over every round's samples.
+func MergeHotKey(name string, rounds []HotKeyResult) HotKeyResult {
+	m := HotKeyResult{Name: name}
+	for _, r := range rounds {
+		m.Elapsed += r.Elapsed
+		m.Errors += r.Errors
+		m.Held += r.Held
+		m.waits = append(m.waits, r.waits...)
+		m.handoffs = append(m.handoffs, r.handoffs...)
+		if m.counts == nil {
+			m.counts = make([]int, len(r.counts))
+		}
+		for i, c := range r.counts {
+			m.counts[i] += c
+		}
+	}
+	m.summarize()
+	return m
 }
 
 // Latencies summarises lock+unlock cycle times for the uncontended figure.

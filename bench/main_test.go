@@ -18,6 +18,7 @@ var (
 	hotKeyHold   = flag.Duration("hold", time.Millisecond, "critical section length in hot-key runs")
 	hotClients   = flag.Int("clients", 16, "clients in hot-key runs, each with its own connection")
 	uncontendedN = flag.Int("cycles", 2000, "lock+unlock cycles in uncontended runs")
+	hotRounds    = flag.Int("rounds", 5, "rounds each interleaved hot-key run is split into")
 )
 
 // once runs body on the first call of a benchmark function only, so that a
@@ -59,6 +60,37 @@ func interleavedRates(b *testing.B, prefix string, libs []Cycle) map[string]floa
 		rates[strings.TrimPrefix(l.Name, prefix)] = l.Rate()
 	}
 	return rates
+}
+
+// hotKeyRounds runs the hot-key loop for every library in turn, in
+// -rounds rounds of -hotkey/-rounds each (the order reversed every other
+// round), so that load from elsewhere on the machine falls on every
+// library alike, and returns each library's merged result by index. Each
+// library keeps its -clients clients, made by newClient, across rounds.
+func hotKeyRounds(names []string, newClient func(i int) LockFunc, maxWait time.Duration) []HotKeyResult {
+	clients := make([][]LockFunc, len(names))
+	for i := range names {
+		clients[i] = make([]LockFunc, *hotClients)
+		for j := range clients[i] {
+			clients[i][j] = newClient(i)
+		}
+	}
+	rounds := make([][]HotKeyResult, len(names))
+	per := *hotKeyDur / time.Duration(*hotRounds)
+	for r := range *hotRounds {
+		for k := range names {
+			i := k
+			if r%2 == 1 {
+				i = len(names) - 1 - k
+			}
+			rounds[i] = append(rounds[i], HotKey(names[i], clients[i], *hotKeyHold, per, maxWait))
+		}
+	}
+	out := make([]HotKeyResult, len(names))
+	for i, name := range names {
+		out[i] = MergeHotKey(name, rounds[i])
+	}
+	return out
 }
 
 // hotKey runs the hot-key loop for name over -clients clients, each made by

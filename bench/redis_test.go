@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,8 @@ func redisSetup(b *testing.B) (addr, prefix string, admin *goredis.Client) {
 	return addr, prefix, admin
 }
 
+// newRedisClient is a go-redis client with its default options, as every
+// library's docs show it; pool > 0 sets PoolSize.
 func newRedisClient(b *testing.B, addr string, pool int) *goredis.Client {
 	c := goredis.NewClient(&goredis.Options{Addr: addr, PoolSize: pool})
 	b.Cleanup(func() { _ = c.Close() })
@@ -53,7 +56,7 @@ func newRedisClient(b *testing.B, addr string, pool int) *goredis.Client {
 }
 
 func newCerberusRedis(b *testing.B, addr, prefix string, opts ...redis.Option) *cerberus.Client {
-	e, err := redis.New(newRedisClient(b, addr, 4), append([]redis.Option{redis.WithPrefix(prefix)}, opts...)...)
+	e, err := redis.New(newRedisClient(b, addr, 0), append([]redis.Option{redis.WithPrefix(prefix)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -65,37 +68,58 @@ func newCerberusRedis(b *testing.B, addr, prefix string, opts ...redis.Option) *
 	return c
 }
 
+// peerTTL is the expiry redsync uses by default; redislock, which has no
+// default, and cerberus's fixed-TTL runs are given the same.
+const peerTTL = 8 * time.Second
+
 // redisLockers builds one LockFunc per client for each library, each client
-// with its own connection pool.
+// with its own go-redis client (and so its own pool) on the same server.
 type redisLockers struct {
 	name  string
 	build func(b *testing.B, key string) LockFunc
+	// contended is false for a loop that cannot wait (the floor).
+	contended bool
 }
 
+// cerberusLocker is cerberus on the Redis engine with opts; ttl 0 is the
+// default watchdog lease, otherwise a fixed TTL.
+func cerberusLocker(addr, prefix string, ttl time.Duration, opts ...redis.Option) func(b *testing.B, key string) LockFunc {
+	return func(b *testing.B, key string) LockFunc {
+		c := newCerberusRedis(b, addr, prefix, opts...)
+		var lockOpts []cerberus.Option
+		if ttl > 0 {
+			lockOpts = append(lockOpts, cerberus.WithTTL(ttl))
+		}
+		return func(ctx context.Context) (func() error, error) {
+			l, err := c.Lock(ctx, key, lockOpts...)
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return l.Unlock(context.Background()) }, nil
+		}
+	}
+}
+
+// floorRelease is the compare-and-delete every Redis lock runs on release.
+var floorRelease = goredis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+// redisLibraries lists the libraries under test, each with the options its
+// own docs show: redsync v4 with redsync.New and NewMutex (8s expiry, 32
+// tries 50-250ms apart), redislock with Obtain and the LinearBackoff retry
+// of its examples (100ms; its default is not to retry at all) and the
+// same 8s TTL, cerberus with cerberus.New and Lock (a watchdog lease, the
+// default unordered mode with its 10ms starvation bound), in fair mode, and
+// both again with an 8s fixed TTL. "floor" is no lock library: a bare SET NX
+// PX and a compare-and-delete script with go-redis, the two round trips any
+// Redis lock needs.
 func redisLibraries(addr, prefix string) []redisLockers {
 	return []redisLockers{
-		{"cerberus", func(b *testing.B, key string) LockFunc {
-			c := newCerberusRedis(b, addr, prefix)
-			return func(ctx context.Context) (func() error, error) {
-				l, err := c.Lock(ctx, key)
-				if err != nil {
-					return nil, err
-				}
-				return func() error { return l.Unlock(context.Background()) }, nil
-			}
-		}},
-		{"cerberus-fair", func(b *testing.B, key string) LockFunc {
-			c := newCerberusRedis(b, addr, prefix, redis.WithFair(true))
-			return func(ctx context.Context) (func() error, error) {
-				l, err := c.Lock(ctx, key)
-				if err != nil {
-					return nil, err
-				}
-				return func() error { return l.Unlock(context.Background()) }, nil
-			}
-		}},
+		{"cerberus", cerberusLocker(addr, prefix, 0), true},
+		{"cerberus-fair", cerberusLocker(addr, prefix, 0, redis.WithFair(true)), true},
+		{"cerberus-ttl", cerberusLocker(addr, prefix, peerTTL), true},
+		{"cerberus-fair-ttl", cerberusLocker(addr, prefix, peerTTL, redis.WithFair(true)), true},
 		{"redsync", func(b *testing.B, key string) LockFunc {
-			rs := redsync.New(redsyncgoredis.NewPool(newRedisClient(b, addr, 4)))
+			rs := redsync.New(redsyncgoredis.NewPool(newRedisClient(b, addr, 0)))
 			return func(ctx context.Context) (func() error, error) {
 				m := rs.NewMutex(prefix + key)
 				if err := m.LockContext(ctx); err != nil {
@@ -103,19 +127,45 @@ func redisLibraries(addr, prefix string) []redisLockers {
 				}
 				return func() error { _, err := m.UnlockContext(context.Background()); return err }, nil
 			}
-		}},
+		}, true},
 		{"redislock", func(b *testing.B, key string) LockFunc {
-			locker := redislock.New(newRedisClient(b, addr, 4))
-			opt := &redislock.Options{RetryStrategy: redislock.LinearBackoff(10 * time.Millisecond)}
+			locker := redislock.New(newRedisClient(b, addr, 0))
+			opt := &redislock.Options{RetryStrategy: redislock.LinearBackoff(100 * time.Millisecond)}
 			return func(ctx context.Context) (func() error, error) {
-				l, err := locker.Obtain(ctx, prefix+key, 10*time.Second, opt)
+				l, err := locker.Obtain(ctx, prefix+key, peerTTL, opt)
 				if err != nil {
 					return nil, err
 				}
 				return func() error { return l.Release(context.Background()) }, nil
 			}
-		}},
+		}, true},
+		{"floor", func(b *testing.B, key string) LockFunc {
+			c := newRedisClient(b, addr, 0)
+			k := prefix + key
+			return func(ctx context.Context) (func() error, error) {
+				ok, err := c.SetNX(ctx, k, "floor", peerTTL).Result()
+				if err != nil {
+					return nil, err
+				}
+				if !ok {
+					return nil, fmt.Errorf("floor: %s is held", k)
+				}
+				return func() error { return floorRelease.Run(context.Background(), c, []string{k}, "floor").Err() }, nil
+			}
+		}, false},
 	}
+}
+
+// uncontendedLibraries are the runs of the uncontended and allocation
+// figures: fair mode changes nothing without a waiter.
+func uncontendedLibraries(addr, prefix string) []redisLockers {
+	var libs []redisLockers
+	for _, lib := range redisLibraries(addr, prefix) {
+		if !strings.Contains(lib.name, "fair") {
+			libs = append(libs, lib)
+		}
+	}
+	return libs
 }
 
 // BenchmarkRedisUncontended: one client, lock+unlock cycles on one key.
@@ -123,17 +173,17 @@ func BenchmarkRedisUncontended(b *testing.B) {
 	once(b, func() {
 		addr, prefix, _ := redisSetup(b)
 		var libs []Cycle
-		for _, lib := range redisLibraries(addr, prefix) {
-			if lib.name == "cerberus-fair" {
-				continue
-			}
+		for _, lib := range uncontendedLibraries(addr, prefix) {
 			lock := lib.build(b, "uncontended/"+lib.name)
 			warm(lock)
 			libs = append(libs, Cycle{"redis/" + lib.name, lock})
 		}
 		rates := interleavedRates(b, "redis/", libs)
-		Ratio(out, "redis_uncontended_cycles", "cerberus", "redislock", rates["cerberus"], rates["redislock"])
-		Ratio(out, "redis_uncontended_cycles", "cerberus", "redsync", rates["cerberus"], rates["redsync"])
+		for _, name := range []string{"cerberus", "cerberus-ttl", "redislock", "floor"} {
+			Ratio(out, "redis_uncontended_cycles", name, "redsync", rates[name], rates["redsync"])
+		}
+		Ratio(out, "redis_uncontended_cycles", "cerberus", "floor", rates["cerberus"], rates["floor"])
+		Ratio(out, "redis_uncontended_cycles", "redsync", "floor", rates["redsync"], rates["floor"])
 	})
 }
 
@@ -141,20 +191,71 @@ func BenchmarkRedisUncontended(b *testing.B) {
 func BenchmarkRedisHotKey(b *testing.B) {
 	once(b, func() {
 		addr, prefix, _ := redisSetup(b)
-		res := map[string]HotKeyResult{}
+		var libs []redisLockers
+		var names, full []string
 		for _, lib := range redisLibraries(addr, prefix) {
-			r := hotKey("redis/"+lib.name, func() LockFunc { return lib.build(b, "hot/"+lib.name) }, 30*time.Second)
-			r.Report(out)
-			res[lib.name] = r
+			if lib.contended {
+				libs, names, full = append(libs, lib), append(names, lib.name), append(full, "redis/"+lib.name)
+			}
 		}
-		Ratio(out, "redis_hotkey_acq", "cerberus", "redsync", res["cerberus"].Rate(), res["redsync"].Rate())
-		Ratio(out, "redis_hotkey_acq", "cerberus", "redislock", res["cerberus"].Rate(), res["redislock"].Rate())
+		// Interleaved in rounds: the libraries run one after the other,
+		// never at once, and the machine's other load falls on each alike.
+		res := map[string]HotKeyResult{}
+		for i, r := range hotKeyRounds(full, func(i int) LockFunc { return libs[i].build(b, "hot/"+libs[i].name) }, 30*time.Second) {
+			r.Report(out)
+			res[names[i]] = r
+		}
+		rs := res["redsync"]
+		for _, name := range names {
+			if name == "redsync" {
+				continue
+			}
+			r := res[name]
+			Ratio(out, "redis_hotkey_acq", name, "redsync", r.Rate(), rs.Rate())
+			Ratio(out, "redis_hotkey_wait_p99", name, "redsync", float64(r.WaitP99), float64(rs.WaitP99))
+			Ratio(out, "redis_hotkey_fairness", name, "redsync", r.Fairness(), rs.Fairness())
+			Ratio(out, "redis_hotkey_handoff_p50", name, "redsync", float64(r.HandoffP50), float64(rs.HandoffP50))
+		}
 		// The most any lock could reach against redsync here: its own run's
 		// sections back to back with no handoff.
-		Ratio(out, "redis_hotkey_acq", "ceiling", "redsync", res["redsync"].Ceiling(), res["redsync"].Rate())
-		Ratio(out, "redis_hotkey_wait_p99", "redsync", "cerberus", float64(res["redsync"].WaitP99), float64(res["cerberus"].WaitP99))
-		Ratio(out, "redis_hotkey_wait_p99", "redsync", "cerberus-fair", float64(res["redsync"].WaitP99), float64(res["cerberus-fair"].WaitP99))
+		Ratio(out, "redis_hotkey_acq", "ceiling", "redsync", rs.Ceiling(), rs.Rate())
+		// The floor of a hand-off through Redis: one PUBLISH from one
+		// connection to a subscriber on another, as go-redis delivers it.
+		floor := pubSubFloor(b, addr, prefix+"floor", 2000)
+		fmt.Fprintf(out, "BENCH hotkey redis/floor handoff_p50_us=%.1f\n", us(floor))
+		for _, name := range names {
+			Ratio(out, "redis_hotkey_handoff_p50", name, "floor", float64(res[name].HandoffP50), float64(floor))
+		}
 	})
+}
+
+// pubSubFloor is the median time from sending a PUBLISH on one go-redis
+// client to its delivery on another's subscription channel, over n
+// messages sent one at a time.
+func pubSubFloor(b *testing.B, addr, channel string, n int) time.Duration {
+	pub, sub := newRedisClient(b, addr, 0), newRedisClient(b, addr, 0)
+	ctx := context.Background()
+	ps := sub.Subscribe(ctx, channel)
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		b.Fatal(err)
+	}
+	ch := ps.Channel()
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		if err := pub.Publish(ctx, channel, "x").Err(); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-ch:
+			lat = append(lat, time.Since(t0))
+		case <-time.After(time.Second):
+			b.Fatal("pub/sub floor: a message was not delivered")
+		}
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2]
 }
 
 // BenchmarkRedisAllocs: heap allocations per lock+unlock cycle.
@@ -162,10 +263,8 @@ func BenchmarkRedisAllocs(b *testing.B) {
 	once(b, func() {
 		addr, prefix, _ := redisSetup(b)
 		allocs := map[string]float64{}
-		for _, lib := range redisLibraries(addr, prefix) {
-			if lib.name == "cerberus-fair" {
-				continue
-			}
+		libs := uncontendedLibraries(addr, prefix)
+		for _, lib := range libs {
 			lock := lib.build(b, "allocs/"+lib.name)
 			warm(lock)
 			const n = 1000
@@ -186,7 +285,11 @@ func BenchmarkRedisAllocs(b *testing.B) {
 			allocs[lib.name] = a
 			fmt.Fprintf(out, "BENCH allocs redis/%s allocs_per_cycle=%.1f bytes_per_cycle=%.0f\n", lib.name, a, float64(after.TotalAlloc-before.TotalAlloc)/n)
 		}
-		Ratio(out, "redis_allocs_per_cycle", "cerberus", "redislock", allocs["cerberus"], allocs["redislock"])
+		for _, lib := range libs {
+			if lib.name != "redsync" {
+				Ratio(out, "redis_allocs_per_cycle", lib.name, "redsync", allocs[lib.name], allocs["redsync"])
+			}
+		}
 	})
 }
 
