@@ -254,6 +254,7 @@ func (f *Failover) Limits() engine.Limits {
 		lim.MinTTL = max(lim.MinTTL, l.MinTTL)
 		lim.MaxTTL = min(lim.MaxTTL, l.MaxTTL)
 		lim.Floor = max(lim.Floor, l.Floor)
+		lim.Counted = lim.Counted && l.Counted
 	}
 	return lim
 }

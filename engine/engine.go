@@ -52,8 +52,9 @@ type Request struct {
 	// are served in arrival order: a counted waiter does not pass an earlier
 	// waiter of either mode. The count is checked against the Limit of the
 	// request being granted; every holder of a key should ask the same Limit.
-	// 0 means no limit. Limit must be 0 for an Exclusive request and at most
-	// MaxLimit; CheckRequest says so with ErrInvalidRequest.
+	// 0 means no limit. Limit must be 0 for an Exclusive request, at most
+	// MaxLimit, and 0 on an engine whose Limits().Counted is false;
+	// CheckRequest says so with ErrInvalidRequest.
 	Limit int
 	// Value is a small label the engine stores with the lease on the server,
 	// readable by anyone through Inspector.Holders while the lease holds:
@@ -84,6 +85,10 @@ type Limits struct {
 	// them and documents that a silent holder keeps its key up to Floor.
 	// The failover manager fences a switch by it.
 	Floor time.Duration
+	// Counted reports whether the engine honours Request.Limit natively.
+	// CheckRequest refuses a request with a Limit from an engine that does
+	// not, so that no engine grants more than Limit permits by ignoring it.
+	Counted bool
 }
 
 // Engine grants leases on one kind of server. Its methods are safe for

@@ -3,9 +3,8 @@ package engine
 // Optional interfaces. An Engine or a Lease may implement these besides the
 // contract; callers find them with a type assertion, as database/sql finds
 // driver.Pinger or driver.Validator. None of them is needed to pass the
-// conformance suite, except Inspector and Watcher, which the suite's
-// semaphore and election checks use (every engine in this module implements
-// both).
+// conformance suite. Inspector and Watcher are for semaphores and
+// elections (issue 17); so far the etcd engine implements them.
 
 import "context"
 

@@ -66,7 +66,8 @@ func CheckValue(v string) error {
 }
 
 // CheckRequest validates req against lim: the key with CheckKey, the mode,
-// the limit (0, or 1..MaxLimit on a Shared request), the value with
+// the limit (0, or 1..MaxLimit on a Shared request to an engine whose
+// lim.Counted is true), the value with
 // CheckValue, and the TTL within [lim.MinTTL, lim.MaxTTL]. Engines call it first in
 // Validate and add their own rules after it.
 func CheckRequest(req Request, lim Limits) error {
@@ -81,6 +82,9 @@ func CheckRequest(req Request, lim Limits) error {
 	}
 	if req.Limit > 0 && req.Mode != Shared {
 		return fmt.Errorf("%w: a limit needs a shared request", ErrInvalidRequest)
+	}
+	if req.Limit > 0 && !lim.Counted {
+		return fmt.Errorf("%w: this engine has no counted mode (Request.Limit)", ErrInvalidRequest)
 	}
 	if err := CheckValue(req.Value); err != nil {
 		return err

@@ -184,6 +184,7 @@ func (e *Engine) ttl() time.Duration {
 func (e *Engine) Limits() engine.Limits {
 	lim := engine.Common
 	lim.Floor = max(e.leaseTTL, time.Duration(e.granted.Load())) + time.Second
+	lim.Counted = true
 	return lim
 }
 
