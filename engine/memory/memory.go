@@ -1,9 +1,11 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,6 +18,9 @@ type Store struct {
 	mu    sync.Mutex
 	locks map[string]*entry
 	seq   uint64 // the last token granted, for every key
+	// watchers are the Watch channels of each key, told of every grant
+	// and release.
+	watchers map[string]map[chan struct{}]struct{}
 }
 
 // entry is the state of one key. It exists while the key is held or waited
@@ -38,7 +43,7 @@ type waiter struct {
 
 // NewStore returns an empty Store.
 func NewStore() *Store {
-	return &Store{locks: make(map[string]*entry)}
+	return &Store{locks: make(map[string]*entry), watchers: make(map[string]map[chan struct{}]struct{})}
 }
 
 // Option configures an Engine.
@@ -56,7 +61,11 @@ type Engine struct {
 	frame engine.Base[*lease]
 }
 
-var _ engine.Engine = (*Engine)(nil)
+var (
+	_ engine.Engine    = (*Engine)(nil)
+	_ engine.Inspector = (*Engine)(nil)
+	_ engine.Watcher   = (*Engine)(nil)
+)
 
 // New returns a memory engine.
 func New(opts ...Option) *Engine {
@@ -74,9 +83,12 @@ func New(opts ...Option) *Engine {
 // Name returns "memory".
 func (e *Engine) Name() string { return "memory" }
 
-// Limits returns the common bounds from package engine.
+// Limits returns the common bounds from package engine; the engine counts
+// (Request.Limit).
 func (e *Engine) Limits() engine.Limits {
-	return engine.Common
+	lim := engine.Common
+	lim.Counted = true
+	return lim
 }
 
 // Validate checks req with engine.CheckRequest.
@@ -97,11 +109,12 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	if err := e.frame.Begin(ctx, e.Validate(req)); err != nil {
 		return nil, err
 	}
-	l := &lease{eng: e, key: req.Key, mode: req.Mode, sig: engine.NewSignal(req.OnLost)}
+	l := &lease{eng: e, key: req.Key, mode: req.Mode, limit: req.Limit, value: req.Value,
+		sig: engine.NewSignal(req.OnLost)}
 	s := e.store
 	s.mu.Lock()
 	ent := s.entry(req.Key)
-	if len(ent.queue) == 0 && ent.free(req.Mode) {
+	if len(ent.queue) == 0 && ent.free(l) {
 		s.grant(ent, l)
 		s.mu.Unlock()
 		return e.granted(l, req)
@@ -163,6 +176,7 @@ func (e *Engine) Close() error {
 	for _, l := range held {
 		l.end(engine.ErrClosed)
 	}
+	e.frame.Wait() // the Watch forwarders, which end with Close
 	return nil
 }
 
@@ -185,13 +199,25 @@ func (s *Store) grant(ent *entry, l *lease) {
 	} else {
 		ent.readers[l] = struct{}{}
 	}
+	s.notify(l.key)
+}
+
+// notify tells key's watchers that its holders changed. Call with s.mu
+// held.
+func (s *Store) notify(key string) {
+	for ch := range s.watchers[key] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // handOff grants the key to the head of the queue while it is free for
-// it: one writer, or every reader up to the next writer. Call with s.mu
-// held.
+// it: one writer, or every reader up to the next writer (a counted reader
+// while the count allows). Call with s.mu held.
 func (s *Store) handOff(ent *entry) {
-	for len(ent.queue) > 0 && ent.free(ent.queue[0].l.mode) {
+	for len(ent.queue) > 0 && ent.free(ent.queue[0].l) {
 		w := ent.queue[0]
 		ent.queue[0] = nil
 		ent.queue = ent.queue[1:]
@@ -234,6 +260,7 @@ func (s *Store) drop(l *lease) bool {
 	default:
 		return false
 	}
+	s.notify(l.key)
 	s.handOff(ent)
 	s.tidy(l.key, ent)
 	return true
@@ -252,11 +279,100 @@ func (s *Store) has(key string) bool {
 	return s.locks[key] != nil
 }
 
-// free reports whether the key's holders admit one more in mode: no
-// writer, and for a writer no readers either. Who is queued is the
-// caller's concern.
-func (ent *entry) free(mode engine.Mode) bool {
-	return ent.writer == nil && (mode == engine.Shared || len(ent.readers) == 0)
+// free reports whether the key's holders admit l: no writer, for a writer
+// no readers either, and for a counted reader fewer readers than its
+// limit. Who is queued is the caller's concern.
+func (ent *entry) free(l *lease) bool {
+	if ent.writer != nil {
+		return false
+	}
+	if l.mode == engine.Exclusive {
+		return len(ent.readers) == 0
+	}
+	return l.limit == 0 || len(ent.readers) < l.limit
+}
+
+// Holders lists the leases that hold key, in grant order; see
+// engine.Inspector. It returns engine.ErrClosed after Close.
+func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, error) {
+	if err := engine.CheckKey(key, e.Limits().MaxKeyLen); err != nil {
+		return nil, err
+	}
+	if e.frame.Closed() {
+		return nil, engine.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := e.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ent := s.locks[key]
+	if ent == nil {
+		return nil, nil
+	}
+	var out []engine.Holder
+	if ent.writer != nil {
+		out = append(out, ent.writer.holder())
+	}
+	for r := range ent.readers {
+		out = append(out, r.holder())
+	}
+	slices.SortFunc(out, func(a, b engine.Holder) int { return cmp.Compare(a.Token, b.Token) })
+	return out, nil
+}
+
+// Watch reports every grant and release on key; see engine.Watcher. The
+// channel is closed when ctx ends or the engine closes. It returns
+// engine.ErrClosed after Close.
+func (e *Engine) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	if err := engine.CheckKey(key, e.Limits().MaxKeyLen); err != nil {
+		return nil, err
+	}
+	if e.frame.Closed() {
+		return nil, engine.ErrClosed
+	}
+	s := e.store
+	ch := make(chan struct{}, 1)
+	s.mu.Lock()
+	if s.watchers[key] == nil {
+		s.watchers[key] = make(map[chan struct{}]struct{})
+	}
+	s.watchers[key][ch] = struct{}{}
+	s.mu.Unlock()
+	out := make(chan struct{}, 1)
+	wctx, cancel := e.frame.Bind(ctx)
+	forward := func() {
+		defer close(out)
+		defer cancel()
+		defer func() {
+			s.mu.Lock()
+			delete(s.watchers[key], ch)
+			if len(s.watchers[key]) == 0 {
+				delete(s.watchers, key)
+			}
+			s.mu.Unlock()
+		}()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-ch:
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+	if !e.frame.Go(forward) {
+		cancel()
+		s.mu.Lock()
+		delete(s.watchers[key], ch)
+		s.mu.Unlock()
+		return nil, engine.ErrClosed
+	}
+	return out, nil
 }
 
 // lease is a memory engine lease.
@@ -264,9 +380,15 @@ type lease struct {
 	eng   *Engine
 	key   string
 	mode  engine.Mode
+	limit int    // Request.Limit
+	value string // Request.Value
 	token uint64
 	sig   *engine.Signal
 	timer *time.Timer // nil for renewed leases; guarded by eng.mu
+}
+
+func (l *lease) holder() engine.Holder {
+	return engine.Holder{Mode: l.mode, Token: l.token, Value: l.value}
 }
 
 func (l *lease) Key() string           { return l.key }
@@ -289,12 +411,13 @@ func (l *lease) Release(ctx context.Context) error {
 // expire ends a fixed-TTL lease when its timer fires.
 func (l *lease) expire() { l.end(engine.ErrLeaseLost) }
 
-// end takes the key from the lease, if it still holds it, and closes the
-// lease with err.
+// end closes the lease with err and then takes the key from it, if it
+// still holds it: the holder is told before anyone else can be granted
+// the key.
 func (l *lease) end(err error) {
-	l.eng.store.drop(l)
 	l.stop()
 	l.sig.Close(err)
+	l.eng.store.drop(l)
 }
 
 // stop disarms the expiry timer and forgets the lease.
