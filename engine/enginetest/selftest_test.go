@@ -163,6 +163,8 @@ func (b *broken) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 		req.Renew = false
 	case "shared-as-exclusive":
 		req.Mode = engine.Exclusive
+	case "uncounted":
+		req.Limit = 0
 	case "wait-ignores-ctx":
 		if req.Wait {
 			ctx = context.Background()
@@ -195,6 +197,15 @@ func (b *broken) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	b.reg.holders[req.Key] = l
 	b.reg.mu.Unlock()
 	return bl, nil
+}
+
+// Holders lists the inner engine's holders; with the defect
+// "no-holders" it lists none.
+func (b *broken) Holders(ctx context.Context, key string) ([]engine.Holder, error) {
+	if b.defect == "no-holders" {
+		return nil, engine.CheckKey(key, engine.MaxKeyLen)
+	}
+	return b.Engine.(engine.Inspector).Holders(ctx, key)
 }
 
 func (b *broken) Ping(ctx context.Context) error {
@@ -347,6 +358,9 @@ func TestSuiteCatchesBrokenEngines(t *testing.T) {
 		{"down-unmarked", "Unreachable"},
 		{"denied-is-unavailable", "AccessDenied"},
 		{"barging", "Fairness"},
+		{"uncounted", "Semaphore"},
+		{"no-holders", "Election"},
+		{"no-holders", "Semaphore"},
 	}
 	// These defects are caught only when the check's own time limit runs
 	// out (6 to 10 seconds each): too slow for a quick run.

@@ -110,6 +110,8 @@ var checks = []check{
 	{"SharedStress", checkSharedStress},
 	{"Close", checkClose},
 	{"Fairness", checkFairness},
+	{"Semaphore", checkSemaphore},
+	{"Election", checkElection},
 	{"Unreachable", checkUnreachable},
 	{"AccessDenied", checkAccessDenied},
 }
