@@ -111,6 +111,23 @@ func (c *Client) request(key string, mode engine.Mode, wait bool, s settings) en
 	return engine.Request{Key: key, Mode: mode, TTL: s.ttl, Renew: s.renew, Wait: wait}
 }
 
+// acquireOnce grants req as a lease of its own, without reentrancy: a
+// semaphore permit or an election campaign, where each call is a hold of
+// its own. req is validated first.
+func (c *Client) acquireOnce(ctx context.Context, req engine.Request, s settings) (*Lease, error) {
+	if err := c.eng.Validate(req); err != nil {
+		return nil, err
+	}
+	if c.isClosed() {
+		return nil, engine.ErrClosed
+	}
+	h := &hold{c: c, key: req.Key, mode: req.Mode, count: 1, ready: closedChan, obs: s.observer}
+	if err := h.acquire(ctx, req); err != nil {
+		return nil, err
+	}
+	return &Lease{h: h}, nil
+}
+
 // acquire is every Lock variant: validation, reentrancy, then the engine.
 func (c *Client) acquire(ctx context.Context, key string, mode engine.Mode, wait bool,
 	opts []Option) (*Lease, error) {

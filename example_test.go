@@ -166,3 +166,77 @@ func ExampleFailover_Handler() {
 	// 401 primary <nil>
 	// 200 backup only this process switched to backup (epoch 1)
 }
+
+func ExampleClient_Semaphore() {
+	ctx := context.Background()
+	c, _ := cerberus.New(memory.New())
+	defer c.Close()
+
+	// At most two report workers at once, across every process.
+	sem := c.Semaphore("report-workers", 2)
+	a, _ := sem.Acquire(ctx)
+	b, _ := sem.Acquire(ctx)
+	n, _ := sem.Holders(ctx)
+	fmt.Println("permits held:", n)
+
+	_, err := sem.TryAcquire(ctx)
+	fmt.Println("a third:", errors.Is(err, cerberus.ErrNotAcquired))
+
+	_ = a.Unlock(ctx)
+	c3, err := sem.TryAcquire(ctx)
+	fmt.Println("after one came back:", err == nil, c3.Token() > b.Token())
+	_ = b.Unlock(ctx)
+	_ = c3.Unlock(ctx)
+	// Output:
+	// permits held: 2
+	// a third: true
+	// after one came back: true true
+}
+
+func ExampleElection() {
+	ctx := context.Background()
+	c, _ := cerberus.New(memory.New())
+	defer c.Close()
+
+	el := c.Election("scheduler")
+	lead, _ := el.Campaign(ctx, "pod-7")
+	who, _ := el.Leader(ctx)
+	fmt.Println("leader:", who.Value, who.Token == lead.Token())
+
+	// Another replica waits; resigning hands over at once.
+	next := make(chan *cerberus.Lease)
+	go func() {
+		l, _ := el.Campaign(ctx, "pod-9")
+		next <- l
+	}()
+	_ = lead.Unlock(ctx)
+	l := <-next
+	who, _ = el.Leader(ctx)
+	fmt.Println("leader:", who.Value, l.Token() > lead.Token())
+	_ = l.Unlock(ctx)
+	_, err := el.Leader(ctx)
+	fmt.Println(errors.Is(err, cerberus.ErrNoLeader))
+	// Output:
+	// leader: pod-7 true
+	// leader: pod-9 true
+	// true
+}
+
+func ExampleElection_Observe() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, _ := cerberus.New(memory.New())
+	defer c.Close()
+
+	el := c.Election("scheduler")
+	changes := el.Observe(ctx)
+	lead, _ := el.Campaign(ctx, "pod-7")
+	fmt.Println("observed:", (<-changes).Value)
+	_ = lead.Unlock(ctx)
+	lead, _ = el.Campaign(ctx, "pod-8")
+	fmt.Println("observed:", (<-changes).Value)
+	_ = lead.Unlock(ctx)
+	// Output:
+	// observed: pod-7
+	// observed: pod-8
+}

@@ -434,3 +434,6 @@ func TestPassiveDetection(t *testing.T) {
 		t.Errorf("%d pings, want 1 for the single failure and 3 (the threshold) to confirm the outage", n)
 	}
 }
+
+// Unwrap lets the Failover find the memory engine's Inspector and Watcher.
+func (f *flaky) Unwrap() engine.Engine { return f.Engine }
