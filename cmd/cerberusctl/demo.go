@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +36,12 @@ type demoConfig struct {
 	store    string // "memory" or "file"
 	storeDir string // the file store's directory
 	timeout  time.Duration
+
+	// -semaphore N and -election run those demos instead of the seckill
+	// (primitives.go); hold is how long each worker holds.
+	semaphore int
+	election  bool
+	hold      time.Duration
 }
 
 func (c *demoConfig) flags(fs *flag.FlagSet) {
@@ -49,7 +56,16 @@ func (c *demoConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up after this long")
 	fs.BoolVar(&c.failover, "failover", false,
 		"run on Redis with ZooKeeper as the secondary, block Redis halfway and show the switch")
+	fs.IntVar(&c.semaphore, "semaphore", 0,
+		"instead of the seckill: each of -buyers workers takes a permit of one semaphore of this many permits")
+	fs.BoolVar(&c.election, "election", false,
+		"instead of the seckill: each of -buyers workers campaigns once in one election, leads, and resigns")
+	fs.DurationVar(&c.hold, "hold", 5*time.Millisecond, "with -semaphore or -election: how long each worker holds")
 }
+
+// primitive reports whether the flags ask for the -semaphore or -election
+// demo.
+func (c *demoConfig) primitive() bool { return c.semaphore != 0 || c.election }
 
 // check validates the flags before anything is started.
 func (c *demoConfig) check() error {
@@ -68,6 +84,15 @@ func (c *demoConfig) check() error {
 	}
 	if c.timeout <= 0 {
 		errs = append(errs, fmt.Errorf("-timeout must be positive, got %v", c.timeout))
+	}
+	if c.semaphore < 0 || c.semaphore > 10000 {
+		errs = append(errs, fmt.Errorf("-semaphore must be between 1 and 10000, got %d", c.semaphore))
+	}
+	if c.semaphore != 0 && c.election {
+		errs = append(errs, errors.New("-semaphore and -election are two demos: pick one"))
+	}
+	if c.primitive() && (c.failover || c.hold < 0 || c.hold > time.Minute) {
+		errs = append(errs, errors.New("-semaphore and -election take -hold between 0 and 1m, and no -failover"))
 	}
 	if c.failover && (c.procs != 1 || c.engine != "memory" || c.store == "file") {
 		errs = append(errs, errors.New("-failover runs in one process on Redis then ZooKeeper: leave "+
@@ -203,6 +228,9 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 	if cfg.failover {
 		return failoverDemoMain(ctx, cfg, stdout, stderr)
 	}
+	if cfg.primitive() {
+		return primitivesMain(ctx, cfg, run, stdout, stderr)
+	}
 
 	fmt.Fprintf(stdout, "seckill demo: engine %s, %d buyers over %d process(es), %d products with %d "+
 		"stock each\n",
@@ -333,7 +361,8 @@ func runWorkers(ctx context.Context, cfg demoConfig, run string, t *tally, stder
 			"-engine", cfg.engine, "-buyers", strconv.Itoa(cfg.buyers), "-products",
 			strconv.Itoa(cfg.products),
 			"-procs", strconv.Itoa(cfg.procs), "-index", strconv.Itoa(i), "-dir", cfg.storeDir, "-run", run,
-			"-timeout", cfg.timeout.String())
+			"-timeout", cfg.timeout.String(), "-semaphore", strconv.Itoa(cfg.semaphore),
+			"-election="+strconv.FormatBool(cfg.election), "-hold", cfg.hold.String())
 		ch.cmd.Stdout = &ch.out
 		ch.cmd.Stderr = stderr
 		if err := ch.cmd.Start(); err != nil {
@@ -400,7 +429,13 @@ func workerMain(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
 	defer cancel()
 	var t tally
-	if err := runBuyers(ctx, cfg, fileStock{cfg.storeDir}, run, index, cfg.procs, &t); err != nil {
+	work := func() error { return runBuyers(ctx, cfg, fileStock{cfg.storeDir}, run, index, cfg.procs, &t) }
+	if cfg.primitive() {
+		work = func() error {
+			return runHolders(ctx, cfg, tracker{filepath.Join(cfg.storeDir, trackerFile)}, run, index, cfg.procs, &t)
+		}
+	}
+	if err := work(); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", workerCommand, err)
 		return 1
 	}

@@ -113,6 +113,9 @@ func TestDemoRefusesBadFlags(t *testing.T) {
 		{[]string{"demo", "-failover", "-procs", "2"}, "-failover runs in one process"},
 		{[]string{"demo", "-procs", "2", "-store", "memory"}, "cannot be shared by several processes"},
 		{[]string{"bogus"}, `unknown command "bogus"`},
+		{[]string{"demo", "-semaphore", "-1"}, "-semaphore must be between 1 and 10000"},
+		{[]string{"demo", "-semaphore", "2", "-election"}, "pick one"},
+		{[]string{"demo", "-election", "-hold", "2m"}, "-hold between 0 and 1m"},
 	} {
 		code, _, errOut := runCmd(t, tc.args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
@@ -137,5 +140,55 @@ func TestStoresRefuseStaleTokens(t *testing.T) {
 		if n, err := st.Read(ctx, 0); err != nil || n != 9 {
 			t.Fatalf("%s: stock after a refused write = %d, %v; want 9", name, n, err)
 		}
+	}
+}
+
+// TestDemoPrimitives runs the -semaphore and -election demos: in one
+// process on the memory engine, and over four OS processes on each server
+// engine that counts and lists holders.
+func TestDemoPrimitives(t *testing.T) {
+	for _, tc := range []struct {
+		engine string
+		procs  string
+		check  func(testing.TB) string
+	}{
+		{"memory", "1", nil},
+		{"etcd", "4", testenv.EtcdAddr},
+	} {
+		t.Run(tc.engine, func(t *testing.T) {
+			if tc.check != nil {
+				tc.check(t)
+			}
+			code, out, errOut := runCmd(t, "demo", "-engine", tc.engine, "-procs", tc.procs, "-semaphore", "3", "-buyers", "40")
+			if code != 0 {
+				t.Fatalf("semaphore: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+			}
+			for _, want := range []string{"40 grants", "most holders at once: 3 (limit 3)", "errors: 0", "PASS"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("semaphore output lacks %q:\n%s", want, out)
+				}
+			}
+			code, out, errOut = runCmd(t, "demo", "-engine", tc.engine, "-procs", tc.procs, "-election", "-buyers", "20")
+			if code != 0 {
+				t.Fatalf("election: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+			}
+			for _, want := range []string{"20 grants", "most holders at once: 1 (limit 1)", "not above the last: 0", "PASS"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("election output lacks %q:\n%s", want, out)
+				}
+			}
+			t.Logf("%s", out)
+		})
+	}
+}
+
+// TestDemoSemaphoreRefusedWithoutCounting: an engine that cannot count
+// fails the semaphore demo with the engine's own reason, not a wrong
+// count.
+func TestDemoSemaphoreRefusedWithoutCounting(t *testing.T) {
+	testenv.MySQLDSN(t)
+	code, out, _ := runCmd(t, "demo", "-engine", "mysql-row", "-semaphore", "2", "-buyers", "4")
+	if code != 1 || !strings.Contains(out, "no counted mode") || !strings.Contains(out, "FAIL") {
+		t.Fatalf("exit %d, want 1 with the engine's refusal:\n%s", code, out)
 	}
 }
