@@ -162,6 +162,9 @@ type chaosTarget struct {
 	// once, before any holder can be told, so the checker is given the
 	// crash times (see checker.Check).
 	volatile bool
+	// primitives adds semaphore and election workloads (workerSpec.
+	// Primitives), for engines that count and list holders.
+	primitives bool
 }
 
 // chaosParams size a run.
@@ -237,6 +240,7 @@ func runChaos(t *testing.T, tg chaosTarget, p chaosParams) checker.Result {
 			Keys: p.keys, Goroutines: p.goroutines, Duration: d, TTL: tg.ttl,
 			Hold: 20 * time.Millisecond, Call: 2 * time.Second, Fence: f.addr,
 			Out: filepath.Join(dir, fmt.Sprintf("worker-%d.jsonl", i)), MaxOps: 100000,
+			Primitives: tg.primitives,
 		}
 		cmds, outs = append(cmds, spawnWorker(t, dir, spec)), append(outs, spec.Out)
 	}
@@ -283,6 +287,9 @@ func runChaos(t *testing.T, tg chaosTarget, p chaosParams) checker.Result {
 	logErrors(t, calls)
 	if r.Sections == 0 {
 		t.Errorf("%s: no critical section completed: the run tested nothing", tg.name)
+	}
+	if tg.primitives {
+		mustHaveKinds(t, tg.name, secs)
 	}
 	if !r.OK() {
 		t.Errorf("%s: %d violations, %d hung calls", tg.name, r.Violations, r.Hung)
@@ -426,5 +433,26 @@ func serverFaults(s pausable, ttl time.Duration) []fault {
 	return []fault{
 		{name: "server SIGSTOP", dur: ttl + ttl/2 + time.Second, do: s.Pause, undo: s.Resume},
 		{name: "server restart", dur: 0, do: s.Restart, crash: true},
+	}
+}
+
+// mustHaveKinds fails unless a Primitives run completed sections of locks,
+// semaphore permits and elections alike.
+func mustHaveKinds(t *testing.T, name string, secs []checker.Section) {
+	t.Helper()
+	var locks, permits, terms int
+	for _, s := range secs {
+		switch {
+		case s.Limit > 1:
+			permits++
+		case strings.HasPrefix(s.Key, "election/"):
+			terms++
+		default:
+			locks++
+		}
+	}
+	t.Logf("%s: %d lock sections, %d permits, %d terms", name, locks, permits, terms)
+	if locks == 0 || permits == 0 || terms == 0 {
+		t.Errorf("%s: a kind of section never completed: %d lock sections, %d permits, %d terms", name, locks, permits, terms)
 	}
 }

@@ -62,7 +62,14 @@ type workerSpec struct {
 	// HoldOne makes the worker a single holder (see runHolder) instead
 	// of a locker.
 	HoldOne bool
+	// Primitives makes a third of the goroutines take permits of
+	// semaphores of chaosPermits on the keys and another third campaign
+	// in elections on them, instead of locking.
+	Primitives bool
 }
+
+// chaosPermits is the size of the semaphores of a Primitives run.
+const chaosPermits = 2
 
 // workerRecord is one line of a worker's output: a section or a call.
 type workerRecord struct {
@@ -291,20 +298,33 @@ func (w *worker) loop(c *cerberus.Client, g int, stop time.Time) {
 	if g%2 == 1 {
 		opt = cerberus.WithTTL(w.period)
 	}
+	kind := "lock"
+	if w.spec.Primitives {
+		kind = []string{"lock", "semaphore", "campaign"}[g%3]
+	}
 	for n := 0; n < w.spec.MaxOps && time.Now().Before(stop); n++ {
-		key := fmt.Sprintf("%s/%d", w.spec.Prefix, rand.IntN(w.spec.Keys))
+		name := fmt.Sprintf("%s/%d", w.spec.Prefix, rand.IntN(w.spec.Keys))
+		holder := fmt.Sprintf("%d/%d/%d", w.spec.Proc, g, n)
 		var l *cerberus.Lease
 		lost := &lossClock{}
-		err := w.call("lock", key, func(ctx context.Context) (err error) {
-			l, err = c.Lock(ctx, key, opt, cerberus.WithObserver(lost))
+		asked := time.Now().UnixNano()
+		err := w.call(kind, name, func(ctx context.Context) (err error) {
+			switch kind {
+			case "semaphore":
+				l, err = c.Semaphore(name, chaosPermits).Acquire(ctx, opt, cerberus.WithObserver(lost))
+			case "campaign":
+				l, err = c.Election(name).Campaign(ctx, holder, opt, cerberus.WithObserver(lost))
+			default:
+				l, err = c.Lock(ctx, name, opt, cerberus.WithObserver(lost))
+			}
 			return err
 		})
 		if err != nil {
 			time.Sleep(10 * time.Millisecond) // a down server must not turn this into a spin
 			continue
 		}
-		s := checker.Section{Key: key, Token: l.Token(), Proc: w.spec.Proc, Start: time.Now().UnixNano()}
-		holder := fmt.Sprintf("%d/%d/%d", w.spec.Proc, g, n)
+		key := l.Key() // a semaphore's or election's key differs from its name
+		s := checker.Section{Key: key, Token: l.Token(), Proc: w.spec.Proc, Start: time.Now().UnixNano(), Asked: asked}
 		// Most sections are short; one in ten outlasts faults and leases,
 		// so that the run sees leases lost while held.
 		h := rand.Int64N(int64(w.spec.Hold))
@@ -316,8 +336,18 @@ func (w *worker) loop(c *cerberus.Client, g int, stop time.Time) {
 		// whose grant is older can no longer write.
 		// Write records the end's write; a refused begin counts as a
 		// refused write, since the holder then makes none.
-		s.Write = w.fenced("begin", key, s.Token, holder)
-		if s.Write == checker.Accepted {
+		if kind == "semaphore" {
+			// Permits share the key: a per-key fence would refuse the
+			// older of two rightful holders, so permits make no fenced
+			// write and the checker counts them (Section.Limit).
+			s.Limit, s.Write = chaosPermits, checker.NoWrite
+			select {
+			case <-l.Done():
+				s.Told = time.Now().UnixNano()
+				<-hold.C
+			case <-hold.C:
+			}
+		} else if s.Write = w.fenced("begin", key, s.Token, holder); s.Write == checker.Accepted {
 			s.Write = checker.NoWrite
 			select {
 			case <-l.Done():

@@ -116,6 +116,7 @@ func TestCheckerEtcd(t *testing.T) {
 		name: "etcd", engine: "etcd", addrs: []string{px.Addr()}, ttl: etcdLease,
 		faults:      append(networkFaults(t, px, etcdLease), serverFaults(srv, etcdLease)...),
 		clientPause: 2*etcdLease + time.Second,
+		primitives:  true,
 	})
 }
 
@@ -126,7 +127,7 @@ func TestCheckerEtcdCluster(t *testing.T) {
 	c := testenv.StartEtcdCluster(t, 3)
 	var leader, other *testenv.Etcd
 	checkEngine(t, chaosTarget{
-		name: "etcd-cluster", engine: "etcd", addrs: c.Addrs, ttl: etcdLease,
+		name: "etcd-cluster", engine: "etcd", addrs: c.Addrs, ttl: etcdLease, primitives: true,
 		faults: []fault{
 			{name: "leader killed, later restarted", dur: 3 * time.Second,
 				do:   func() { leader = c.Nodes[c.Leader()]; leader.Kill() },

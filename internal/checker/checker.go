@@ -27,7 +27,15 @@
 //   - otherwise, or if both have the same token, a violation.
 //
 // Tokens are checked between sections that do not overlap: if A ended
-// before B started, A's token must be smaller than B's.
+// before B started, A's token must be smaller than B's. On a counted key,
+// where permits granted together may be learned in either order, B's
+// start is the start of the call that asked for it (Section.Asked).
+//
+// Sections of a counted key (a semaphore: Limit above 1) may overlap up to
+// Limit at a time. At each section's start the checker counts the
+// sections then in progress on the key, leaving out those excused as
+// above (told before that instant, or paused and not written, or crashed
+// and not written); more than Limit is a violation.
 package checker
 
 import (
@@ -59,6 +67,14 @@ type Section struct {
 	End   int64  `json:"e"`           // unix ns, when the holder stopped
 	Told  int64  `json:"d,omitempty"` // unix ns when Done was seen closed, 0 if never
 	Write Write  `json:"w"`
+	// Limit is how many sections of the key may be in progress at once:
+	// a semaphore's permits; 0 or 1 for a lock or an election.
+	Limit int `json:"n,omitempty"`
+	// Asked is when the call that got the grant began (unix ns). On a
+	// counted key two permits may be granted at once and their holders
+	// learn of it in either order, so tokens are compared from the ask:
+	// a permit asked for after another ended must have a larger token.
+	Asked int64 `json:"a,omitempty"`
 }
 
 // Call is one library call with a context deadline.
@@ -154,7 +170,11 @@ func Check(secs []Section, calls []Call, pauses []Pause, crashes []int64, end in
 	sort.Strings(keys)
 	for _, k := range keys {
 		ss := byKey[k]
-		r.overlaps(ss, pauses, crashes)
+		if limit := ss[0].Limit; limit > 1 {
+			r.counted(ss, limit, pauses, crashes)
+		} else {
+			r.overlaps(ss, pauses, crashes)
+		}
 		r.tokens(ss)
 	}
 	r.Violations = r.Overlaps + r.TokenErrors
@@ -215,6 +235,59 @@ func (r *Result) overlaps(ss []Section, pauses []Pause, crashes []int64) {
 	}
 }
 
+// counted judges the sections of a key with limit permits: at each
+// section's start, no more than limit sections may be in progress that are
+// not excused (told, paused and not written, crashed and not written). An
+// instant at which the excused ones alone made the count exceed limit is
+// counted once as lost but told, or paused or crash fenced.
+func (r *Result) counted(ss []Section, limit int, pauses []Pause, crashes []int64) {
+	sort.Slice(ss, func(i, j int) bool { return ss[i].Start < ss[j].Start })
+	for i, b := range ss {
+		t := b.Start
+		var live []Section
+		raw, told, stopped, crashed := 0, 0, 0, 0
+		for _, s := range ss[:i+1] {
+			if s.End <= t {
+				continue
+			}
+			raw++
+			switch {
+			case s.Told != 0 && s.Told <= max(t, s.Start):
+				told++
+			case s.Write != Accepted && paused(s, pauses):
+				stopped++
+			case s.Write != Accepted && crashedBetween(s, b, crashes):
+				crashed++
+			default:
+				live = append(live, s)
+			}
+		}
+		switch {
+		case len(live) > limit:
+			r.Overlaps++
+			r.example("%d of %d permits of %q in use at %s: %s", len(live), limit, b.Key, clock(t), describe(live))
+		case raw > limit && told > 0:
+			r.LostButTold++
+		case raw > limit && stopped > 0:
+			r.PausedFenced++
+		case raw > limit && crashed > 0:
+			r.CrashFenced++
+		}
+	}
+}
+
+// describe lists sections briefly, for a violation's example.
+func describe(ss []Section) string {
+	out := ""
+	for i, s := range ss {
+		if i > 0 {
+			out += ", "
+		}
+		out += fmt.Sprintf("proc %d token %d from %s (told %s)", s.Proc, s.Token, clock(s.Start), since(s.Start, s.Told))
+	}
+	return out
+}
+
 func clock(ns int64) string { return time.Unix(0, ns).Format("15:04:05.000") }
 
 // since describes an optional instant relative to start.
@@ -261,6 +334,14 @@ func pausedCall(c Call, pauses []Pause, end int64) bool {
 	return false
 }
 
+// asked is when s's grant was asked for: Asked, or its start if unknown.
+func asked(s Section) int64 {
+	if s.Asked != 0 {
+		return s.Asked
+	}
+	return s.Start
+}
+
 // tokens checks that a section's token is larger than the token of every
 // section on its key that ended before it started.
 func (r *Result) tokens(ss []Section) {
@@ -271,8 +352,15 @@ func (r *Result) tokens(ss []Section) {
 	var maxTok uint64
 	var maxSec Section
 	j := 0
+	if ss[0].Limit > 1 {
+		sort.Slice(byStart, func(i, j int) bool { return asked(byStart[i]) < asked(byStart[j]) })
+	}
 	for _, b := range byStart {
-		for j < len(byEnd) && byEnd[j].End <= b.Start {
+		from := b.Start
+		if b.Limit > 1 {
+			from = asked(b)
+		}
+		for j < len(byEnd) && byEnd[j].End <= from {
 			if byEnd[j].Token >= maxTok {
 				maxTok, maxSec = byEnd[j].Token, byEnd[j]
 			}

@@ -91,3 +91,50 @@ func TestCheckFindsHungCalls(t *testing.T) {
 		}
 	}
 }
+
+// permit is a section of a 2-permit semaphore key "s", made without a
+// fenced write, as the semaphore workload makes them.
+func permit(proc int, token uint64, start, end int64) Section {
+	s := sec("s", proc, token, start, end)
+	s.Limit, s.Write = 2, NoWrite
+	return s
+}
+
+// asking sets when s's grant was asked for, in ms.
+func asking(s Section, at int64) Section {
+	s.Asked = at*ms + 1
+	return s
+}
+
+func TestCheckJudgesPermits(t *testing.T) {
+	told := permit(1, 1, 0, 100)
+	told.Told = 40 * ms
+	late := permit(1, 1, 0, 100)
+	late.Told = 70 * ms
+	cases := []struct {
+		name                      string
+		secs                      []Section
+		pauses                    []Pause
+		violations, told, stopped int
+	}{
+		{"two at once", []Section{permit(1, 1, 0, 100), permit(2, 2, 10, 90)}, nil, 0, 0, 0},
+		{"three one after another in pairs", []Section{permit(1, 1, 0, 50), permit(2, 2, 10, 100), permit(3, 3, 50, 120)}, nil, 0, 0, 0},
+		{"three at once", []Section{permit(1, 1, 0, 100), permit(2, 2, 10, 100), permit(3, 3, 50, 120)}, nil, 1, 0, 0},
+		{"the third after the first was told", []Section{told, permit(2, 2, 10, 100), permit(3, 3, 50, 120)}, nil, 0, 1, 0},
+		{"the third before the first was told", []Section{late, permit(2, 2, 10, 100), permit(3, 3, 50, 120)}, nil, 1, 0, 0},
+		{"the first paused", []Section{permit(1, 1, 0, 100), permit(2, 2, 10, 100), permit(3, 3, 50, 120)},
+			[]Pause{{Proc: 1, Start: 20 * ms, End: 90 * ms}}, 0, 0, 1},
+		{"tokens still rise", []Section{permit(1, 5, 0, 10), permit(2, 4, 20, 30)}, nil, 1, 0, 0},
+		{"granted together, learned late", []Section{permit(1, 5, 0, 10), asking(permit(2, 4, 20, 30), 0)}, nil, 0, 0, 0},
+		{"asked after the other ended", []Section{permit(1, 5, 0, 10), asking(permit(2, 4, 20, 30), 15)}, nil, 1, 0, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := Check(c.secs, nil, c.pauses, nil, 0)
+			if r.Violations != c.violations || r.LostButTold != c.told || r.PausedFenced != c.stopped {
+				t.Errorf("got violations=%d told=%d paused=%d, want %d %d %d (%v)", r.Violations, r.LostButTold,
+					r.PausedFenced, c.violations, c.told, c.stopped, r.Examples)
+			}
+		})
+	}
+}
