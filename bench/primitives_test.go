@@ -1,0 +1,180 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/engine/etcd"
+	"github.com/cerberus-go/cerberus/internal/testenv"
+)
+
+// semPermits is the size of the contended semaphore.
+const semPermits = 4
+
+// BenchmarkSemaphoreContended: 16 clients, each with its own connection,
+// on one semaphore of 4 permits, 1 ms held. cerberus on etcd, and
+// consul/api's semaphore (api.SemaphorePrefix, a new Semaphore and so a
+// new session per acquisition, as its documentation shows) on Consul.
+func BenchmarkSemaphoreContended(b *testing.B) {
+	once(b, func() {
+		eaddr, root := etcdSetup(b)
+		caddr := testenv.ConsulAddr(b)
+		name := fmt.Sprintf("bench-sem-%d", time.Now().UnixNano())
+		res := map[string]HotKeyResult{}
+		r := hotKey("semaphore/cerberus-etcd", func() LockFunc {
+			c := etcdCerberus(b, eaddr, root)
+			sem := c.Semaphore(name, semPermits)
+			return func(ctx context.Context) (func() error, error) {
+				l, err := sem.Acquire(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return func() error { return l.Unlock(context.Background()) }, nil
+			}
+		}, 30*time.Second)
+		r.Report(out)
+		res["cerberus-etcd"] = r
+		r = hotKey("semaphore/consul-api", func() LockFunc {
+			return apiSemaphore(b, consulClient(b, caddr), consulPrefix+"/"+name)
+		}, 30*time.Second)
+		r.Report(out)
+		res["consul-api"] = r
+		Ratio(out, "semaphore_acq", "cerberus-etcd", "consul-api", res["cerberus-etcd"].Rate(),
+			res["consul-api"].Rate())
+		Ratio(out, "semaphore_wait_p99", "consul-api", "cerberus-etcd",
+			float64(res["consul-api"].WaitP99), float64(res["cerberus-etcd"].WaitP99))
+	})
+}
+
+// apiSemaphore adapts consul/api's Semaphore: one new Semaphore (and
+// session) per acquisition, as its documentation shows.
+func apiSemaphore(b *testing.B, c *api.Client, prefix string) LockFunc {
+	return func(ctx context.Context) (func() error, error) {
+		s, err := c.SemaphorePrefix(prefix, semPermits)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.Acquire(ctx.Done()); err != nil {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			_ = s.Release()
+			return nil, ctx.Err()
+		}
+		return s.Release, nil
+	}
+}
+
+// etcdCerberus makes a cerberus Client on an etcd engine of its own
+// connection, closed when the benchmark ends.
+func etcdCerberus(b *testing.B, addr, root string) *cerberus.Client {
+	b.Helper()
+	e, err := etcd.New(newEtcdClient(b, addr), etcd.WithPrefix(root+"cerberus/"), etcd.WithLeaseTTL(etcdLeaseTTL))
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := cerberus.New(e)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// candidate is one library's election participant: campaign blocks until
+// it leads; resign gives leadership up.
+type candidate struct {
+	campaign func(ctx context.Context) error
+	resign   func() error
+}
+
+// handoverRounds is how many resignations each election library does.
+const handoverRounds = 40
+
+// BenchmarkElectionHandover: two candidates, each with its own connection;
+// one leads, the other campaigns; the time from the leader starting to
+// resign to the other's Campaign returning, alternately, handoverRounds
+// times. cerberus's Election on etcd against etcd's own
+// concurrency.Election, the rounds of the two interleaved.
+func BenchmarkElectionHandover(b *testing.B) {
+	once(b, func() {
+		addr, root := etcdSetup(b)
+		libs := map[string]func() candidate{
+			"cerberus": func() candidate {
+				el := etcdCerberus(b, addr, root).Election("handover")
+				var l *cerberus.Lease
+				return candidate{
+					campaign: func(ctx context.Context) (err error) { l, err = el.Campaign(ctx, "x"); return err },
+					resign:   func() error { return l.Unlock(context.Background()) },
+				}
+			},
+			"concurrency.Election": func() candidate {
+				s, err := concurrency.NewSession(newEtcdClient(b, addr), concurrency.WithTTL(int(etcdLeaseTTL/time.Second)))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = s.Close() })
+				el := concurrency.NewElection(s, root+"election/handover")
+				return candidate{
+					campaign: func(ctx context.Context) error { return el.Campaign(ctx, "x") },
+					resign:   func() error { return el.Resign(context.Background()) },
+				}
+			},
+		}
+		names := []string{"cerberus", "concurrency.Election"}
+		pairs := map[string][2]candidate{}
+		leader := map[string]int{}
+		for _, n := range names {
+			pairs[n] = [2]candidate{libs[n](), libs[n]()}
+			if err := pairs[n][0].campaign(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		samples := map[string][]time.Duration{}
+		for round := range handoverRounds {
+			for _, n := range names {
+				d, err := handover(pairs[n][leader[n]], pairs[n][1-leader[n]])
+				if err != nil {
+					b.Fatalf("%s round %d: %v", n, round, err)
+				}
+				samples[n] = append(samples[n], d)
+				leader[n] = 1 - leader[n]
+			}
+		}
+		p50 := map[string]time.Duration{}
+		for _, n := range names {
+			s := samples[n]
+			slices.Sort(s)
+			p50[n] = s[len(s)/2]
+			fmt.Fprintf(out, "BENCH election_handover/%s p50_us=%.0f p99_us=%.0f rounds=%d\n", n, us(s[len(s)/2]),
+				us(s[len(s)*99/100]), len(s))
+		}
+		Ratio(out, "election_handover_p50", "concurrency.Election", "cerberus", float64(p50["concurrency.Election"]),
+			float64(p50["cerberus"]))
+	})
+}
+
+// handover makes next campaign while cur leads, then resigns cur, and
+// returns the time from the resignation to next's Campaign returning.
+func handover(cur, next candidate) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	won := make(chan error, 1)
+	go func() { won <- next.campaign(ctx) }()
+	time.Sleep(20 * time.Millisecond) // let next's campaign reach the server
+	t0 := time.Now()
+	if err := cur.resign(); err != nil {
+		return 0, err
+	}
+	if err := <-won; err != nil {
+		return 0, err
+	}
+	return time.Since(t0), nil
+}
