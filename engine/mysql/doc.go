@@ -75,13 +75,14 @@
 // continuous stream of overlapping readers can hold it off.
 //
 // A counted shared grant (Request.Limit, a semaphore permit) is the same
-// transaction, with the reader row added by INSERT ... SELECT ... WHERE
-// (SELECT COUNT(*) of the key's reader rows with expires_at > NOW(6)) <
-// Limit: no extra statement. The bump holds the key row's exclusive lock
-// until the commit, so the counted grants of a key run one at a time, and
-// INSERT ... SELECT reads the reader rows with locks, so it sees every
-// committed row rather than a snapshot: two grants can never both find the
-// last permit free, whatever the processes. Every grant bumps the version
+// transaction, with the reader row added by INSERT ... SELECT ... FROM the
+// readers table WHERE the key's rows have expires_at > NOW(6) HAVING
+// COUNT(*) < Limit: no extra statement. The bump holds the key row's
+// exclusive lock until the commit, so the counted grants of a key run one
+// at a time, and the count reads every committed row (under shared locks in
+// REPEATABLE READ, from a fresh read view in READ COMMITTED), never an
+// older snapshot: two grants can never both find the last permit free,
+// whatever the processes. Every grant bumps the version
 // under that lock, so each permit has a token of its own, above every
 // earlier grant's on the key. A permit is a reader row with the lease
 // rules above: a crashed holder's permit counts until its expires_at, at

@@ -181,8 +181,8 @@ func (e *Engine) grantOnce(ctx context.Context, req engine.Request, owner string
 // expired and adds this reader's row. The bump locks the key row until the
 // commit, so the shared grants of a key run one at a time; a counted one
 // (req.Limit above 0) adds its row only while fewer than Limit unexpired
-// reader rows of the key exist, in the same statement, which reads the
-// committed rows under lock (INSERT ... SELECT is a locking read).
+// reader rows of the key exist, counted in the same statement
+// (readerAddCounted).
 func (e *Engine) grantShared(ctx context.Context, req engine.Request, owner string,
 	ttl int64) (uint64, bool, error) {
 	tx, err := e.db.BeginTx(ctx, nil)

@@ -166,14 +166,20 @@ func buildQueries(t string) queries {
 			" (`lock_key`, `owner`, `version`, `ttl_us`, `expires_at`, `value`) VALUES (?, ?, ?, ?, NOW(6) + " +
 			"INTERVAL ? MICROSECOND, ?)",
 		// A counted reader row is added only while fewer than the limit
-		// of unexpired reader rows of the key exist. INSERT ... SELECT
-		// reads them under shared locks, so it sees the committed rows
-		// (not a snapshot), and the caller holds the key row's lock, so
-		// two grants of the key cannot both find one permit left.
+		// of unexpired reader rows of the key exist: the SELECT counts
+		// them (an aggregate without GROUP BY gives one row, also for
+		// none) and HAVING drops that row when the key is full. The
+		// readers table is in the SELECT's FROM clause, as MySQL allows
+		// for INSERT ... SELECT (not in a subquery, which it refuses).
+		// The caller holds the key row's lock, which every shared grant
+		// of the key takes first, so the grants before it have committed
+		// and two grants cannot both find one permit left; the count reads
+		// committed rows (under shared locks in REPEATABLE READ, from a
+		// fresh read view in READ COMMITTED), never an older snapshot.
 		readerAddCounted: "INSERT INTO " + r +
 			" (`lock_key`, `owner`, `version`, `ttl_us`, `expires_at`, `value`) SELECT ?, ?, ?, ?, NOW(6) + " +
-			"INTERVAL ? MICROSECOND, ? FROM DUAL WHERE (SELECT COUNT(*) FROM " + r + " AS `c` " +
-			"WHERE `c`.`lock_key` = ? AND `c`.`expires_at` > NOW(6)) < ?",
+			"INTERVAL ? MICROSECOND, ? FROM " + r + " AS `c` WHERE `c`.`lock_key` = ? AND " +
+			"`c`.`expires_at` > NOW(6) HAVING COUNT(*) < ?",
 		readerTidy: "DELETE FROM " + r + " WHERE `lock_key` = ? AND `expires_at` <= NOW(6)",
 		readerRelease: "DELETE FROM " + r +
 			" WHERE `lock_key` = ? AND `owner` = ? AND `version` = ? AND `expires_at` > NOW(6)",
