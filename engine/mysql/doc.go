@@ -58,7 +58,10 @@
 // to tables made by an earlier version (MySQL has no ADD COLUMN IF NOT
 // EXISTS, so it asks information_schema first); run it once after
 // upgrading, before the new version takes locks: until then its grants
-// fail with the server's unknown-column error.
+// fail with the server's unknown-column error. Engines of the earlier
+// version keep working on the migrated tables, but write no values: while
+// both run, Holders may show an earlier writer's value for a writer of
+// the old version (and no value for its readers).
 //
 // # Lease strategy (StrategyLease, the default)
 //
@@ -82,9 +85,9 @@
 // at a time, and the count reads every committed row (under shared locks in
 // REPEATABLE READ, from a fresh read view in READ COMMITTED), never an
 // older snapshot: two grants can never both find the last permit free,
-// whatever the processes. Every grant bumps the version
-// under that lock, so each permit has a token of its own, above every
-// earlier grant's on the key. A permit is a reader row with the lease
+// whatever the processes. Every grant bumps the version under that lock,
+// so each permit has a token of its own, above every earlier grant's on
+// the key. A permit is a reader row with the lease
 // rules above: a crashed holder's permit counts until its expires_at, at
 // most its TTL after its last grant or renewal, on the server's clock.
 // Counted waiters poll like every lease waiter (below), with the same
