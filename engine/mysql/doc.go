@@ -50,10 +50,18 @@
 //     for expiry; every expiry test is "expires_at <= NOW(6)" on the server.
 //   - ttl_us: the lease period, so that one renewal statement renews every
 //     lease by its own TTL.
+//   - value VARBINARY(256): the exclusive holder's Request.Value.
 //
 // "<table>_readers" holds one row per shared lease, keyed by (key, owner),
-// with its own version and expires_at. "<table>_fences" holds the row
-// strategy's token counter of each key.
+// with its own version, expires_at and value. "<table>_fences" holds the
+// row strategy's token counter of each key. Migrate adds the value columns
+// to tables made by an earlier version (MySQL has no ADD COLUMN IF NOT
+// EXISTS, so it asks information_schema first); run it once after
+// upgrading, before the new version takes locks: until then its grants
+// fail with the server's unknown-column error. Engines of the earlier
+// version keep working on the migrated tables, but write no values: while
+// both run, Holders may show an earlier writer's value for a writer of
+// the old version (and no value for its readers).
 //
 // # Lease strategy (StrategyLease, the default)
 //
@@ -64,10 +72,31 @@
 // INSERT IGNORE with version 1. Lease.Token is that version.
 //
 // A shared grant is one short transaction: the same conditional bump of the
-// key row's version (writers and readers share one sequence), a reader row,
-// and the removal of expired reader rows of that key. Readers do not
+// key row's version (writers and readers share one sequence), the removal
+// of expired reader rows of that key, and a reader row. Readers do not
 // prefer writers: a writer waits until no unexpired reader is left, so a
 // continuous stream of overlapping readers can hold it off.
+//
+// A counted shared grant (Request.Limit, a semaphore permit) is the same
+// transaction, with the reader row added by INSERT ... SELECT ... FROM the
+// readers table WHERE the key's rows have expires_at > NOW(6) HAVING
+// COUNT(*) < Limit: no extra statement. The bump holds the key row's
+// exclusive lock until the commit, so the counted grants of a key run one
+// at a time, and the count reads every committed row (under shared locks in
+// REPEATABLE READ, from a fresh read view in READ COMMITTED), never an
+// older snapshot: two grants can never both find the last permit free,
+// whatever the processes. Every grant bumps the version under that lock,
+// so each permit has a token of its own, above every earlier grant's on
+// the key. A permit is a reader row with the lease
+// rules above: a crashed holder's permit counts until its expires_at, at
+// most its TTL after its last grant or renewal, on the server's clock.
+// Counted waiters poll like every lease waiter (below), with the same
+// fairness: waiters of one engine take turns in arrival order, waiters of
+// different engines race, and a cancelled wait has written nothing.
+// Limits().Counted is true for the lease strategy.
+//
+// Request.Value is written by the granting statement into the key row (a
+// writer) or the reader row, so it costs no round trip either.
 //
 // Release is an UPDATE (or, for a reader, a DELETE) conditional on the
 // lease's owner value, its version and expires_at > NOW(6). If it changes
@@ -157,6 +186,40 @@
 //
 // Each held row lease uses one pool connection; the pool of a *gorm.DB
 // passed to New must allow that many plus one for the side statements.
+//
+// For Holders a row holder records itself inside its own transaction once
+// it has its token: an exclusive holder writes its token and value into
+// the key's row (which it has locked), a shared one inserts a row into
+// "<table>_readers". That is one more statement per grant, on the pinned
+// connection and never committed (no log flush): the release's ROLLBACK,
+// or the end of a dead holder's session, takes the record away together
+// with the lock, so the record exists exactly as long as the lock does.
+// Holders reads the records in a READ UNCOMMITTED transaction. Row-strategy
+// engines of an earlier version write no records, so their holders are not
+// listed.
+//
+// The row strategy does not count (Limits().Counted is false, so a
+// Request.Limit is refused): InnoDB has no counted lock, only shared and
+// exclusive ones. Counting would need the holders' records to be counted
+// under a per-key mutex that outlives no grant, from uncommitted rows, and
+// waiters for a permit could not queue in InnoDB (a permit is any of Limit
+// slots, and a lock wait is on one row), so they would poll: what the row
+// strategy exists to avoid. Use the lease strategy for semaphores.
+//
+// # Holders and Watch
+//
+// Holders (engine.Inspector) is one statement. With the lease strategy it
+// is a SELECT of the key row, if it has an owner and expires_at > NOW(6),
+// UNION ALL the key's reader rows with expires_at > NOW(6), ordered by
+// version, which is the token: an expired lease is not listed even before
+// a grant tidies its row, and the server's clock alone decides. With the
+// row strategy it reads the uncommitted holder records (above).
+//
+// The engine does not implement engine.Watcher: MySQL and MariaDB cannot
+// notify a client of a change to a row (no pub/sub, no blocking query),
+// and a polling loop inside the engine would be no better than the root
+// package's own, which re-reads Holders every 200ms for an engine without
+// Watch.
 //
 // # Fenced writes
 //

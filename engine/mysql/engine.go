@@ -253,9 +253,12 @@ func (e *Engine) Strategy() Strategy { return e.cfg.strategy }
 func (e *Engine) Table() string { return e.cfg.table }
 
 // Limits returns the common bounds: keys up to MaxKeyLen bytes, TTLs from
-// engine.MinTTL to engine.MaxTTL.
+// engine.MinTTL to engine.MaxTTL. The lease strategy counts
+// (Request.Limit); the row strategy does not (see the package
+// documentation).
 func (e *Engine) Limits() engine.Limits {
-	lim := engine.Limits{MaxKeyLen: MaxKeyLen, MinTTL: engine.MinTTL, MaxTTL: engine.MaxTTL}
+	lim := engine.Limits{MaxKeyLen: MaxKeyLen, MinTTL: engine.MinTTL, MaxTTL: engine.MaxTTL,
+		Counted: e.cfg.strategy == StrategyLease}
 	if e.cfg.strategy == StrategyRow {
 		// A silent holder's session ends after its wait_timeout: the
 		// period in whole seconds, at least one, plus one (idleTimeout).

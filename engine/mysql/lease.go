@@ -152,9 +152,9 @@ func (e *Engine) grantOnce(ctx context.Context, req engine.Request, owner string
 	defer cancel()
 	ttl := req.TTL.Microseconds()
 	if req.Mode == engine.Shared {
-		return e.grantShared(ctx, req.Key, owner, ttl)
+		return e.grantShared(ctx, req, owner, ttl)
 	}
-	res, err := e.db.ExecContext(ctx, e.q.grant, owner, ttl, ttl, req.Key)
+	res, err := e.db.ExecContext(ctx, e.q.grant, owner, ttl, req.Value, ttl, req.Key)
 	if err != nil {
 		return 0, false, err
 	}
@@ -165,7 +165,7 @@ func (e *Engine) grantOnce(ctx context.Context, req engine.Request, owner string
 	if *exists {
 		return 0, false, nil
 	}
-	res, err = e.db.ExecContext(ctx, e.q.insert, req.Key, owner, ttl, ttl)
+	res, err = e.db.ExecContext(ctx, e.q.insert, req.Key, owner, ttl, req.Value, ttl)
 	if err != nil {
 		return 0, false, err
 	}
@@ -177,46 +177,65 @@ func (e *Engine) grantOnce(ctx context.Context, req engine.Request, owner string
 }
 
 // grantShared is one shared attempt: a short transaction that bumps the key
-// row's version if no unexpired writer holds it, adds this reader's row and
-// clears readers that expired.
-func (e *Engine) grantShared(ctx context.Context, key, owner string,
+// row's version if no unexpired writer holds it, clears readers that
+// expired and adds this reader's row. The bump locks the key row until the
+// commit, so the shared grants of a key run one at a time; a counted one
+// (req.Limit above 0) adds its row only while fewer than Limit unexpired
+// reader rows of the key exist, counted in the same statement
+// (readerAddCounted).
+func (e *Engine) grantShared(ctx context.Context, req engine.Request, owner string,
 	ttl int64) (uint64, bool, error) {
 	tx, err := e.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, false, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	res, err := tx.ExecContext(ctx, e.q.sharedGrant, key)
-	if err != nil {
+	token, ok, err := e.bumpShared(ctx, tx, req.Key)
+	if !ok || err != nil {
 		return 0, false, err
 	}
-	var token uint64
-	if n, _ := res.RowsAffected(); n == 1 {
-		id, err := res.LastInsertId()
-		if err != nil {
-			return 0, false, err
-		}
-		token = uint64(id)
-	} else {
-		res, err := tx.ExecContext(ctx, e.q.sharedInsert, key)
+	if _, err := tx.ExecContext(ctx, e.q.readerTidy, req.Key); err != nil {
+		return 0, false, err
+	}
+	if req.Limit > 0 {
+		res, err := tx.ExecContext(ctx, e.q.readerAddCounted, req.Key, owner, token, ttl, ttl,
+			req.Value, req.Key, req.Limit)
 		if err != nil {
 			return 0, false, err
 		}
 		if n, _ := res.RowsAffected(); n != 1 {
-			return 0, false, nil // held by a writer
+			return 0, false, nil // every permit is held
 		}
-		token = 1
-	}
-	if _, err := tx.ExecContext(ctx, e.q.readerTidy, key); err != nil {
-		return 0, false, err
-	}
-	if _, err := tx.ExecContext(ctx, e.q.readerAdd, key, owner, token, ttl, ttl); err != nil {
+	} else if _, err := tx.ExecContext(ctx, e.q.readerAdd, req.Key, owner, token, ttl, ttl,
+		req.Value); err != nil {
 		return 0, false, err
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, false, err
 	}
 	return token, true, nil
+}
+
+// bumpShared raises the key row's version for a shared grant, in tx, if no
+// unexpired writer holds the key, and returns the new version. A key with
+// no row yet gets one with version 1.
+func (e *Engine) bumpShared(ctx context.Context, tx *sql.Tx, key string) (uint64, bool, error) {
+	res, err := tx.ExecContext(ctx, e.q.sharedGrant, key)
+	if err != nil {
+		return 0, false, err
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		id, err := res.LastInsertId()
+		return uint64(id), err == nil, err
+	}
+	res, err = tx.ExecContext(ctx, e.q.sharedInsert, key)
+	if err != nil {
+		return 0, false, err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return 0, false, nil // held by a writer
+	}
+	return 1, true, nil
 }
 
 // undoGrant clears a grant whose outcome is unknown because its statement

@@ -40,6 +40,8 @@ func checkTable(t string) error {
 //     the lease period; the client's clock is never written.
 //   - ttl_us: the lease period, so one renewal statement can extend every
 //     lease of an engine by its own period.
+//   - value VARBINARY(256): the Request.Value of the lease (NULL when the
+//     row or reader row holds none), stored byte for byte.
 func schema(table string) []string {
 	return []string{
 		"CREATE TABLE IF NOT EXISTS `" + table + "` (" +
@@ -49,6 +51,7 @@ func schema(table string) []string {
 			"`version` BIGINT UNSIGNED NOT NULL DEFAULT 0," +
 			"`ttl_us` BIGINT UNSIGNED NOT NULL DEFAULT 0," +
 			"`expires_at` DATETIME(6) NULL," +
+			valueColumn + "," +
 			"PRIMARY KEY (`lock_key`)" +
 			") ENGINE=InnoDB",
 		"CREATE TABLE IF NOT EXISTS `" + table + "_readers` (" +
@@ -57,6 +60,7 @@ func schema(table string) []string {
 			"`version` BIGINT UNSIGNED NOT NULL," +
 			"`ttl_us` BIGINT UNSIGNED NOT NULL," +
 			"`expires_at` DATETIME(6) NOT NULL," +
+			valueColumn + "," +
 			"PRIMARY KEY (`lock_key`, `owner`)" +
 			") ENGINE=InnoDB",
 		// The row strategy's tokens: one durable counter per key, raised
@@ -70,10 +74,19 @@ func schema(table string) []string {
 	}
 }
 
+// valueColumn holds a lease's Request.Value (engine.MaxValueLen bytes).
+const valueColumn = "`value` VARBINARY(256) NULL"
+
+// errDupColumn is the server's error for ADD COLUMN of a column that
+// exists: another Migrate added it first.
+const errDupColumn = 1060
+
 // Migrate creates the engine's tables if they do not exist: the lock table,
 // "<table>_readers" for shared leases and "<table>_fences" for the row
-// strategy's fencing tokens. It is idempotent and safe to run from many
-// processes at once.
+// strategy's fencing tokens. On tables made by an earlier version it adds
+// the value column to the lock table and the readers table; run it once
+// after upgrading, before the new version takes locks. It is idempotent and
+// safe to run from many processes at once.
 func (e *Engine) Migrate(ctx context.Context) error {
 	if e.frame.Closed() {
 		return engine.ErrClosed
@@ -83,15 +96,40 @@ func (e *Engine) Migrate(ctx context.Context) error {
 			return e.opErr(ctx, "migrate", "", err)
 		}
 	}
+	for _, t := range []string{e.cfg.table, e.cfg.table + "_readers"} {
+		if err := e.addColumn(ctx, t, "value", valueColumn); err != nil {
+			return e.opErr(ctx, "migrate", "", err)
+		}
+	}
 	return nil
+}
+
+// addColumn adds column (named col, defined by def) to table unless it has
+// it. MySQL has no ADD COLUMN IF NOT EXISTS, so the catalogue is asked
+// first, and a concurrent Migrate that added it meanwhile is no error.
+func (e *Engine) addColumn(ctx context.Context, table, col, def string) error {
+	var n int
+	if err := e.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.COLUMNS "+
+		"WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = ?", table, col).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	_, err := e.db.ExecContext(ctx, "ALTER TABLE `"+table+"` ADD COLUMN "+def)
+	if errNumber(err) == errDupColumn {
+		return nil
+	}
+	return err
 }
 
 // queries are the engine's statements with the table names filled in.
 type queries struct {
 	grant, insert, release, renew, alive                            string
 	sharedGrant, sharedInsert, readerAdd, readerTidy, readerRelease string
-	readerRenew, readerAlive                                        string
+	readerAddCounted, readerRenew, readerAlive, holders             string
 	rowLock, rowShare, rowTryLock, rowEnsure, rowToken              string
+	rowMark, rowMarkShared, rowHolders                              string
 }
 
 func buildQueries(t string) queries {
@@ -104,14 +142,14 @@ func buildQueries(t string) queries {
 		// or expired and no unexpired reader remains. The reader check is
 		// correlated with the locked row, so it runs after InnoDB has
 		// locked it; inside an UPDATE it is a locking read.
-		grant: "UPDATE " + t + " SET `owner` = ?, `mode` = 0, `ttl_us` = ?, " +
+		grant: "UPDATE " + t + " SET `owner` = ?, `mode` = 0, `ttl_us` = ?, `value` = ?, " +
 			"`version` = LAST_INSERT_ID(`version` + 1), `expires_at` = NOW(6) + INTERVAL ? MICROSECOND " +
 			"WHERE `lock_key` = ? AND " + free + " AND NOT EXISTS (SELECT 1 FROM " + r + " AS `r` " +
 			"WHERE `r`.`lock_key` = " + t + ".`lock_key` AND `r`.`expires_at` > NOW(6))",
 		// The first grant of a key creates its row with version 1.
 		insert: "INSERT IGNORE INTO " + t +
-			" (`lock_key`, `owner`, `mode`, `ttl_us`, `version`, `expires_at`) " +
-			"VALUES (?, ?, 0, ?, 1, NOW(6) + INTERVAL ? MICROSECOND)",
+			" (`lock_key`, `owner`, `mode`, `ttl_us`, `value`, `version`, `expires_at`) " +
+			"VALUES (?, ?, 0, ?, ?, 1, NOW(6) + INTERVAL ? MICROSECOND)",
 		release: "UPDATE " + t + " SET `owner` = NULL, `expires_at` = NULL " +
 			"WHERE `lock_key` = ? AND `owner` = ? AND `version` = ? AND `expires_at` > NOW(6)",
 		renew: "UPDATE " + t + " SET `expires_at` = NOW(6) + INTERVAL `ttl_us` MICROSECOND " +
@@ -121,12 +159,27 @@ func buildQueries(t string) queries {
 
 		// A shared grant bumps the key row's version (so tokens of readers
 		// and writers interleave in one sequence) and adds a reader row.
-		sharedGrant: "UPDATE " + t + " SET `owner` = NULL, `expires_at` = NULL, `mode` = 1, " +
+		sharedGrant: "UPDATE " + t + " SET `owner` = NULL, `expires_at` = NULL, `mode` = 1, `value` = NULL, " +
 			"`version` = LAST_INSERT_ID(`version` + 1) WHERE `lock_key` = ? AND " + free,
 		sharedInsert: "INSERT IGNORE INTO " + t + " (`lock_key`, `mode`, `version`) VALUES (?, 1, 1)",
 		readerAdd: "INSERT INTO " + r +
-			" (`lock_key`, `owner`, `version`, `ttl_us`, `expires_at`) VALUES (?, ?, ?, ?, NOW(6) + " +
-			"INTERVAL ? MICROSECOND)",
+			" (`lock_key`, `owner`, `version`, `ttl_us`, `expires_at`, `value`) VALUES (?, ?, ?, ?, NOW(6) + " +
+			"INTERVAL ? MICROSECOND, ?)",
+		// A counted reader row is added only while fewer than the limit
+		// of unexpired reader rows of the key exist: the SELECT counts
+		// them (an aggregate without GROUP BY gives one row, also for
+		// none) and HAVING drops that row when the key is full. The
+		// readers table is in the SELECT's FROM clause, as MySQL allows
+		// for INSERT ... SELECT (not in a subquery, which it refuses).
+		// The caller holds the key row's lock, which every shared grant
+		// of the key takes first, so the grants before it have committed
+		// and two grants cannot both find one permit left; the count reads
+		// committed rows (under shared locks in REPEATABLE READ, from a
+		// fresh read view in READ COMMITTED), never an older snapshot.
+		readerAddCounted: "INSERT INTO " + r +
+			" (`lock_key`, `owner`, `version`, `ttl_us`, `expires_at`, `value`) SELECT ?, ?, ?, ?, NOW(6) + " +
+			"INTERVAL ? MICROSECOND, ? FROM " + r + " AS `c` WHERE `c`.`lock_key` = ? AND " +
+			"`c`.`expires_at` > NOW(6) HAVING COUNT(*) < ?",
 		readerTidy: "DELETE FROM " + r + " WHERE `lock_key` = ? AND `expires_at` <= NOW(6)",
 		readerRelease: "DELETE FROM " + r +
 			" WHERE `lock_key` = ? AND `owner` = ? AND `version` = ? AND `expires_at` > NOW(6)",
@@ -134,6 +187,11 @@ func buildQueries(t string) queries {
 			"WHERE `lock_key` IN (%s) AND `owner` IN (%s) AND `expires_at` > NOW(6)",
 		readerAlive: "SELECT `owner` FROM " + r +
 			" WHERE `lock_key` IN (%s) AND `owner` IN (%s) AND `expires_at` > NOW(6)",
+		// The holders of a key: its unexpired writer and readers, in one
+		// statement (one read view), in token order.
+		holders: "SELECT 0, `version`, `value` FROM " + t + " WHERE `lock_key` = ? AND `owner` IS NOT NULL " +
+			"AND `expires_at` > NOW(6) UNION ALL SELECT 1, `version`, `value` FROM " + r +
+			" WHERE `lock_key` = ? AND `expires_at` > NOW(6) ORDER BY 2",
 
 		rowLock:    "SELECT `version` FROM " + t + " WHERE `lock_key` = ? FOR UPDATE",
 		rowTryLock: "SELECT `version` FROM " + t + " WHERE `lock_key` = ? FOR UPDATE NOWAIT",
@@ -141,6 +199,14 @@ func buildQueries(t string) queries {
 		rowEnsure:  "INSERT IGNORE INTO " + t + " (`lock_key`) VALUES (?)",
 		rowToken: "INSERT INTO " + k + " (`lock_key`, `fence`) VALUES (?, 1)" +
 			" ON DUPLICATE KEY UPDATE `fence` = LAST_INSERT_ID(`fence` + 1)",
+		// A row holder's record, written in its transaction and never
+		// committed; rowHolders reads it uncommitted.
+		rowMark: "UPDATE " + t + " SET `owner` = ?, `mode` = 0, `version` = ?, `value` = ? " +
+			"WHERE `lock_key` = ?",
+		rowMarkShared: "INSERT INTO " + r +
+			" (`lock_key`, `owner`, `version`, `ttl_us`, `expires_at`, `value`) VALUES (?, ?, ?, 0, NOW(6), ?)",
+		rowHolders: "SELECT 0, `version`, `value` FROM " + t + " WHERE `lock_key` = ? AND `owner` IS NOT NULL " +
+			"UNION ALL SELECT 1, `version`, `value` FROM " + r + " WHERE `lock_key` = ? ORDER BY 2",
 	}
 }
 

@@ -125,8 +125,12 @@ func TestRenewalIsBatched(t *testing.T) {
 		}
 		leases[i] = l
 	}
+	// Rounds that started while the leases were still being acquired (a
+	// slow, loaded machine) name fewer, and so may the one in flight now:
+	// only later rounds must name all of them.
+	before := len(rec.batches()) + 1
 	// Wait for at least four renewal rounds (bounded by the hang limit).
-	for deadline := time.Now().Add(hang); len(rec.batches()) < 4 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(hang); len(rec.batches()) < before+4 && time.Now().Before(deadline); {
 		select {
 		case <-leases[0].Done():
 			t.Fatalf("a renewed lease ended: %v", leases[0].Err())
@@ -134,9 +138,10 @@ func TestRenewalIsBatched(t *testing.T) {
 		}
 	}
 	got := rec.batches()
-	if len(got) < 4 {
+	if len(got) < before+4 {
 		t.Fatalf("only %d renewal statements in %v", len(got), hang)
 	}
+	got = got[before:]
 	for i, args := range got {
 		if args != 2*n {
 			t.Errorf("renewal statement %d named %d leases, want all %d", i, args/2, n)

@@ -362,6 +362,9 @@ func (e *Engine) grantedRow(req engine.Request, rc *rowConn) (engine.Lease, erro
 	if err != nil {
 		return fail(err)
 	}
+	if err := e.markRow(rc, req, token); err != nil {
+		return fail(err)
+	}
 	l := &rowLease{e: e, key: req.Key, mode: req.Mode, token: token, rc: rc, period: req.TTL,
 		sig: engine.NewSignal(req.OnLost), stop: make(chan struct{})}
 	if err := e.frame.Track(l, func() error {
@@ -381,6 +384,18 @@ func (e *Engine) grantedRow(req engine.Request, rc *rowConn) (engine.Lease, erro
 	// goroutine of its own, which Close waits for.
 	e.frame.Run(l.watch)
 	return l, nil
+}
+
+// markRow records the holder in its own transaction on rc, for Holders:
+// an exclusive holder writes its token and value into the key's row, which
+// it has locked; a shared one adds a row to "<table>_readers". Nothing is
+// committed: the release's ROLLBACK (or the end of the session) takes the
+// record away with the lock, and Holders reads it uncommitted.
+func (e *Engine) markRow(rc *rowConn, req engine.Request, token uint64) error {
+	if req.Mode == engine.Shared {
+		return e.exec(rc, e.q.rowMarkShared, req.Key, e.owner(), token, req.Value)
+	}
+	return e.exec(rc, e.q.rowMark, e.owner(), token, req.Value, req.Key)
 }
 
 // drawToken raises key's counter in "<table>_fences" on a connection of its

@@ -1,0 +1,81 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+var _ engine.Inspector = (*Engine)(nil)
+
+// Holders returns the leases that hold key now, in grant order; see
+// engine.Inspector. With the lease strategy it is one SELECT over the key's
+// row and its reader rows, listing only those unexpired by the server's
+// NOW(6). It returns engine.ErrClosed after Close.
+func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, error) {
+	if err := engine.CheckKey(key, e.Limits().MaxKeyLen); err != nil {
+		return nil, err
+	}
+	if err := e.frame.Enter(ctx, nil); err != nil {
+		if errors.Is(err, engine.ErrClosed) {
+			return nil, err
+		}
+		return nil, ctx.Err()
+	}
+	defer e.frame.Exit()
+	qctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
+	defer cancel()
+	out, err := e.readHolders(qctx, key)
+	if err != nil {
+		return nil, e.opErr(ctx, "holders", key, err)
+	}
+	return out, nil
+}
+
+// readHolders runs the holders query of the engine's strategy. The row
+// strategy's records are never committed, so it reads them in a READ
+// UNCOMMITTED transaction: they exist exactly as long as their holders'
+// transactions, which hold the locks.
+func (e *Engine) readHolders(ctx context.Context, key string) ([]engine.Holder, error) {
+	if e.cfg.strategy == StrategyLease {
+		rows, err := e.db.QueryContext(ctx, e.q.holders, key, key)
+		if err != nil {
+			return nil, err
+		}
+		return scanHolders(rows)
+	}
+	tx, err := e.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadUncommitted, ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	rows, err := tx.QueryContext(ctx, e.q.rowHolders, key, key)
+	if err != nil {
+		return nil, err
+	}
+	return scanHolders(rows)
+}
+
+// scanHolders reads rows of (mode, token, value) and closes rows.
+func scanHolders(rows *sql.Rows) ([]engine.Holder, error) {
+	defer rows.Close()
+	var out []engine.Holder
+	for rows.Next() {
+		var (
+			mode  int
+			h     engine.Holder
+			value sql.RawBytes
+		)
+		if err := rows.Scan(&mode, &h.Token, &value); err != nil {
+			return nil, err
+		}
+		h.Mode, h.Value = engine.Exclusive, string(value)
+		if mode == 1 {
+			h.Mode = engine.Shared
+		}
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}
