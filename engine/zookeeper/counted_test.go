@@ -411,3 +411,72 @@ func TestWatchAfterReconnect(t *testing.T) {
 		t.Fatal("no notification of a release after the reconnect")
 	}
 }
+
+// TestCountedCrashedHolder cuts the holder of one of 2 permits off the
+// server: its permit frees itself when the server expires its session,
+// and goes to the waiter only once the cut-off holder has given its lease
+// up, so never more than 2 hold at once.
+func TestCountedCrashedHolder(t *testing.T) {
+	addr := testenv.ZooKeeperAddr(t)
+	admin := rawConn(t, addr)
+	base := testBase(t, admin)
+	px := newProxy(t, addr)
+	const timeout = 4 * time.Second
+	key := "counted-crash"
+	a := dialTimeout(t, px.addr(), timeout, zookeeper.WithBasePath(base))
+	b := dialTimeout(t, addr, timeout, zookeeper.WithBasePath(base))
+	la := mustAcquire(t, a, permit(key, 2, "a"))
+	lb := mustAcquire(t, b, permit(key, 2, "b"))
+	type grant struct {
+		l     engine.Lease
+		err   error
+		aGone bool // the cut-off holder's Done had closed at the grant
+	}
+	got := make(chan grant, 1)
+	node := make(chan string, 1)
+	c := dialTimeout(t, addr, timeout, zookeeper.WithBasePath(base), zookeeper.WithHooks(func(p string) { node <- p }, nil, nil))
+	go func() {
+		l, err := c.Acquire(bounded(t, time.Minute), permit(key, 2, "c"))
+		got <- grant{l: l, err: err, aGone: isDone(la)}
+	}()
+	<-node
+	notGranted := func() {
+		select {
+		case g := <-got:
+			t.Fatalf("a third permit of 2 granted while both are held: %v", g.err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	notGranted()
+	start := time.Now()
+	px.partition()
+	var g grant
+	select {
+	case g = <-got:
+	case <-time.After(time.Minute):
+		t.Fatal("the waiter was not granted after the holder's session expired")
+	}
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	t.Logf("permit of a cut-off holder granted again %v after the cut (session timeout %v)",
+		time.Since(start).Round(10*time.Millisecond), timeout)
+	if !g.aGone {
+		t.Error("the waiter was granted while the cut-off holder still reported its permit")
+	}
+	if !errors.Is(la.Err(), engine.ErrLeaseLost) {
+		t.Errorf("cut-off permit Err() = %v, want ErrLeaseLost", la.Err())
+	}
+	hs, err := b.Holders(bounded(t, 30*time.Second), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != 2 || hs[0].Value != "b" || hs[1].Value != "c" || hs[1].Token != g.l.Token() {
+		t.Errorf("Holders after the expiry = %+v, want b then c", hs)
+	}
+	for _, l := range []engine.Lease{lb, g.l} {
+		if err := l.Release(bounded(t, 30*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
