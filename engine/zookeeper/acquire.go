@@ -111,6 +111,9 @@ func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (
 		return nil, err
 	}
 	q := &queued{e: e, req: req, ep: ep, parent: parent, own: own, name: path.Base(own)}
+	// Nodes only join the queue behind existing ones, so the lock node's
+	// child count just after the create bounds how many are ever ahead.
+	q.crowded = q.counted() && (pst == nil || int(pst.NumChildren)-1 >= req.Limit)
 	if err := ctx.Err(); err != nil {
 		return nil, q.giveUp(err)
 	}
@@ -134,7 +137,7 @@ func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (
 			}
 		}
 		if head || w.granted() {
-			if w.poke && q.counted() {
+			if w.poke && q.crowded {
 				q.poke()
 			}
 			return q.grant(ctx)
@@ -164,8 +167,9 @@ type queued struct {
 
 	parent, own, name string // the lock node; the queue node, its full path and name
 
-	token uint64          // the node's czxid; 0 until known
-	statc chan statResult // nil unless the czxid is asked for
+	token   uint64          // the node's czxid; 0 until known
+	statc   chan statResult // nil unless the czxid is asked for
+	crowded bool            // a counted request that may have been seen held back by the count
 }
 
 // counted reports whether the request is a counted shared one.
@@ -227,8 +231,9 @@ func (q *queued) list(ctx context.Context, watch bool) (w wait, child <-chan zk.
 // be watching it because it saw it held back by the count, that it is
 // granted now: it rewrites the node's data (its Value, unchanged), which
 // fires that reader's data watch. It costs a write only on a counted grant
-// that found a counted reader queued behind it, and runs in the
-// background. A reader that set its watch after the poke sees the node's
+// that found a counted reader queued behind it, of a node that had at
+// least Limit nodes ahead when it was created (with fewer, no one can
+// ever have seen it held back), and runs in the background. A reader that set its watch after the poke sees the node's
 // data version above 0 and lists at once.
 func (q *queued) poke() {
 	e, node, data := q.e, q.own, []byte(q.req.Value)

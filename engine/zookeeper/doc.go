@@ -74,9 +74,12 @@
 //     listing that shows a counted reader behind it) it rewrites its own
 //     data, unchanged, which fires the watch: a "poke", the one extra
 //     write of the counted mode, made only on a grant with a counted
-//     waiter right behind. A waiter whose watch comes after the poke sees
-//     the node's data version above 0 and lists at once. A waiter just
-//     ahead that gives up deletes its node, which fires the watch too.
+//     waiter right behind, of a node created with at least N nodes ahead
+//     (the create's reply tells the lock node's child count; with fewer
+//     ahead no one can ever have seen it held back). A waiter whose watch
+//     comes after the poke sees the node's data version above 0 and lists
+//     at once. A waiter just ahead that gives up deletes its node, which
+//     fires the watch too.
 //   - otherwise every node ahead holds, and it lists with a child watch
 //     on the lock node, which fires at the next release (or at the next
 //     arrival, after which it lists and watches again).
