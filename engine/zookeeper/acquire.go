@@ -152,6 +152,9 @@ func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (
 			continue
 		}
 		armed = false
+		if !w.counted {
+			child = nil // wait on w.block
+		}
 		if head, err = q.await(ctx, w, child); err != nil {
 			return nil, err
 		}
@@ -233,8 +236,9 @@ func (q *queued) list(ctx context.Context, watch bool) (w wait, child <-chan zk.
 // fires that reader's data watch. It costs a write only on a counted grant
 // that found a counted reader queued behind it, of a node that had at
 // least Limit nodes ahead when it was created (with fewer, no one can
-// ever have seen it held back), and runs in the background. A reader that set its watch after the poke sees the node's
-// data version above 0 and lists at once.
+// ever have seen it held back), and runs in the background. A reader that
+// set its watch after the poke sees the node's data version above 0 and
+// lists at once.
 func (q *queued) poke() {
 	e, node, data := q.e, q.own, []byte(q.req.Value)
 	_ = e.frame.Go(func() {
