@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path"
+	"sync"
 	"testing"
 	"time"
 
@@ -478,5 +479,60 @@ func TestCountedCrashedHolder(t *testing.T) {
 		if err := l.Release(bounded(t, 30*time.Second)); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// getHook is a connection whose first Get runs a function before it reads.
+type getHook struct {
+	*zk.Conn
+	once   sync.Once
+	before func()
+}
+
+func (c *getHook) Get(path string) ([]byte, *zk.Stat, error) {
+	c.once.Do(c.before)
+	return c.Conn.Get(path)
+}
+
+// TestHoldersRelistsAfterChange: when the leader releases between Holders'
+// listing and its read of the leader's node, Holders lists again and
+// reports the next leader rather than no one.
+func TestHoldersRelistsAfterChange(t *testing.T) {
+	addr := testenv.ZooKeeperAddr(t)
+	admin := rawConn(t, addr)
+	base := testBase(t, admin)
+	key := "holders-change"
+	la := mustAcquire(t, dial(t, addr, zookeeper.WithBasePath(base)), hold(key))
+	next := queue(t, addr, base, func() engine.Request { r := hold(key); r.Value = "next"; return r }(), nil)
+	var lb engine.Lease
+	conn, events, err := zk.Connect([]string{addr}, testTimeout, zk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	hook := &getHook{Conn: conn, before: func() {
+		if err := la.Release(bounded(t, 30*time.Second)); err != nil {
+			t.Error(err)
+		}
+		lb = granted(t, next, "the next leader")
+	}}
+	e, err := zookeeper.New(hook, events, zookeeper.WithBasePath(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	hs, err := e.Holders(bounded(t, 30*time.Second), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb == nil {
+		t.Fatal("the hook did not run")
+	}
+	want := engine.Holder{Mode: engine.Exclusive, Token: lb.Token(), Value: "next"}
+	if len(hs) != 1 || hs[0] != want {
+		t.Errorf("Holders = %+v, want %+v", hs, want)
+	}
+	if err := lb.Release(bounded(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
 	}
 }

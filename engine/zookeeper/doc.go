@@ -92,14 +92,16 @@
 //
 // # Inspection
 //
-// Engine.Holders lists the key's queue once, applies the grant rule to it
-// (a leading writer alone, or the readers before the first writer, a
-// counted one only within its limit), then reads the data and czxid of
-// each holding node, up to 16 at a time: one listing plus one read per
-// holder, all served by the server the session is on (ZooKeeper's reads
-// are sequentially consistent, so another client's change may show a
-// moment later). A node whose holder crashed is listed until the server
-// expires its session, as it holds the key until then.
+// Engine.Holders lists the key's queue, applies the grant rule to it (a
+// leading writer alone, or the readers before the first writer, a counted
+// one only within its limit), then reads the data and czxid of each
+// holding node, up to 16 at a time: one listing plus one read per holder,
+// all served by the server the session is on (ZooKeeper's reads are
+// sequentially consistent, so another client's change may show a moment
+// later). A holding node gone before its read means the holders changed
+// meanwhile, so it lists again, up to three listings in all. A node whose
+// holder crashed is listed until the server expires its session, as it
+// holds the key until then.
 //
 // Engine.Watch sets a child watch on the key's lock node (an exists watch
 // while the node does not exist) and sets it again after each event; each

@@ -14,16 +14,17 @@ import (
 const holderReads = 16
 
 // Holders returns the leases that hold key now, in grant order; see
-// engine.Inspector. It lists the key's queue once and applies the grant
-// rule of Acquire to it, so a node whose turn has come is listed even if
-// its waiter has not yet seen the change; then it reads the data (Value)
-// and czxid (Token) of each holding node, a few reads at a time. A node
-// gone between the two reads was released and is left out. Nodes of an
-// expired session are gone from the server, so never listed; a holder
-// whose session the server has not yet expired still is. The reads are
-// ZooKeeper's: sequentially consistent, from the server the engine's
-// session is on, which may lag the leader. It returns engine.ErrClosed
-// after Close.
+// engine.Inspector. It lists the key's queue and applies the grant rule of
+// Acquire to it, so a node whose turn has come is listed even if its
+// waiter has not yet seen the change; then it reads the data (Value) and
+// czxid (Token) of each holding node, a few reads at a time. If a holding
+// node is gone by then, the holders have changed (a release may have let
+// the next node in), so it lists again, up to holderTries times; the last
+// try leaves gone nodes out. Nodes of an expired session are gone from the
+// server, so never listed; a holder whose session the server has not yet
+// expired still is. The reads are ZooKeeper's: sequentially consistent,
+// from the server the engine's session is on, which may lag the leader.
+// It returns engine.ErrClosed after Close.
 func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, error) {
 	if err := engine.CheckKey(key, e.Limits().MaxKeyLen); err != nil {
 		return nil, err
@@ -34,17 +35,35 @@ func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, erro
 	bctx, cancel := e.bound(ctx)
 	defer cancel()
 	parent := e.base + "/" + EscapeKey(key)
+	for try := 1; ; try++ {
+		hs, changed, err := e.readHolders(bctx, parent)
+		if err != nil {
+			return nil, e.opError(ctx, "holders", key, err)
+		}
+		if !changed || try == holderTries {
+			return hs, nil
+		}
+	}
+}
+
+// holderTries bounds the listings of one Holders call.
+const holderTries = 3
+
+// readHolders lists the queue under parent, applies the grant rule and
+// reads the holding nodes. changed reports that one of them was gone
+// before it was read; it is left out.
+func (e *Engine) readHolders(ctx context.Context, parent string) (hs []engine.Holder, changed bool, err error) {
 	var children []string
-	err := call(bctx, func() (err error) { children, _, err = e.conn.Children(parent); return err })
+	err = call(ctx, func() (err error) { children, _, err = e.conn.Children(parent); return err })
 	if errors.Is(err, zk.ErrNoNode) {
-		return nil, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return nil, e.opError(ctx, "holders", key, err)
+		return nil, false, err
 	}
 	nodes := holding(children)
 	if len(nodes) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 	out := make([]engine.Holder, len(nodes))
 	gone := make([]bool, len(nodes))
@@ -61,7 +80,7 @@ func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, erro
 				data []byte
 				st   *zk.Stat
 			)
-			err := call(bctx, func() (err error) { data, st, err = e.conn.Get(parent + "/" + n.name); return err })
+			err := call(ctx, func() (err error) { data, st, err = e.conn.Get(parent + "/" + n.name); return err })
 			switch {
 			case errors.Is(err, zk.ErrNoNode):
 				gone[i] = true
@@ -80,18 +99,20 @@ func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, erro
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, e.opError(ctx, "holders", key, errs[firstErr(errs)])
+		return nil, false, errs[firstErr(errs)]
 	}
 	kept := out[:0]
 	for i, h := range out {
-		if !gone[i] {
-			kept = append(kept, h)
+		if gone[i] {
+			changed = true
+			continue
 		}
+		kept = append(kept, h)
 	}
 	if len(kept) == 0 {
-		return nil, nil
+		return nil, changed, nil
 	}
-	return kept, nil
+	return kept, changed, nil
 }
 
 // firstErr returns the index of the first non-nil error of errs.
