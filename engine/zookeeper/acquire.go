@@ -97,12 +97,12 @@ func (e *Engine) acquire(ctx context.Context, req engine.Request) (*lease, error
 // server calls. On any failure it deletes its node before returning.
 func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (*lease, error) {
 	parent := e.base + "/" + EscapeKey(req.Key)
-	kind := writeKind
-	if req.Mode == engine.Shared {
-		kind = readKind
-	}
 	guid := newGUID()
-	own, pst, err := e.createNode(parent, guid, kind)
+	var data []byte
+	if req.Value != "" {
+		data = []byte(req.Value)
+	}
+	own, pst, err := e.createNode(parent, guid, kindOf(req), data)
 	if err != nil {
 		if connErr(err) {
 			// The node may exist after all: find it by its GUID later.
@@ -111,6 +111,9 @@ func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (
 		return nil, err
 	}
 	q := &queued{e: e, req: req, ep: ep, parent: parent, own: own, name: path.Base(own)}
+	// Nodes only join the queue behind existing ones, so the lock node's
+	// child count just after the create bounds how many are ever ahead.
+	q.crowded = q.counted() && (pst == nil || int(pst.NumChildren)-1 >= req.Limit)
 	if err := ctx.Err(); err != nil {
 		return nil, q.giveUp(err)
 	}
@@ -122,20 +125,37 @@ func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (
 	// ahead of its own can block it: its node was the lock node's only
 	// child when it was created, or the one node it waited for is gone.
 	head := pst != nil && pst.NumChildren == 1
+	armed := false // list with a child watch
 	for {
-		block, ahead := "", 0
+		var (
+			w     wait
+			child <-chan zk.Event
+		)
 		if !head {
-			if block, ahead, err = q.list(ctx); err != nil {
+			if w, child, err = q.list(ctx, armed); err != nil {
 				return nil, err
 			}
 		}
-		if block == "" {
+		if head || w.granted() {
+			if w.poke && q.crowded {
+				q.poke()
+			}
 			return q.grant(ctx)
 		}
 		if !req.Wait {
 			return nil, q.giveUp(fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key))
 		}
-		if head, err = q.await(ctx, block, ahead); err != nil {
+		if w.counted && child == nil {
+			// Every node ahead holds and any may leave: list again, this
+			// time with a child watch.
+			armed = true
+			continue
+		}
+		armed = false
+		if !w.counted {
+			child = nil // wait on w.block
+		}
+		if head, err = q.await(ctx, w, child); err != nil {
 			return nil, err
 		}
 	}
@@ -150,9 +170,13 @@ type queued struct {
 
 	parent, own, name string // the lock node; the queue node, its full path and name
 
-	token uint64          // the node's czxid; 0 until known
-	statc chan statResult // nil unless the czxid is asked for
+	token   uint64          // the node's czxid; 0 until known
+	statc   chan statResult // nil unless the czxid is asked for
+	crowded bool            // a counted request that may have been seen held back by the count
 }
+
+// counted reports whether the request is a counted shared one.
+func (q *queued) counted() bool { return q.req.Mode == engine.Shared && q.req.Limit > 0 }
 
 // giveUp deletes the queue node and returns err.
 func (q *queued) giveUp(err error) error {
@@ -177,23 +201,55 @@ func (q *queued) askToken(pst *zk.Stat) {
 	}()
 }
 
-// list lists the queue and returns the node ahead of the request's own that
-// blocks it ("" for none) and how many nodes ahead could.
-func (q *queued) list(ctx context.Context) (block string, ahead int, err error) {
-	children, _, err := q.e.conn.Children(q.parent)
+// list lists the queue and decides what the request waits for. With watch
+// the listing sets a child watch on the lock node, returned as child.
+func (q *queued) list(ctx context.Context, watch bool) (w wait, child <-chan zk.Event, err error) {
+	var children []string
+	if watch {
+		children, _, child, err = q.e.conn.ChildrenW(q.parent)
+		if err == nil {
+			if h := q.e.hooks; h != nil && h.watching != nil {
+				h.watching(q.parent)
+			}
+		}
+	} else {
+		children, _, err = q.e.conn.Children(q.parent)
+	}
 	q.e.listings.Add(1)
 	if err != nil {
-		return "", 0, q.giveUp(err)
+		return wait{}, nil, q.giveUp(err)
 	}
 	if err := ctx.Err(); err != nil {
-		return "", 0, q.giveUp(err)
+		return wait{}, nil, q.giveUp(err)
 	}
-	block, ahead, found := blocker(children, q.name, q.req.Mode)
+	w, found := blocker(children, q.name)
 	if !found {
 		// Only a lost session removes our ephemeral node.
-		return "", 0, fmt.Errorf("%w: queue node %s vanished", errNoSession, q.own)
+		return wait{}, nil, fmt.Errorf("%w: queue node %s vanished", errNoSession, q.own)
 	}
-	return block, ahead, nil
+	return w, child, nil
+}
+
+// poke tells the counted reader just behind the request's node, which may
+// be watching it because it saw it held back by the count, that it is
+// granted now: it rewrites the node's data (its Value, unchanged), which
+// fires that reader's data watch. It costs a write only on a counted grant
+// that found a counted reader queued behind it, of a node that had at
+// least Limit nodes ahead when it was created (with fewer, no one can
+// ever have seen it held back), and runs in the background. A reader that
+// set its watch after the poke sees the node's data version above 0 and
+// lists at once.
+func (q *queued) poke() {
+	e, node, data := q.e, q.own, []byte(q.req.Value)
+	_ = e.frame.Go(func() {
+		e.pokes.Add(1)
+		ctx, cancel := context.WithTimeout(e.frame.Context(), e.sessionTimeout())
+		defer cancel()
+		_ = call(ctx, func() error {
+			_, err := e.conn.Multi(&zk.SetDataRequest{Path: node, Data: data, Version: -1})
+			return err
+		})
+	})
 }
 
 // grant makes the lease once nothing ahead blocks the request, waiting for
@@ -216,37 +272,53 @@ func (q *queued) grant(ctx context.Context) (*lease, error) {
 	return q.e.grant(q.req, q.own, q.parent, q.token, q.ep)
 }
 
-// await watches block, the node ahead that blocks the request (ahead nodes
-// ahead could), until it changes, the bounded re-check comes due, the
-// session is lost or ctx ends. head reports whether the change puts the
-// request at the head of the queue, so it need not list again.
-func (q *queued) await(ctx context.Context, block string, ahead int) (head bool, err error) {
-	_, _, watch, err := q.e.conn.GetW(q.parent + "/" + block)
-	if errors.Is(err, zk.ErrNoNode) {
-		return false, nil // gone already: list again
-	}
-	if err != nil {
-		return false, q.giveUp(err)
-	}
-	if h := q.e.hooks; h != nil && h.watching != nil {
-		h.watching(q.parent + "/" + block)
+// await waits until what holds the request back may have changed: the
+// child watch set by its listing when child is not nil (a counted reader
+// behind holders only), else a data watch on w.block, the node ahead it
+// waits for. It returns when the watch fires, the bounded re-check comes
+// due, the session is lost or ctx ends. head reports whether the change
+// puts the request at the head of the queue, so it need not list again.
+func (q *queued) await(ctx context.Context, w wait, child <-chan zk.Event) (head bool, err error) {
+	watch := child
+	if watch == nil {
+		_, st, ch, err := q.e.conn.GetW(q.parent + "/" + w.block)
+		if errors.Is(err, zk.ErrNoNode) {
+			return false, nil // gone already: list again
+		}
+		if err != nil {
+			return false, q.giveUp(err)
+		}
+		if w.ahead == 0 && st != nil && st.Version > 0 {
+			// Held back by the count, we watch a counted reader that
+			// was poked: it is granted already. List again.
+			return false, nil
+		}
+		if h := q.e.hooks; h != nil && h.watching != nil {
+			h.watching(q.parent + "/" + w.block)
+		}
+		watch = ch
 	}
 	recheck := time.NewTimer(q.e.recheck)
 	defer recheck.Stop()
 	select {
 	case ev := <-watch:
+		if child != nil {
+			return false, nil
+		}
 		// If the node we watched was the only one ahead that could block
 		// us, its deletion puts us at the head: the server numbers new
 		// nodes above every existing one, so nothing can join the queue
 		// ahead of ours. So does the release of a writer that held the
-		// key (see releaseNode), whatever was ahead when we listed. Both
-		// save a listing on a hand-off. Anything else (a lost watch, a
-		// reader's release), list again.
+		// key (see releaseNode), whatever was ahead when we listed: only
+		// nodes between it and ours can be left. Both save a listing on a
+		// hand-off, when the nodes that may be left fit a counted
+		// reader's limit. Anything else (a lost watch, a reader's release
+		// or poke), list again.
 		switch ev.Type {
 		case zk.EventNodeDeleted:
-			return ahead == 1, nil
+			return w.ahead == 1 && fits(w.before-1, q.req.Limit), nil
 		case zk.EventNodeDataChanged:
-			return isWriter(block), nil
+			return isWriter(w.block) && fits(w.between, q.req.Limit), nil
 		}
 	case <-recheck.C:
 	case <-q.ep.lost:
@@ -289,9 +361,9 @@ type statResult struct {
 	err  error
 }
 
-// createNode makes the queue node in protected mode, creating the key's
-// lock node (a container) and the base path when they are missing. It
-// returns the node's path and, unless the node was recovered by its GUID
+// createNode makes the queue node in protected mode, with data (the
+// request's Value), creating the key's lock node (a container) and the
+// base path when they are missing. It returns the node's path and, unless the node was recovered by its GUID
 // after a lost reply, the lock node's Stat just after the create.
 //
 // The create travels in one multi with an unconditional, empty setData on
@@ -301,13 +373,13 @@ type statResult struct {
 // go-zookeeper's Create returns only the path, and reading either fact
 // would cost another round trip. The setData rides in the same write, so
 // the server logs and syncs it once either way.
-func (e *Engine) createNode(parent, guid, kind string) (string, *zk.Stat, error) {
+func (e *Engine) createNode(parent, guid, kind string, data []byte) (string, *zk.Stat, error) {
 	prefix := parent + "/" + protectedPrefix + guid + "-" + kind
 	var err error
 	for range 8 {
 		var res []zk.MultiResponse
 		res, err = e.conn.Multi(
-			&zk.CreateRequest{Path: prefix, Acl: e.acl, Flags: zk.FlagEphemeralSequential},
+			&zk.CreateRequest{Path: prefix, Data: data, Acl: e.acl, Flags: zk.FlagEphemeralSequential},
 			&zk.SetDataRequest{Path: parent, Version: -1})
 		switch {
 		case err == nil:

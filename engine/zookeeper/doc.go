@@ -1,6 +1,7 @@
 // Package zookeeper is the ZooKeeper engine: the lock recipe from the
-// ZooKeeper documentation on github.com/go-zookeeper/zk, with shared locks,
-// cancellable waits and an honest view of the session.
+// ZooKeeper documentation on github.com/go-zookeeper/zk, with shared and
+// counted locks, cancellable waits, Holders and Watch, and an honest view
+// of the session.
 //
 // # Layout
 //
@@ -44,6 +45,73 @@
 // A waiter whose context ends, or whose engine closes, deletes its node
 // before it returns; a create abandoned mid-flight is cleaned up when it
 // completes, or found by its GUID when the session is back.
+//
+// A queue node's data is the request's Value (empty when none is given),
+// written by the create itself.
+//
+// # Counting
+//
+// A counted shared request (Request.Limit N) makes a reader node whose
+// name also carries the limit ("-limitN-read-", see queue.go); it still
+// ends in "-read-<seq>", so an engine that knows no limits sees a reader.
+// It is granted when no writer is ahead of it and fewer than N nodes are:
+// those are all readers then, holding (or waiting on the count
+// themselves), so never more than N counted readers hold the key, on the
+// server's one ordering of the queue, whichever process asks. Later nodes
+// never count, so waiters are served in arrival order, and a crashed
+// holder's node goes with its session, as any lease's does. The count is
+// checked against the limit of the node being granted, as engine.Request
+// says; every holder of a key should ask the same one.
+//
+// A counted waiter behind a writer waits for that writer as any reader
+// does; when the writer goes it is granted without listing if the nodes
+// that may be left ahead of it fit its limit, and lists otherwise. Held
+// back by the count alone, a waiter cannot know which holder will leave
+// first, so:
+//
+//   - if the node just ahead of it waits on the count too, it watches that
+//     node (a data watch, as above). When that node is granted (after a
+//     listing that shows a counted reader behind it) it rewrites its own
+//     data, unchanged, which fires the watch: a "poke", the one extra
+//     write of the counted mode, made only on a grant with a counted
+//     waiter right behind, of a node created with at least N nodes ahead
+//     (the create's reply tells the lock node's child count; with fewer
+//     ahead no one can ever have seen it held back). A waiter whose watch
+//     comes after the poke sees the node's data version above 0 and lists
+//     at once. A waiter just ahead that gives up deletes its node, which
+//     fires the watch too.
+//   - otherwise every node ahead holds, and it lists with a child watch
+//     on the lock node, which fires at the next release (or at the next
+//     arrival, after which it lists and watches again).
+//
+// So only the first waiter of a key watches its children, and each
+// release wakes at most two waiters (the first one, and through its poke
+// the one behind it), however long the queue: no herd. The bounded
+// re-check (WithRecheck) covers counted waits too. A TryLock that finds
+// the count full deletes its node and returns engine.ErrNotAcquired.
+//
+// # Inspection
+//
+// Engine.Holders lists the key's queue, applies the grant rule to it (a
+// leading writer alone, or the readers before the first writer, a counted
+// one only within its limit), then reads the data and czxid of each
+// holding node, up to 16 at a time: one listing plus one read per holder,
+// all served by the server the session is on (ZooKeeper's reads are
+// sequentially consistent, so another client's change may show a moment
+// later). A holding node gone before its read means the holders changed
+// meanwhile, so it lists again, up to three listings in all. A node whose
+// holder crashed is listed until the server expires its session, as it
+// holds the key until then.
+//
+// Engine.Watch sets a child watch on the key's lock node (an exists watch
+// while the node does not exist) and sets it again after each event; each
+// event is a notification. Child events come with every arrival and
+// departure, so some notifications change nothing for Holders. A
+// connection that drops keeps its watches (go-zookeeper sets them again on
+// the same session), but the engine sends one notification when the
+// session is back, as a change may have gone untold; a new session after
+// an expiry gets new watches. The watch goroutine ends when its context
+// ends or the engine closes, and Close waits for it.
 //
 // # Tokens
 //

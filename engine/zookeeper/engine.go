@@ -19,7 +19,10 @@ type Conn interface {
 	Create(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
 	CreateContainer(path string, data []byte, flags int32, acl []zk.ACL) (string, error)
 	Children(path string) ([]string, *zk.Stat, error)
+	ChildrenW(path string) ([]string, *zk.Stat, <-chan zk.Event, error)
 	Exists(path string) (bool, *zk.Stat, error)
+	ExistsW(path string) (bool, *zk.Stat, <-chan zk.Event, error)
+	Get(path string) ([]byte, *zk.Stat, error)
 	GetW(path string) ([]byte, *zk.Stat, <-chan zk.Event, error)
 	Delete(path string, version int32) error
 	Multi(ops ...any) ([]zk.MultiResponse, error)
@@ -53,10 +56,15 @@ type Engine struct {
 	nodeEvents  atomic.Int64 // watch notifications received
 	listings    atomic.Int64 // listings of a queue
 	existsCalls atomic.Int64 // czxids asked for with Exists
+	pokes       atomic.Int64 // counted grants that poked their successor
 	hooks       *hooks
 }
 
-var _ engine.Engine = (*Engine)(nil)
+var (
+	_ engine.Engine    = (*Engine)(nil)
+	_ engine.Inspector = (*Engine)(nil)
+	_ engine.Watcher   = (*Engine)(nil)
+)
 
 // hooks let tests observe a waiter's progress without sleeping.
 type hooks struct {
@@ -182,6 +190,7 @@ func newEngine(cfg config) (*Engine, error) {
 	}
 	e.sess.ready = make(chan struct{})
 	e.sess.lost = make(chan struct{})
+	e.sess.down = make(chan struct{})
 	return e, nil
 }
 
@@ -244,9 +253,11 @@ func (e *Engine) Name() string { return "zookeeper" }
 // holder that stops talking keeps its keys until the server expires its
 // session: Floor is the longer of the requested and negotiated timeouts
 // times 3/2 (the server expires a session within one tickTime after its
-// timeout, and negotiates at least two tickTimes).
+// timeout, and negotiates at least two tickTimes). Counted is true: the
+// queue honours Request.Limit (see the package documentation).
 func (e *Engine) Limits() engine.Limits {
 	lim := engine.Common
+	lim.Counted = true
 	lim.Floor = max(e.requested, time.Duration(e.negotiated.Load())) * 3 / 2
 	return lim
 }

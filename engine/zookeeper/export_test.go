@@ -22,3 +22,6 @@ func (e *Engine) BasePath() string { return e.base }
 
 // SessionID returns the id of the connection's current session.
 func (e *Engine) SessionID() int64 { return e.conn.SessionID() }
+
+// Pokes returns how many counted grants poked the reader behind them.
+func (e *Engine) Pokes() int64 { return e.pokes.Load() }

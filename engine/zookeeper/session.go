@@ -24,6 +24,7 @@ type session struct {
 	id      int64         // the server's session id; 0 before the first and after expiry
 	up      bool          // connected with a session
 	ready   chan struct{} // closed while up
+	down    chan struct{} // closed when the connection drops or the session ends, until up again
 	lost    chan struct{} // closed when the current epoch ends
 	downGen uint64        // identifies the current disconnect's timer
 	timer   *time.Timer   // loss timer while disconnected
@@ -95,6 +96,7 @@ func (e *Engine) sessionUp(id int64) {
 	if !s.up {
 		s.up = true
 		close(s.ready)
+		s.down = make(chan struct{})
 	}
 	e.mu.Unlock()
 	if h := e.hooks; h != nil && h.session != nil {
@@ -116,6 +118,7 @@ func (e *Engine) sessionDown() {
 	}
 	s.up = false
 	s.ready = make(chan struct{})
+	close(s.down)
 	timeout := e.sessionTimeout()
 	// The server expires the session timeout after it last heard from us,
 	// which was before we last heard from it; a tenth of the timeout covers
@@ -165,6 +168,7 @@ func (e *Engine) endEpoch(err error, mayLive bool) {
 		if s.up {
 			s.up = false
 			s.ready = make(chan struct{})
+			close(s.down)
 		}
 		if s.timer != nil {
 			s.timer.Stop()

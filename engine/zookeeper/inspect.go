@@ -1,0 +1,257 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/go-zookeeper/zk"
+)
+
+// holderReads bounds the data reads Holders has in flight at once.
+const holderReads = 16
+
+// Holders returns the leases that hold key now, in grant order; see
+// engine.Inspector. It lists the key's queue and applies the grant rule of
+// Acquire to it, so a node whose turn has come is listed even if its
+// waiter has not yet seen the change; then it reads the data (Value) and
+// czxid (Token) of each holding node, a few reads at a time. If a holding
+// node is gone by then, the holders have changed (a release may have let
+// the next node in), so it lists again, up to holderTries times; the last
+// try leaves gone nodes out. Nodes of an expired session are gone from the
+// server, so never listed; a holder whose session the server has not yet
+// expired still is. The reads are ZooKeeper's: sequentially consistent,
+// from the server the engine's session is on, which may lag the leader.
+// It returns engine.ErrClosed after Close.
+func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, error) {
+	if err := engine.CheckKey(key, e.Limits().MaxKeyLen); err != nil {
+		return nil, err
+	}
+	if e.frame.Closed() {
+		return nil, engine.ErrClosed
+	}
+	bctx, cancel := e.bound(ctx)
+	defer cancel()
+	parent := e.base + "/" + EscapeKey(key)
+	for try := 1; ; try++ {
+		hs, changed, err := e.readHolders(bctx, parent)
+		if err != nil {
+			return nil, e.opError(ctx, "holders", key, err)
+		}
+		if !changed || try == holderTries {
+			return hs, nil
+		}
+	}
+}
+
+// holderTries bounds the listings of one Holders call.
+const holderTries = 3
+
+// readHolders lists the queue under parent, applies the grant rule and
+// reads the holding nodes. changed reports that one of them was gone
+// before it was read; it is left out.
+func (e *Engine) readHolders(ctx context.Context, parent string) (hs []engine.Holder, changed bool, err error) {
+	var children []string
+	err = call(ctx, func() (err error) { children, _, err = e.conn.Children(parent); return err })
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	nodes := holding(children)
+	if len(nodes) == 0 {
+		return nil, false, nil
+	}
+	out := make([]engine.Holder, len(nodes))
+	gone := make([]bool, len(nodes))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, holderReads)
+	for i, n := range nodes {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			var (
+				data []byte
+				st   *zk.Stat
+			)
+			err := call(ctx, func() (err error) { data, st, err = e.conn.Get(parent + "/" + n.name); return err })
+			switch {
+			case errors.Is(err, zk.ErrNoNode):
+				gone[i] = true
+			case err != nil:
+				errs[i] = err
+			case st == nil || st.Czxid <= 0:
+				gone[i] = true
+			default:
+				mode := engine.Shared
+				if n.write {
+					mode = engine.Exclusive
+				}
+				out[i] = engine.Holder{Mode: mode, Token: uint64(st.Czxid), Value: string(data)}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, false, errs[firstErr(errs)]
+	}
+	kept := out[:0]
+	for i, h := range out {
+		if gone[i] {
+			changed = true
+			continue
+		}
+		kept = append(kept, h)
+	}
+	if len(kept) == 0 {
+		return nil, changed, nil
+	}
+	return kept, changed, nil
+}
+
+// firstErr returns the index of the first non-nil error of errs.
+func firstErr(errs []error) int {
+	for i, err := range errs {
+		if err != nil {
+			return i
+		}
+	}
+	return 0
+}
+
+// Watch reports changes to key's queue from a ZooKeeper child watch on its
+// lock node (grants and releases, and waiters joining or leaving, which
+// may change nothing for holders); see engine.Watcher. The watch is set
+// again after each notification. While the lock node does not exist, an
+// exists watch waits for its creation instead. A connection that drops
+// keeps the watch (go-zookeeper sets it again on the same session), but a
+// change while it was down may go untold, so one notification is sent
+// when the session is back; a watch the server dropped with an expired
+// session is set again on the new one. The channel is closed when ctx
+// ends or the engine closes. It returns engine.ErrClosed after Close.
+func (e *Engine) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	if err := engine.CheckKey(key, e.Limits().MaxKeyLen); err != nil {
+		return nil, err
+	}
+	if e.frame.Closed() {
+		return nil, engine.ErrClosed
+	}
+	wctx, cancel := e.frame.Bind(ctx)
+	out := make(chan struct{}, 1)
+	parent := e.base + "/" + EscapeKey(key)
+	run := func() {
+		defer close(out)
+		defer cancel()
+		e.watchKey(wctx, parent, out)
+	}
+	if !e.frame.Go(run) {
+		cancel()
+		return nil, engine.ErrClosed
+	}
+	return out, nil
+}
+
+// watchKey runs one Watch until ctx ends.
+func (e *Engine) watchKey(ctx context.Context, parent string, out chan<- struct{}) {
+	notify := func() {
+		select {
+		case out <- struct{}{}:
+		default:
+		}
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		down, ok := e.waitUp(ctx)
+		if !ok {
+			return
+		}
+		ch, err := e.armWatch(ctx, parent)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			// Wait before trying again (the session may have dropped
+			// meanwhile), then tell: something may have changed.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			notify()
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		if ch == nil { // the lock node appeared just now
+			notify()
+			continue
+		}
+	armed:
+		for {
+			select {
+			case <-ch:
+				// A change, or the end of the watch with its session:
+				// either way tell, and set it again.
+				notify()
+				break armed
+			case <-down:
+				// The watch stays registered and go-zookeeper sets it
+				// again if the same session is back; a change while the
+				// connection was down may go untold, so tell once then.
+				if down, ok = e.waitUp(ctx); !ok {
+					return
+				}
+				notify()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// waitUp waits until the engine has a session, or ctx ends (ok false), and
+// returns the channel that closes when it drops again.
+func (e *Engine) waitUp(ctx context.Context) (down <-chan struct{}, ok bool) {
+	for {
+		e.mu.Lock()
+		up, ready, d := e.sess.up, e.sess.ready, e.sess.down
+		e.mu.Unlock()
+		if up {
+			return d, true
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+}
+
+// armWatch sets a child watch on the lock node parent, or, if it does not
+// exist, an exists watch that fires when it is created. It returns a nil
+// channel if the node was created between the two calls.
+func (e *Engine) armWatch(ctx context.Context, parent string) (<-chan zk.Event, error) {
+	var ch <-chan zk.Event
+	err := call(ctx, func() error {
+		_, _, c, err := e.conn.ChildrenW(parent)
+		if !errors.Is(err, zk.ErrNoNode) {
+			ch = c
+			return err
+		}
+		found, _, c, err := e.conn.ExistsW(parent)
+		if err == nil && !found {
+			ch = c
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err // ch may still be written by an abandoned call
+	}
+	return ch, nil
+}
