@@ -4,7 +4,7 @@ package engine
 // contract; callers find them with a type assertion, as database/sql finds
 // driver.Pinger or driver.Validator. None of them is needed to pass the
 // conformance suite. Inspector and Watcher are for semaphores and
-// elections (issue 17); so far the etcd engine implements them.
+// elections: the suite checks them on every engine that has them.
 
 import "context"
 
