@@ -86,6 +86,7 @@ func TestCheckerZooKeeper(t *testing.T) {
 		name: "zookeeper", engine: "zookeeper", addrs: []string{px.Addr()}, ttl: zkSession,
 		faults:      append(networkFaults(t, px, zkSession), serverFaults(srv, zkSession)...),
 		clientPause: 2*zkSession + time.Second,
+		primitives:  true,
 	})
 }
 
@@ -95,7 +96,7 @@ func TestCheckerZooKeeperEnsemble(t *testing.T) {
 	e := testenv.StartZooKeeperEnsemble(t, 3)
 	var leader *testenv.ZooKeeper
 	checkEngine(t, chaosTarget{
-		name: "zookeeper-ensemble", engine: "zookeeper", addrs: e.Addrs, ttl: zkSession,
+		name: "zookeeper-ensemble", engine: "zookeeper", addrs: e.Addrs, ttl: zkSession, primitives: true,
 		faults: []fault{{name: "leader killed, later restarted", dur: 3 * time.Second,
 			do:   func() { leader = e.Nodes[e.Leader()]; leader.Kill() },
 			undo: func() { leader.Restart() }}},
@@ -208,6 +209,7 @@ func TestCheckerMySQL(t *testing.T) {
 		name: "mysql", engine: "mysql", addrs: []string{dsn}, table: table, ttl: chaosTTL,
 		faults:      append(networkFaults(t, px, chaosTTL), serverFaults(srv, chaosTTL)...),
 		clientPause: 2*chaosTTL + time.Second,
+		primitives:  true,
 	})
 }
 

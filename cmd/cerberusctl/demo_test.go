@@ -154,6 +154,8 @@ func TestDemoPrimitives(t *testing.T) {
 	}{
 		{"memory", "1", nil},
 		{"etcd", "4", testenv.EtcdAddr},
+		{"zookeeper", "4", testenv.ZooKeeperAddr},
+		{"mysql", "4", testenv.MySQLDSN},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
 			if tc.check != nil {
