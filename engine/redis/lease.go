@@ -238,8 +238,12 @@ func (e *Engine) newLease(req engine.Request) *lease {
 		l.acqLine = line(buf[:0:acqCap], shaAcquireShared, l.acqKeys, &l.id, &l.ttlMS, argFalse,
 			e.argQueueTTL, argFalse, &l.limit, &l.value, &k.c)
 	}
-	l.relArr = [11]string{k.w, k.r, k.ww, k.q, k.f, k.h, k.rw, k.x, k.v, k.cq, k.wt}
+	// A writer's lease leaves out :v and :cq, which only readers use.
+	l.relArr = [11]string{k.w, k.r, k.ww, k.q, k.f, k.h, k.rw, k.x, k.wt, k.v, k.cq}
 	l.relKeys = l.relArr[:]
+	if l.mode == engine.Exclusive {
+		l.relKeys = l.relArr[:9]
+	}
 	sha := shaReleaseExclusive
 	if l.mode == engine.Shared {
 		sha = shaReleaseShared

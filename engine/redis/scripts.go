@@ -251,10 +251,10 @@ return {1, token}
 `)
 
 // The release and leave scripts take the same keys and arguments, KEYS w r
-// ww q f h rw x v cq wt; ARGV id channel wake_prefix has_value, and set
-// these names for luaHandOff.
+// ww q f h rw x wt, and for a reader's lease also v cq; ARGV id channel
+// wake_prefix has_value. They set these names for luaHandOff.
 const luaReleaseNames = `
-  local W, R, WW, Q, F, H, RW, X, WT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[11]
+  local W, R, WW, Q, F, H, RW, X, WT = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
   local CHAN, WAKE = ARGV[2], ARGV[3]
 `
 
@@ -265,7 +265,7 @@ var releaseExclusive = goredis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 if ARGV[4] == '1' then redis.call('DEL', KEYS[8]) end
-if redis.call('EXISTS', KEYS[3], KEYS[6], KEYS[7], KEYS[11]) > 0 then
+if redis.call('EXISTS', KEYS[3], KEYS[6], KEYS[7], KEYS[9]) > 0 then
 ` + luaReleaseNames + `
   redis.call('HDEL', H, ARGV[1])
 ` + luaHandOff + `
@@ -281,10 +281,10 @@ var releaseShared = goredis.NewScript(`
 local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if not s then return 0 end
 redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[9], ARGV[1])
+redis.call('HDEL', KEYS[10], ARGV[1])
 local t0 = redis.call('TIME')
 if tonumber(s) <= tonumber(t0[1]) * 1000 + math.floor(tonumber(t0[2]) / 1000) then return 0 end
-if redis.call('EXISTS', KEYS[3], KEYS[7], KEYS[11]) > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('EXISTS', KEYS[3], KEYS[7], KEYS[9]) > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
 ` + luaReleaseNames + `
 ` + luaHandOff + `
 end
@@ -325,7 +325,7 @@ local gone = redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('LREM', KEYS[4], 0, ARGV[1])
 redis.call('HDEL', KEYS[6], ARGV[1])
 redis.call('ZREM', KEYS[7], ARGV[1])
-gone = gone + redis.call('LREM', KEYS[10], 0, ARGV[1])
+if KEYS[11] then gone = gone + redis.call('LREM', KEYS[11], 0, ARGV[1]) end
 if gone > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
 ` + luaReleaseNames + `
 ` + luaHandOff + `
