@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/internal/testenv"
@@ -117,7 +120,10 @@ func TestCountedWaiterCancelLeavesNothing(t *testing.T) {
 	waitFor(t, "the first waiter to queue", func() bool { return admin.LLen(bg, k.cq).Val() == 1 })
 	next := make(chan engine.Lease, 1)
 	go func() {
-		l, err := mustEngine(t, newClient(t, addr)).Acquire(ctxT(t), permit(key, 2, "next"))
+		// A recheck far longer than the wait below: only the release's
+		// message can wake it in time.
+		slow := mustEngine(t, newClient(t, addr), WithQueueTTL(60*time.Second), WithRecheck(20*time.Second))
+		l, err := slow.Acquire(ctxT(t), permit(key, 2, "next"))
 		if err != nil {
 			t.Error(err)
 		}
@@ -138,7 +144,7 @@ func TestCountedWaiterCancelLeavesNothing(t *testing.T) {
 	var l engine.Lease
 	select {
 	case l = <-next:
-	case <-time.After(DefaultRecheck / 2):
+	case <-time.After(10 * time.Second):
 		t.Fatal("the waiter behind a cancelled one was not served when a permit freed")
 	}
 	if l == nil {
@@ -363,4 +369,48 @@ func TestWatchPublishesOnlyWhenWatched(t *testing.T) {
 		t.Fatalf("Watch of an empty key: %v, want ErrInvalidKey", err)
 	}
 	_ = admin.Del(bg, k.wt)
+}
+
+// TestWatchToldAfterReconnect: when the engine's pub/sub connection
+// breaks (here the server kills it), go-redis reconnects and subscribes
+// again, and the Watch is told then, since a change may have been
+// published meanwhile. Only this test's own connection is killed: its
+// client has a name of its own.
+func TestWatchToldAfterReconnect(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	admin := newClient(t, addr)
+	key := uniqueKey(t)
+	name := fmt.Sprintf("cerberus-watch-test-%d", time.Now().UnixNano())
+	c := goredis.NewClient(&goredis.Options{Addr: addr, ClientName: name})
+	t.Cleanup(func() { _ = c.Close() })
+	e := mustEngine(t, c)
+	ch, err := e.Watch(ctxT(t), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+		t.Fatal("Watch told of a change before any")
+	case <-time.After(100 * time.Millisecond):
+	}
+	killed := int64(0)
+	for _, line := range strings.Split(admin.ClientList(ctxT(t)).Val(), "\n") {
+		if !strings.Contains(line, " name="+name+" ") || !strings.Contains(line, " flags=P ") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if id, ok := strings.CutPrefix(f, "id="); ok {
+				killed += admin.ClientKillByFilter(ctxT(t), "ID", id).Val()
+			}
+		}
+	}
+	if killed != 1 {
+		t.Fatalf("killed %d pub/sub connections named %s, want 1", killed, name)
+	}
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Watch told nothing after its pub/sub connection was killed and restored")
+	}
+	_ = admin.Del(context.Background(), e.keysOf(key).wt)
 }
