@@ -113,16 +113,17 @@ func TestCountedWaiterCancelLeavesNothing(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(bg)
 	gone := make(chan error, 1)
+	quitter := mustEngine(t, newClient(t, addr))
 	go func() {
-		_, err := mustEngine(t, newClient(t, addr)).Acquire(ctx, permit(key, 2, "cancelled"))
+		_, err := quitter.Acquire(ctx, permit(key, 2, "cancelled"))
 		gone <- err
 	}()
 	waitFor(t, "the first waiter to queue", func() bool { return admin.LLen(bg, k.cq).Val() == 1 })
 	next := make(chan engine.Lease, 1)
+	// A recheck far longer than the wait below: only the release's
+	// message can wake it in time.
+	slow := mustEngine(t, newClient(t, addr), WithQueueTTL(60*time.Second), WithRecheck(20*time.Second))
 	go func() {
-		// A recheck far longer than the wait below: only the release's
-		// message can wake it in time.
-		slow := mustEngine(t, newClient(t, addr), WithQueueTTL(60*time.Second), WithRecheck(20*time.Second))
 		l, err := slow.Acquire(ctxT(t), permit(key, 2, "next"))
 		if err != nil {
 			t.Error(err)
@@ -256,7 +257,7 @@ func TestHoldersExclusiveValue(t *testing.T) {
 	if _, err := a.Acquire(ctxT(t), fixed); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, "the fixed lease to expire", func() bool { return admin.Exists(context.Background(), k.w).Val() == 0 })
 	lc, err := b.Acquire(ctxT(t), once(key, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)

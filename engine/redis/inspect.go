@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -30,7 +31,7 @@ func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, erro
 	rctx, cancel := e.roundTrip(ctx)
 	defer cancel()
 	v, err := holdersScript.Run(rctx, e.c, []string{k.w, k.r, k.f, k.x, k.v}).Slice()
-	if err != nil && err != goredis.Nil {
+	if err != nil && !errors.Is(err, goredis.Nil) {
 		return nil, e.opError(ctx, "holders", key, err)
 	}
 	if len(v)%3 != 0 {
