@@ -3,7 +3,7 @@
 //
 // # Data
 //
-// A lock key K lives in up to seven Redis keys that share one hash slot (a
+// A lock key K lives in up to eleven Redis keys that share one hash slot (a
 // {tag} built from K), so every script works on Redis Cluster:
 //
 //	<prefix>{k:K}:w   the exclusive holder's lease id, with PX = lease TTL
@@ -13,7 +13,11 @@
 //	<prefix>{k:K}:f   the fencing counter (INCR); it is kept forever
 //	<prefix>{k:K}:h   hash: each waiting writer's registration (see Hand-off)
 //	<prefix>{k:K}:rw  sorted set of waiting readers, scored by a waiter deadline
-//	<prefix>{k:K}:c   the channel a release wakes waiting readers on
+//	<prefix>{k:K}:c   the channel a release wakes waiting readers and watchers on
+//	<prefix>{k:K}:x   "<id> <value>" of an exclusive holder with a Value, PX = lease TTL
+//	<prefix>{k:K}:v   hash: each reader's "<token> <value>" by lease id
+//	<prefix>{k:K}:cq  list: arrival order of waiting counted readers
+//	<prefix>{k:K}:wt  the watch mark: someone watches K (expires by itself)
 //	<prefix>wake:E    engine E's channel: a release names the writer it wakes
 //
 // Keys containing '}' use {h:<sha256 of K>} as the tag instead. Only the
@@ -74,7 +78,7 @@
 // that stops refreshing its place (a crashed process) is dropped after the
 // queue TTL.
 //
-// A release that nobody waits for publishes nothing: waiting readers
+// A release that nobody waits for (or watches) publishes nothing: waiting readers
 // register in :rw as waiting writers do in :ww, so the release script
 // knows whether anyone listens.
 //
@@ -117,6 +121,72 @@
 // read from :h. A waiter that gives up leaves the queue before it
 // releases, so a hand-off made meanwhile is given back and none can follow.
 //
+// # Semaphores: counted readers
+//
+// A Shared request with a Limit (engine.Request.Limit) is counted by the
+// shared acquire script itself, so the count holds across every process
+// with no client-side state: the script prunes the readers whose expiry
+// (server time) has passed, from :r and :v, and refuses while Limit or
+// more unexpired readers remain. Writers exclude counted readers as they
+// exclude any reader. A crashed holder's permit frees itself when its
+// lease expires on the server, the lease rules above (a renewed lease
+// within its TTL of the last renewal).
+//
+// Counted waiters are served in arrival order. A refused counted reader
+// that waits registers in :rw as every waiting reader does, and also takes
+// a place at the end of :cq (once). A counted request is granted only when,
+// counting the live waiters of :cq from its head (live: a place in :rw
+// that has not run out; dead ones are dropped as the scan meets them),
+// it comes before as many as there are free permits, or, not being in
+// :cq, finds fewer waiters than free permits. So a holder that releases
+// and asks again at once queues behind the waiters instead of taking the
+// permit back; TestSemaphoreFairUnderContention (16 clients, 3 permits)
+// checks that every client gets at least 0.8 of the most any gets.
+//
+// Every reader's release runs luaHandOff when a reader waits, which
+// publishes "*" on the key's channel: all waiting readers (of every
+// process) try again and the queue decides who gets the permit, which
+// costs one script per waiting reader per release. A counted refusal
+// returns the time until the earliest reader's expiry, so a waiter also
+// tries again when a crashed holder's permit runs out, and in any case
+// after the recheck interval. A waiter that gives up leaves :rw and :cq
+// and wakes the waiters behind it.
+//
+// # Holders and values
+//
+// A grant stores what engine.Inspector reports. A reader's grant puts
+// "<token> <value>" into :v under its lease id, in the same script (no
+// round trip more), and its release, or the pruning of its expired entry,
+// removes it; :v expires with :r. An exclusive holder's token is the
+// fencing counter itself, since no grant can take a token while it holds;
+// its Request.Value, only when it has one, goes to :x with the lease's PX
+// (renewed with it, deleted at release), and a writer waiting with a
+// value registers it in :h so that a hand-off stores it too. An
+// uncounted lease without a value therefore costs the exclusive hot path
+// nothing but a longer command line.
+//
+// Holders runs one read-only script: the exclusive holder (from :w, :f and
+// :x, whose value counts only if it names the holder) and every reader
+// whose expiry by the server's clock is ahead, sorted by token.
+//
+// # Watch
+//
+// Watch subscribes to the key's channel :c on the engine's one pub/sub
+// connection (shared with the waiters) and sets the watch mark :wt for 15
+// seconds, renewing it every 5 seconds while it runs; both are done before
+// Watch returns. Every grant and release script that finds the mark
+// publishes "w" on :c (unless it published "*" already), which wakes
+// watchers and no waiter. A key that nobody watches publishes nothing: the
+// uncontended exclusive grant checks the mark in the EXISTS it already
+// makes (a watched key takes the script's slower path), and the release
+// in the EXISTS that decides whether anyone waits, so the cost for an
+// unwatched key is one more key in those EXISTS calls. A watched key
+// costs a PUBLISH per grant and release, for up to 15 seconds after its
+// last watcher ends. When go-redis reconnects and subscribes again, every
+// watcher of the channel is told, since a message may have been lost. A
+// holder's expiry (a crashed process) publishes nothing; callers re-read
+// on their own interval, as engine.Watcher allows.
+//
 // # Redlock
 //
 // NewRedlock runs the Redlock algorithm over independent masters (see
@@ -152,6 +222,11 @@
 // Healing costs nothing while every node holds every lease. Re-taking a
 // node is two round trips for each lease (the acquire script, then the
 // fence raise), at most 64 leases at a time per engine.
+//
+// Redlock does not count: Redlock.Limits reports Counted false, so a
+// request with a Limit is refused. Each node would count its own permits,
+// and a majority of nodes each below the limit does not bound the permits
+// held across them.
 //
 // # Security: AUTH, ACL users and TLS
 //

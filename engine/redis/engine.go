@@ -112,7 +112,11 @@ type Engine struct {
 	behind   atomic.Pointer[error] // set while renewal cannot keep up (pace)
 }
 
-var _ engine.Engine = (*Engine)(nil)
+var (
+	_ engine.Engine    = (*Engine)(nil)
+	_ engine.Inspector = (*Engine)(nil)
+	_ engine.Watcher   = (*Engine)(nil)
+)
 
 // New returns a Redis engine over c. It does no I/O; the renewal loop starts
 // now and stops at Close. Close does not close c.
@@ -165,9 +169,12 @@ func (e *Engine) wakePrefix() string { return e.opts.prefix + "wake:" }
 func (e *Engine) Name() string { return "redis" }
 
 // Limits: keys up to engine.MaxKeyLen bytes, TTLs from 10ms (PX has
-// millisecond resolution) to engine.MaxTTL.
+// millisecond resolution) to engine.MaxTTL; Request.Limit is honoured by
+// the acquire script (see the package doc, "Semaphores").
 func (e *Engine) Limits() engine.Limits {
-	return engine.Common
+	lim := engine.Common
+	lim.Counted = true
+	return lim
 }
 
 // Validate checks req with engine.CheckRequest; Redis stores any valid key.

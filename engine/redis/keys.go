@@ -9,6 +9,11 @@ import (
 // lockKeys are the Redis keys of one lock, all in one hash slot.
 type lockKeys struct {
 	w, r, ww, q, f, c, h, rw string
+	// Issue 17: x is the exclusive holder's "<id> <value>" (only when it
+	// has a value), v the shared holders' "<token> <value>" by lease id,
+	// cq the arrival queue of counted waiting readers, and wt the mark
+	// that someone watches the key.
+	x, v, cq, wt string
 }
 
 func (e *Engine) keysOf(key string) lockKeys {
@@ -19,11 +24,12 @@ func (e *Engine) keysOf(key string) lockKeys {
 	} else {
 		tag = "{k:" + key + "}"
 	}
-	// One allocation for all eight names: each is a slice of the same
+	// One allocation for all twelve names: each is a slice of the same
 	// string.
 	p := e.opts.prefix
 	all := p + tag + ":w" + p + tag + ":r" + p + tag + ":ww" + p + tag + ":q" + p + tag + ":f" + p +
-		tag + ":c" + p + tag + ":h" + p + tag + ":rw"
+		tag + ":c" + p + tag + ":h" + p + tag + ":rw" + p + tag + ":x" + p + tag + ":v" + p + tag +
+		":cq" + p + tag + ":wt"
 	n, i := len(p)+len(tag), 0
 	cut := func(suffix int) string {
 		s := all[i : i+n+suffix]
@@ -31,9 +37,12 @@ func (e *Engine) keysOf(key string) lockKeys {
 		return s
 	}
 	return lockKeys{w: cut(2), r: cut(2), ww: cut(3), q: cut(2), f: cut(2), c: cut(2), h: cut(2),
-		rw: cut(3)}
+		rw: cut(3), x: cut(2), v: cut(2), cq: cut(3), wt: cut(3)}
 }
 
 // stateKeys are the keys that exist only while the lock is held or waited
-// on (everything but the fencing counter).
-func (k lockKeys) stateKeys() []string { return []string{k.w, k.r, k.ww, k.q, k.h, k.rw} }
+// on (everything but the fencing counter and the watch mark, which
+// expires by itself).
+func (k lockKeys) stateKeys() []string {
+	return []string{k.w, k.r, k.ww, k.q, k.h, k.rw, k.x, k.v, k.cq}
+}

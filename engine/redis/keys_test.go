@@ -20,7 +20,8 @@ func TestKeysShareOneTag(t *testing.T) {
 				t.Fatalf("%q: hashed tag %q", key, tag)
 			}
 		}
-		want := map[string]string{"w": k.w, "r": k.r, "ww": k.ww, "q": k.q, "f": k.f, "c": k.c, "h": k.h, "rw": k.rw}
+		want := map[string]string{"w": k.w, "r": k.r, "ww": k.ww, "q": k.q, "f": k.f, "c": k.c, "h": k.h, "rw": k.rw,
+			"x": k.x, "v": k.v, "cq": k.cq, "wt": k.wt}
 		for sfx, got := range want {
 			if got != "p:"+tag+":"+sfx {
 				t.Errorf("%q: %s key = %q, want %q", key, sfx, got, "p:"+tag+":"+sfx)

@@ -29,10 +29,12 @@ type lease struct {
 	// them allocates no boxed values.
 	acqLine, relLine []any
 	ttlMS            int64
+	limit            int64  // Request.Limit
+	value            string // Request.Value
 	// The same keys as slices, for pipelines and the Script fallback.
 	acqKeys, relKeys []string
-	keyArr           [6]string
-	relArr           [7]string
+	keyArr           [8]string
+	relArr           [11]string
 
 	// Hand-off bookkeeping of a waiting Acquire (see the package doc,
 	// "Hand-off"): attempt counts the acquire attempts sent, and sents
@@ -222,26 +224,32 @@ func (e *Engine) newLease(req engine.Request) *lease {
 		ttl: req.TTL, renew: req.Renew, sig: engine.NewSignal(req.OnLost),
 	}
 	k := &l.keys
-	l.ttlMS = ms(l.ttl)
-	buf := make([]any, 0, 17+13) // both lines in one allocation
+	l.ttlMS, l.limit, l.value = ms(l.ttl), int64(req.Limit), req.Value
+	const acqCap, relCap = 3 + 8 + 10, 3 + 11 + 4
+	buf := make([]any, 0, acqCap+relCap) // both lines in one allocation
 	if l.mode == engine.Exclusive {
-		l.keyArr = [6]string{k.w, k.r, k.ww, k.q, k.f, k.h}
+		l.keyArr = [8]string{k.w, k.r, k.ww, k.q, k.f, k.h, k.x, k.wt}
 		l.acqKeys = l.keyArr[:]
-		l.acqLine = line(buf[:0:17], shaAcquireExclusive, l.acqKeys, &l.id, &l.ttlMS, argFalse,
-			argFalse, e.argQueueTTL, argFalse, argFalse, &l.attempt)
+		l.acqLine = line(buf[:0:acqCap], shaAcquireExclusive, l.acqKeys, &l.id, &l.ttlMS, argFalse,
+			argFalse, e.argQueueTTL, argFalse, argFalse, &l.attempt, &l.value, &k.c)
 	} else {
-		l.keyArr = [6]string{k.w, k.r, k.ww, k.f, k.rw}
-		l.acqKeys = l.keyArr[:5]
-		l.acqLine = line(buf[:0:17], shaAcquireShared, l.acqKeys, &l.id, &l.ttlMS, argFalse,
-			e.argQueueTTL, argFalse)
+		l.keyArr = [8]string{k.w, k.r, k.ww, k.f, k.rw, k.v, k.cq, k.wt}
+		l.acqKeys = l.keyArr[:]
+		l.acqLine = line(buf[:0:acqCap], shaAcquireShared, l.acqKeys, &l.id, &l.ttlMS, argFalse,
+			e.argQueueTTL, argFalse, &l.limit, &l.value, &k.c)
 	}
-	l.relArr = [7]string{k.w, k.r, k.ww, k.q, k.f, k.h, k.rw}
+	// A writer's lease leaves out :v and :cq, which only readers use.
+	l.relArr = [11]string{k.w, k.r, k.ww, k.q, k.f, k.h, k.rw, k.x, k.wt, k.v, k.cq}
 	l.relKeys = l.relArr[:]
+	if l.mode == engine.Exclusive {
+		l.relKeys = l.relArr[:9]
+	}
 	sha := shaReleaseExclusive
 	if l.mode == engine.Shared {
 		sha = shaReleaseShared
 	}
-	l.relLine = line(buf[17:17:30], sha, l.relKeys, &l.id, &k.c, e.argWake)
+	l.relLine = line(buf[acqCap:acqCap:acqCap+relCap], sha, l.relKeys, &l.id, &k.c, e.argWake,
+		flag(l.value != ""))
 	return l
 }
 

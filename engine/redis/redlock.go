@@ -173,13 +173,20 @@ func NewRedlock(clients []Client, opts ...RedlockOption) (*Redlock, error) {
 // Name returns "redlock".
 func (r *Redlock) Name() string { return "redlock" }
 
-// Limits are the single-node engine's.
-func (r *Redlock) Limits() engine.Limits { return r.nodes[0].Limits() }
+// Limits are the single-node engine's, without its counted mode: a
+// majority of independent nodes, each counting its own permits, does not
+// bound the permits held across them, so Redlock refuses Request.Limit.
+func (r *Redlock) Limits() engine.Limits {
+	lim := r.nodes[0].Limits()
+	lim.Counted = false
+	return lim
+}
 
-// Validate checks req as a single node would. A TTL too short for the
-// nodes to answer in is not refused here: its validity comes out negative
-// and the attempt counts as failed, as the algorithm prescribes.
-func (r *Redlock) Validate(req engine.Request) error { return r.nodes[0].Validate(req) }
+// Validate checks req as a single node would, with Redlock's Limits. A
+// TTL too short for the nodes to answer in is not refused here: its
+// validity comes out negative and the attempt counts as failed, as the
+// algorithm prescribes.
+func (r *Redlock) Validate(req engine.Request) error { return engine.CheckRequest(req, r.Limits()) }
 
 func (r *Redlock) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*r.opts.driftFactor) + 2*time.Millisecond

@@ -202,9 +202,10 @@ func (e *Engine) renewPipeline(ctx context.Context, batch []*lease) ([]*goredis.
 	cmds := make([]*goredis.Cmd, len(batch))
 	for i, l := range batch {
 		if l.mode == engine.Exclusive {
-			cmds[i] = renewExclusive.EvalSha(ctx, pipe, []string{l.keys.w}, l.id, ms(l.ttl))
+			cmds[i] = renewExclusive.EvalSha(ctx, pipe, []string{l.keys.w, l.keys.x}, l.id, ms(l.ttl),
+				flag(l.value != ""))
 		} else {
-			cmds[i] = renewShared.EvalSha(ctx, pipe, []string{l.keys.r}, l.id, ms(l.ttl))
+			cmds[i] = renewShared.EvalSha(ctx, pipe, []string{l.keys.r, l.keys.v}, l.id, ms(l.ttl))
 		}
 	}
 	_, err := pipe.Exec(ctx)
@@ -222,7 +223,7 @@ var errNoScript = errors.New("NOSCRIPT")
 // loadScripts loads every script, for pipelines that use EVALSHA.
 func loadScripts(ctx context.Context, c Client) {
 	for _, s := range []*goredis.Script{acquireExclusive, acquireShared, releaseExclusive,
-		releaseShared, renewExclusive, renewShared, leaveQueue} {
+		releaseShared, renewExclusive, renewShared, leaveQueue, holdersScript} {
 		_ = s.Load(ctx, c).Err()
 	}
 }

@@ -52,8 +52,9 @@ type channelState struct {
 
 // waiter is one Acquire waiting for a release.
 type waiter struct {
-	channel string        // the key's channel (reader) or the wake channel (writer)
+	channel string        // the key's channel (reader, watcher) or the wake channel (writer)
 	id      string        // the lease id a release names to wake this waiter
+	watch   bool          // a Watch, not an Acquire: woken by "w" and by a resubscription
 	wake    chan struct{} // buffered: a wake-up is never lost, only merged
 	grant   *grant        // the hand-off a release published for this waiter; guarded by hub.mu
 }
@@ -102,7 +103,17 @@ func (h *hub) join(ctx context.Context, channel, id string, shared bool) *waiter
 	if !shared {
 		channel = h.wake
 	}
-	w := &waiter{channel: channel, id: id, wake: make(chan struct{}, 1)}
+	return h.joinAs(ctx, &waiter{channel: channel, id: id, wake: make(chan struct{}, 1)}, shared)
+}
+
+// joinWatch registers a Watch on a key's channel as join registers a
+// waiting reader.
+func (h *hub) joinWatch(ctx context.Context, channel string) *waiter {
+	return h.joinAs(ctx, &waiter{channel: channel, watch: true, wake: make(chan struct{}, 1)}, true)
+}
+
+func (h *hub) joinAs(ctx context.Context, w *waiter, shared bool) *waiter {
+	channel, id := w.channel, w.id
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -279,6 +290,14 @@ func (h *hub) dispatch(msg any) {
 			if st := h.chans[m.Channel]; st != nil && !st.isReady {
 				st.isReady = true
 				close(st.ready)
+			} else if st != nil {
+				// go-redis subscribed again after a reconnect: a message
+				// may have been lost meanwhile, so tell the watchers.
+				for _, w := range st.waiters {
+					if w.watch {
+						w.poke()
+					}
+				}
 			}
 			h.mu.Unlock()
 		}
@@ -293,8 +312,9 @@ func (h *hub) dispatch(msg any) {
 // notify wakes the waiters a message names: on the engine's wake channel
 // the payload is the lease id of the one writer a release serves, so a
 // release wakes one waiter across every process, followed by the grant
-// when the release handed the key to it; on a key's channel ("*") every
-// reader waiting there.
+// when the release handed the key to it; on a key's channel "*" wakes
+// every reader and watcher there, and "w" (a change nobody waits for, see
+// luaTell) only the watchers.
 func (h *hub) notify(channel, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -310,7 +330,9 @@ func (h *hub) notify(channel, payload string) {
 	}
 	if st := h.chans[channel]; st != nil {
 		for _, w := range st.waiters {
-			w.poke()
+			if w.watch || payload != "w" {
+				w.poke()
+			}
 		}
 	}
 }
