@@ -29,6 +29,7 @@ func TestCheckerRedis(t *testing.T) {
 		name: "redis", engine: "redis", addrs: []string{px.Addr()}, ttl: chaosTTL,
 		faults:      append(networkFaults(t, px, chaosTTL), serverFaults(srv, chaosTTL)...),
 		clientPause: 2*chaosTTL + time.Second,
+		primitives:  true,
 	})
 }
 
@@ -39,7 +40,7 @@ func TestCheckerRedisCluster(t *testing.T) {
 	c := testenv.StartRedisCluster(t, 3)
 	n := c.Nodes[1]
 	checkEngine(t, chaosTarget{
-		name: "redis-cluster", engine: "redis-cluster", addrs: c.Addrs, ttl: chaosTTL,
+		name: "redis-cluster", engine: "redis-cluster", addrs: c.Addrs, ttl: chaosTTL, primitives: true,
 		faults: []fault{{name: "one master SIGSTOP", dur: 3 * time.Second, do: n.Pause, undo: func() { n.Resume(); c.Wait() }}},
 	})
 }

@@ -156,6 +156,7 @@ func TestDemoPrimitives(t *testing.T) {
 		{"etcd", "4", testenv.EtcdAddr},
 		{"zookeeper", "4", testenv.ZooKeeperAddr},
 		{"mysql", "4", testenv.MySQLDSN},
+		{"redis", "4", testenv.RedisAddr},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
 			if tc.check != nil {
