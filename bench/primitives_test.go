@@ -19,7 +19,8 @@ import (
 const semPermits = 4
 
 // BenchmarkSemaphoreContended: 16 clients, each with its own connection,
-// on one semaphore of 4 permits, 1 ms held. cerberus on etcd, and
+// on one semaphore of 4 permits, 1 ms held. cerberus on etcd and on Redis,
+// and
 // consul/api's semaphore (api.SemaphorePrefix, a new Semaphore and so a
 // new session per acquisition, as its documentation shows) on Consul.
 func BenchmarkSemaphoreContended(b *testing.B) {
@@ -28,20 +29,17 @@ func BenchmarkSemaphoreContended(b *testing.B) {
 		caddr := testenv.ConsulAddr(b)
 		name := fmt.Sprintf("bench-sem-%d", time.Now().UnixNano())
 		res := map[string]HotKeyResult{}
-		r := hotKey("semaphore/cerberus-etcd", func() LockFunc {
-			c := etcdCerberus(b, eaddr, root)
-			sem := c.Semaphore(name, semPermits)
-			return func(ctx context.Context) (func() error, error) {
-				l, err := sem.Acquire(ctx)
-				if err != nil {
-					return nil, err
-				}
-				return func() error { return l.Unlock(context.Background()) }, nil
-			}
-		}, 30*time.Second)
-		r.Report(out)
-		res["cerberus-etcd"] = r
-		r = hotKey("semaphore/consul-api", func() LockFunc {
+		raddr, rprefix, _ := redisSetup(b)
+		for lib, newClient := range map[string]func() *cerberus.Client{
+			"cerberus-etcd":  func() *cerberus.Client { return etcdCerberus(b, eaddr, root) },
+			"cerberus-redis": func() *cerberus.Client { return newCerberusRedis(b, raddr, rprefix) },
+		} {
+			r := hotKey("semaphore/"+lib, func() LockFunc { return semaphoreLock(newClient().Semaphore(name, semPermits)) },
+				30*time.Second)
+			r.Report(out)
+			res[lib] = r
+		}
+		r := hotKey("semaphore/consul-api", func() LockFunc {
 			return apiSemaphore(b, consulClient(b, caddr), consulPrefix+"/"+name)
 		}, 30*time.Second)
 		r.Report(out)
@@ -50,7 +48,20 @@ func BenchmarkSemaphoreContended(b *testing.B) {
 			res["consul-api"].Rate())
 		Ratio(out, "semaphore_wait_p99", "consul-api", "cerberus-etcd",
 			float64(res["consul-api"].WaitP99), float64(res["cerberus-etcd"].WaitP99))
+		Ratio(out, "semaphore_acq", "cerberus-redis", "consul-api", res["cerberus-redis"].Rate(),
+			res["consul-api"].Rate())
 	})
+}
+
+// semaphoreLock adapts a cerberus Semaphore to LockFunc.
+func semaphoreLock(sem *cerberus.Semaphore) LockFunc {
+	return func(ctx context.Context) (func() error, error) {
+		l, err := sem.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return func() error { return l.Unlock(context.Background()) }, nil
+	}
 }
 
 // apiSemaphore adapts consul/api's Semaphore: one new Semaphore (and
