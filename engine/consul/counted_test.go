@@ -1,0 +1,115 @@
+package consul_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/consul"
+	"github.com/cerberus-go/cerberus/internal/testenv"
+)
+
+// counted is a waiting request for one of limit permits of key.
+func counted(key string, limit int, value string) engine.Request {
+	r := hold(key, engine.Shared)
+	r.Limit, r.Value = limit, value
+	return r
+}
+
+// mustHold fails unless Holders of key lists exactly want (mode, token and
+// value), in order.
+func mustHold(t *testing.T, e *consul.Engine, key string, want ...engine.Holder) {
+	t.Helper()
+	hs, err := e.Holders(ctxFor(t, 5*time.Second), key)
+	if err != nil {
+		t.Fatalf("Holders: %v", err)
+	}
+	if len(hs) != len(want) {
+		t.Fatalf("Holders = %+v, want %+v", hs, want)
+	}
+	for i := range hs {
+		if hs[i] != want[i] {
+			t.Fatalf("Holders = %+v, want %+v", hs, want)
+		}
+	}
+}
+
+// TestCountedDeadHolder: a permit whose holder's session is invalidated is
+// not listed by Holders, is not given to anyone during the holder's
+// lock-delay, and is given after it; Watch tells of the invalidation and
+// closes its channel when its context ends.
+func TestCountedDeadHolder(t *testing.T) {
+	const delay = 3 * time.Second
+	addr := testenv.ConsulAddr(t)
+	outside := newClient(t, addr)
+	a := newEngine(t, addr, consul.WithLockDelay(delay))
+	b := newEngine(t, addr, consul.WithLockDelay(0))
+	key := testKey(t)
+	la := mustAcquire(t, a, counted(key, 2, "a"))
+	lb := mustAcquire(t, b, counted(key, 2, "b"))
+	full := counted(key, 2, "c")
+	full.Wait = false
+	if l, err := b.Acquire(ctxFor(t, 5*time.Second), full); !errors.Is(err, engine.ErrNotAcquired) {
+		if l != nil {
+			_ = l.Release(context.Background())
+		}
+		t.Fatalf("a third permit of 2: %v, want ErrNotAcquired", err)
+	}
+	mustHold(t, b, key, engine.Holder{Mode: engine.Shared, Token: la.Token(), Value: "a"},
+		engine.Holder{Mode: engine.Shared, Token: lb.Token(), Value: "b"})
+
+	wctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	changes, err := b.Watch(wctx, key)
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	destroyed := time.Now()
+	destroySession(t, outside, a.SessionID())
+	waitDone(t, la, sessionTTL/2, "session destroyed")
+	select {
+	case <-changes:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Watch told nothing of the invalidation within 5s")
+	}
+	mustHold(t, b, key, engine.Holder{Mode: engine.Shared, Token: lb.Token(), Value: "b"})
+
+	// Inside a's lock-delay its permit is not given (checks that start
+	// late fail loudly rather than pass for the wrong reason).
+	if l, err := b.Acquire(ctxFor(t, 5*time.Second), full); !errors.Is(err, engine.ErrNotAcquired) {
+		if l != nil {
+			_ = l.Release(context.Background())
+		}
+		t.Fatalf("a permit inside the dead holder's lock-delay: %v, want ErrNotAcquired", err)
+	}
+	if since := time.Since(destroyed); since > delay/2 {
+		t.Fatalf("the checks took %v; they need to run within %v of the invalidation", since, delay/2)
+	}
+	lc := mustAcquire(t, b, counted(key, 2, "c"))
+	if since := time.Since(destroyed); since < delay-500*time.Millisecond {
+		t.Errorf("the dead holder's permit was given %v after the invalidation, inside its %v lock-delay", since, delay)
+	}
+	if lc.Token() <= lb.Token() {
+		t.Errorf("token %d of the new permit is not above %d", lc.Token(), lb.Token())
+	}
+	mustHold(t, b, key, engine.Holder{Mode: engine.Shared, Token: lb.Token(), Value: "b"},
+		engine.Holder{Mode: engine.Shared, Token: lc.Token(), Value: "c"})
+
+	cancel()
+	deadline := time.After(5 * time.Second)
+	for open := true; open; {
+		select {
+		case _, open = <-changes:
+		case <-deadline:
+			t.Fatalf("the Watch channel was not closed within 5s of its context's end")
+		}
+	}
+	for _, l := range []engine.Lease{lb, lc} {
+		if err := l.Release(ctxFor(t, 5*time.Second)); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+	}
+	mustBeClean(t, outside, b, key)
+}
