@@ -3,6 +3,9 @@ package consul_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,4 +115,70 @@ func TestCountedDeadHolder(t *testing.T) {
 		}
 	}
 	mustBeClean(t, outside, b, key)
+}
+
+// TestCountedArrivalOrder: in the default mode, counted waiters that have
+// raced past the starvation threshold queue like writers and get the
+// permit in arrival order, and a counted TryLock does not take it from
+// them. Each waiter starts once the one before it shows in the queue.
+func TestCountedArrivalOrder(t *testing.T) {
+	addr := testenv.ConsulAddr(t)
+	outside := newClient(t, addr)
+	holderEng := newEngine(t, addr)
+	key := testKey(t)
+	holder := mustAcquire(t, holderEng, counted(key, 1, "holder"))
+	queued := func(n int) bool {
+		keys, _, err := outside.KV().Keys(holderEng.KeyDir(key)+"w-", "", nil)
+		return err == nil && len(keys) >= n
+	}
+	type grant struct {
+		i   int
+		err error
+	}
+	const waiters = 4
+	grants := make(chan grant, waiters)
+	var wg sync.WaitGroup
+	for i := range waiters {
+		e := newEngine(t, addr, consul.WithWaitTime(50*time.Millisecond))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			l, err := e.Acquire(ctx, counted(key, 1, ""))
+			grants <- grant{i, err}
+			if err == nil {
+				_ = l.Release(context.Background())
+			}
+		}()
+		waitUntil(t, fmt.Sprintf("counted waiter %d to queue", i), func() bool { return queued(i + 1) })
+	}
+	if err := holder.Release(ctxFor(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	late := counted(key, 1, "")
+	late.Wait = false
+	if l, err := holderEng.Acquire(ctxFor(t, 5*time.Second), late); err == nil {
+		_ = l.Release(context.Background())
+		if queued(1) {
+			t.Errorf("a counted TryLock jumped the queue of %q", key)
+		}
+	}
+	var order []int
+	for range waiters {
+		select {
+		case g := <-grants:
+			if g.err != nil {
+				t.Fatalf("waiter %d: %v", g.i, g.err)
+			}
+			order = append(order, g.i)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("waiters granted so far: %v", order)
+		}
+	}
+	if !slices.Equal(order, []int{0, 1, 2, 3}) {
+		t.Errorf("grant order %v, want arrival order [0 1 2 3]", order)
+	}
+	wg.Wait() // the releases
+	mustBeClean(t, outside, holderEng, key)
 }

@@ -123,20 +123,21 @@
 // does not, and queues if it does. The last waiter's grant deletes the
 // marker (checking its index, which every enqueue rewrites), an abandoned
 // wait that leaves the queue empty deletes it, and a writer that meets a
-// marker with no one queued clears it. Readers in the default mode do not
-// queue, so a steady stream of readers can still hold a writer off.
+// marker with no one queued clears it. Counted readers (semaphore permits)
+// do as writers do. Uncounted readers in the default mode do not queue, so
+// a steady stream of them can still hold a writer off.
 //
 // In fair mode (WithFair) a waiter that does not get the key at once joins
 // a queue: a waiter key P/E/w-x-<lease> (writer) or P/E/w-s-<lease>
 // (reader), held with the session, whose CreateIndex is its place. A writer
-// goes when no one queued before it remains, a reader when no writer queued
-// before it remains; each waiter watches only the key it waits for (the
+// (or counted reader) goes when no one queued before it remains, an
+// uncounted reader when no writer queued before it remains; each waiter watches only the key it waits for (the
 // nearest waiter it must let go first, or the lock document), so a release
 // wakes one waiter, not the queue. The grant transaction deletes the waiter
 // key; an abandoned wait deletes it too, and a crashed waiter's key goes
 // with its session. Single attempts fail while a waiter they would overtake
-// is queued; in the default mode, a writer's single attempt fails while
-// anyone queues.
+// is queued; in the default mode, a writer's or counted reader's single
+// attempt fails while anyone queues.
 //
 // # Configuration and errors
 //
