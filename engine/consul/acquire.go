@@ -65,7 +65,7 @@ func (e *Engine) refuseIfQueued(ctx context.Context, l *lease) error {
 	if err != nil {
 		return e.opErr(ctx, "acquire", l.key, err)
 	}
-	if st.ahead(l.ordered(), l.id, 0) {
+	if st.ahead(l, 0) {
 		return fmt.Errorf("%w: %q has waiters", engine.ErrNotAcquired, l.key)
 	}
 	return nil

@@ -182,3 +182,43 @@ func TestCountedArrivalOrder(t *testing.T) {
 	wg.Wait() // the releases
 	mustBeClean(t, outside, holderEng, key)
 }
+
+// TestWatchEndsAtClose: a Watch whose context never ends has its channel
+// closed by the engine's Close; after Close, Holders and Watch return
+// ErrClosed; an invalid key is refused first.
+func TestWatchEndsAtClose(t *testing.T) {
+	addr := testenv.ConsulAddr(t)
+	e := newEngine(t, addr)
+	key := testKey(t)
+	if _, err := e.Watch(context.Background(), ""); !errors.Is(err, engine.ErrInvalidKey) {
+		t.Errorf("Watch of an empty key: %v, want ErrInvalidKey", err)
+	}
+	changes, err := e.Watch(context.Background(), key)
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- e.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Close did not return within 10s with a Watch open")
+	}
+	deadline := time.After(5 * time.Second)
+	for open := true; open; {
+		select {
+		case _, open = <-changes:
+		case <-deadline:
+			t.Fatalf("the Watch channel was not closed by Close")
+		}
+	}
+	if _, err := e.Holders(context.Background(), key); !errors.Is(err, engine.ErrClosed) {
+		t.Errorf("Holders after Close: %v, want ErrClosed", err)
+	}
+	if _, err := e.Watch(context.Background(), key); !errors.Is(err, engine.ErrClosed) {
+		t.Errorf("Watch after Close: %v, want ErrClosed", err)
+	}
+}

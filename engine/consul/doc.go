@@ -82,10 +82,12 @@
 // lock-delay: a crashed holder's permit frees itself within the Floor,
 // like any lease, and never while its holder may still think it holds it.
 // A counted waiter is ordered like a writer: after WithStarvation of
-// racing (or at once in fair mode) it joins the key's queue and goes when
-// no one queued before it remains; while anyone queues, a counted first
-// attempt fails (it checks the queue marker's absence, as a writer's does),
-// so permits go in arrival order. Uncounted requests are unchanged: no
+// racing (or at once in fair mode) it joins the key's queue, and goes when
+// no writer queued before it remains and the waiters queued before it,
+// with the live holders, leave a permit for it (so it takes none that an
+// earlier waiter could use, and up to Limit waiters go at once); while
+// anyone queues, a counted first attempt fails (it checks the queue
+// marker's absence, as a writer's does), so permits go in arrival order. Uncounted requests are unchanged: no
 // count, no extra operation.
 //
 // Request.Value is stored in the holder's entry of the lock document (for
@@ -130,8 +132,9 @@
 // In fair mode (WithFair) a waiter that does not get the key at once joins
 // a queue: a waiter key P/E/w-x-<lease> (writer) or P/E/w-s-<lease>
 // (reader), held with the session, whose CreateIndex is its place. A writer
-// (or counted reader) goes when no one queued before it remains, an
-// uncounted reader when no writer queued before it remains; each waiter watches only the key it waits for (the
+// goes when no one queued before it remains, an uncounted reader when no
+// writer queued before it remains, a counted one also only when there is a
+// permit for it and for each waiter before it; each waiter watches only the key it waits for (the
 // nearest waiter it must let go first, or the lock document), so a release
 // wakes one waiter, not the queue. The grant transaction deletes the waiter
 // key; an abandoned wait deletes it too, and a crashed waiter's key goes

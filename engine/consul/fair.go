@@ -85,19 +85,24 @@ func (e *Engine) waitKey(ctx context.Context, key string, index uint64) (bool, e
 	return p != nil, err
 }
 
-// ahead reports whether a waiter that would go before a request is queued
-// before position order (0: before a newcomer): any waiter for an ordered
-// request (see lease.ordered), a writer for an uncounted reader.
-func (st *state) ahead(ordered bool, id string, order uint64) bool {
+// ahead reports whether a waiter that would go before l is queued before
+// position order (0: before a newcomer): for a writer, any waiter; for an
+// uncounted reader, a writer; for a counted reader, a writer, or so many
+// waiters that with the live holders they would take every permit (when
+// there is a permit for each earlier waiter and for l, l takes one from no
+// one, so the earlier ones and l may go at once).
+func (st *state) ahead(l *lease, order uint64) bool {
+	n := 0
 	for _, w := range st.waiters {
-		if w.lease == id || (order != 0 && w.order >= order) {
+		if w.lease == l.id || (order != 0 && w.order >= order) {
 			continue
 		}
-		if ordered || w.mode == engine.Exclusive {
+		if l.mode == engine.Exclusive || w.mode == engine.Exclusive {
 			return true
 		}
+		n++
 	}
-	return false
+	return l.limit > 0 && n > 0 && n >= l.limit-st.live()
 }
 
 // find returns l's own waiter entry.
@@ -177,8 +182,8 @@ func (f *fairWait) step(ctx context.Context) (done bool, err error) {
 		return f.try(ctx, s, st)
 	case !queued:
 		return f.join(ctx, s)
-	case !blocks(st, l) && !st.ahead(l.ordered(), l.id, me.order) ||
-		l.mode == engine.Exclusive && st.prunable() && !st.ahead(l.ordered(), l.id, me.order):
+	case !blocks(st, l) && !st.ahead(l, me.order) ||
+		l.mode == engine.Exclusive && st.prunable() && !st.ahead(l, me.order):
 		return f.takeTurn(ctx, s, st)
 	}
 	return f.waitTurn(ctx, s, st, me)

@@ -172,9 +172,10 @@ func WithTLS(cfg api.TLSConfig) Option {
 
 // WithFair turns fair mode on or off. In fair mode a waiting Acquire joins
 // the key's queue (a waiter key held with the session; its CreateIndex is
-// its place) and is granted in arrival order: a writer or a counted reader
-// (Request.Limit) when everyone queued before it has gone, an uncounted
-// reader when no writer is queued before it. Single
+// its place) and is granted in arrival order: a writer when everyone
+// queued before it has gone, an uncounted reader when no writer is queued
+// before it, a counted reader (Request.Limit) when no writer is queued
+// before it and there is a permit for it and each waiter before it. Single
 // attempts (Request.Wait false) fail while someone they would overtake is
 // queued. The default is off: writers race after each release, which costs
 // fewer writes when there is little contention, until one starves (see
