@@ -65,7 +65,7 @@ func (e *Engine) refuseIfQueued(ctx context.Context, l *lease) error {
 	if err != nil {
 		return e.opErr(ctx, "acquire", l.key, err)
 	}
-	if st.ahead(l.mode, l.id, 0) {
+	if st.ahead(l, 0) {
 		return fmt.Errorf("%w: %q has waiters", engine.ErrNotAcquired, l.key)
 	}
 	return nil
@@ -177,7 +177,7 @@ func (a *acquisition) refused(ctx context.Context, s *session, out outcome) (don
 		}
 		out = delayed
 	}
-	if !blocks(st, l.mode) && out == held {
+	if !blocks(st, l) && out == held {
 		a.st = st
 		return false, nil // freed in between: try again at once
 	}
@@ -197,7 +197,7 @@ func (a *acquisition) await(ctx context.Context, st *state, out outcome) (done b
 	e, l := a.e, a.l
 	if a.waitSince.IsZero() {
 		a.waitSince = time.Now()
-	} else if e.cfg.starve > 0 && l.mode == engine.Exclusive &&
+	} else if e.cfg.starve > 0 && l.ordered() &&
 		time.Since(a.waitSince) >= e.cfg.starve {
 		// Starving: from here on, arrival order (see WithStarvation).
 		if done, err := a.queue(ctx); done {
@@ -208,7 +208,7 @@ func (a *acquisition) await(ctx context.Context, st *state, out outcome) (done b
 		err := a.takeTurn(ctx)
 		return err != nil, err // else try at once: the key may have come free meanwhile
 	}
-	if out == delayed && (!blocks(st, l.mode) || l.mode == engine.Exclusive && st.prunable()) {
+	if out == delayed && (!blocks(st, l) || l.mode == engine.Exclusive && st.prunable()) {
 		err := a.pause(ctx)
 		return err != nil, err
 	}
@@ -263,12 +263,14 @@ func (b *backoff) pause(ctx context.Context) error {
 	return nil
 }
 
-// blocks reports whether st keeps a request in mode out.
-func blocks(st *state, mode engine.Mode) bool {
-	if mode == engine.Exclusive {
+// blocks reports whether st keeps l out: any document keeps a writer out;
+// a writer, or for a counted reader l.limit live holders, keep a reader
+// out.
+func blocks(st *state, l *lease) bool {
+	if l.mode == engine.Exclusive {
 		return st.doc != nil
 	}
-	return st.writerHeld()
+	return st.writerHeld() || st.full(l.limit)
 }
 
 // waitChange blocks on the key's folder until the state no longer blocks
@@ -281,7 +283,7 @@ func (e *Engine) waitChange(ctx context.Context, l *lease, st *state) (*state, e
 		if err != nil {
 			return nil, err
 		}
-		if next.index == st.index || !blocks(next, l.mode) ||
+		if next.index == st.index || !blocks(next, l) ||
 			(l.mode == engine.Exclusive && next.prunable()) {
 			return next, nil
 		}

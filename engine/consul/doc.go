@@ -68,6 +68,47 @@
 // deletion and client restarts, for as long as the cluster keeps its Raft
 // log (a -dev agent starts over when restarted).
 //
+// # Semaphores (counted shared leases)
+//
+// A counted request (engine.Request.Limit above 0) follows the same
+// recipe, with the limit checked in the grant transaction: the request is
+// refused while the unlocked document lists Limit holders whose contender
+// key is still held, and the check-and-set on the document's ModifyIndex
+// makes the count exact, as any grant or release in between fails the
+// transaction, which then reads again. Listed holders whose contender key
+// is gone (their session was invalidated) are dropped by the grant that
+// needs their permit, in the same transaction, which locks and deletes
+// each dead contender key, so Consul refuses it during that holder's
+// lock-delay: a crashed holder's permit frees itself within the Floor,
+// like any lease, and never while its holder may still think it holds it.
+// A counted waiter is ordered like a writer: after WithStarvation of
+// racing (or at once in fair mode) it joins the key's queue, and goes when
+// no writer queued before it remains and the waiters queued before it,
+// with the live holders, leave a permit for it (so it takes none that an
+// earlier waiter could use, and up to Limit waiters go at once); while
+// anyone queues, a counted first attempt fails (it checks the queue
+// marker's absence, as a writer's does), so permits go in arrival order. Uncounted requests are unchanged: no
+// count, no extra operation.
+//
+// Request.Value is stored in the holder's entry of the lock document (for
+// an exclusive holder, its only entry), so it costs no extra write.
+//
+// # Holders and Watch
+//
+// Holders (engine.Inspector) lists the key's folder in one consistent
+// read: a locked document names the exclusive holder (token: the
+// document's ModifyIndex); an unlocked one lists the shared holders, of
+// which those whose contender key is still held are reported, each with
+// the contender key's ModifyIndex as its token (it is written in the
+// grant transaction, so it is the lease's token), in token order.
+//
+// Watch (engine.Watcher) makes Consul blocking queries on the key's folder
+// (key names only), each from the index the last returned and bounded by
+// WithWaitTime, and tells when the index moves. Grants, releases,
+// invalidated sessions and queue changes all move it. After a failed query
+// it tells anyway and backs off (100ms to 2s) before asking again. One
+// goroutine per Watch, ended by its context or Close.
+//
 // # Waiting
 //
 // A waiting Acquire makes blocking queries from the last index it saw;
@@ -84,20 +125,22 @@
 // does not, and queues if it does. The last waiter's grant deletes the
 // marker (checking its index, which every enqueue rewrites), an abandoned
 // wait that leaves the queue empty deletes it, and a writer that meets a
-// marker with no one queued clears it. Readers in the default mode do not
-// queue, so a steady stream of readers can still hold a writer off.
+// marker with no one queued clears it. Counted readers (semaphore permits)
+// do as writers do. Uncounted readers in the default mode do not queue, so
+// a steady stream of them can still hold a writer off.
 //
 // In fair mode (WithFair) a waiter that does not get the key at once joins
 // a queue: a waiter key P/E/w-x-<lease> (writer) or P/E/w-s-<lease>
 // (reader), held with the session, whose CreateIndex is its place. A writer
-// goes when no one queued before it remains, a reader when no writer queued
-// before it remains; each waiter watches only the key it waits for (the
+// goes when no one queued before it remains, an uncounted reader when no
+// writer queued before it remains, a counted one also only when there is a
+// permit for it and for each waiter before it; each waiter watches only the key it waits for (the
 // nearest waiter it must let go first, or the lock document), so a release
 // wakes one waiter, not the queue. The grant transaction deletes the waiter
 // key; an abandoned wait deletes it too, and a crashed waiter's key goes
 // with its session. Single attempts fail while a waiter they would overtake
-// is queued; in the default mode, a writer's single attempt fails while
-// anyone queues.
+// is queued; in the default mode, a writer's or counted reader's single
+// attempt fails while anyone queues.
 //
 // # Configuration and errors
 //

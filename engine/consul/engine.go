@@ -138,6 +138,7 @@ func (e *Engine) Limits() engine.Limits {
 	lim := engine.Common
 	lim.Floor = Floor(e.cfg.sessionTTL, e.cfg.lockDelay)
 	lim.MinTTL = lim.Floor
+	lim.Counted = true
 	return lim
 }
 
@@ -204,7 +205,7 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	defer cancel()
 
 	l := &lease{
-		e: e, key: req.Key, mode: req.Mode, id: e.newID(),
+		e: e, key: req.Key, mode: req.Mode, id: e.newID(), limit: req.Limit, value: req.Value,
 		dir: e.keyDir(req.Key), sig: engine.NewSignal(req.OnLost),
 	}
 	l.doc = l.dir + docName

@@ -49,18 +49,19 @@ func parseWaiter(rest string, p *api.KVPair) (waiter, bool) {
 	return w, true
 }
 
-// watched returns the key whose change may let a queued request in mode
-// go: the nearest waiter before it that it must let go first (any waiter
-// for a writer, a writer for a reader), or else the lock document. Watching
+// watched returns the key whose change may let a queued request go: the
+// nearest waiter before it that it must let go first (any waiter for an
+// ordered request, see lease.ordered; a writer for an uncounted reader),
+// or else the lock document. Watching
 // one key, like ZooKeeper's predecessor watch, wakes one waiter per change
 // rather than the whole queue.
-func (st *state) watched(mode engine.Mode, me waiter, doc string) string {
+func (st *state) watched(ordered bool, me waiter, doc string) string {
 	var best *waiter
 	for i, w := range st.waiters {
 		if w.order >= me.order || w.lease == me.lease {
 			continue
 		}
-		if mode == engine.Shared && w.mode != engine.Exclusive {
+		if !ordered && w.mode != engine.Exclusive {
 			continue
 		}
 		if best == nil || w.order > best.order {
@@ -84,18 +85,24 @@ func (e *Engine) waitKey(ctx context.Context, key string, index uint64) (bool, e
 	return p != nil, err
 }
 
-// ahead reports whether a waiter that would go before a request in mode
-// is queued before position order (0: before a newcomer).
-func (st *state) ahead(mode engine.Mode, id string, order uint64) bool {
+// ahead reports whether a waiter that would go before l is queued before
+// position order (0: before a newcomer): for a writer, any waiter; for an
+// uncounted reader, a writer; for a counted reader, a writer, or so many
+// waiters that with the live holders they would take every permit (when
+// there is a permit for each earlier waiter and for l, l takes one from no
+// one, so the earlier ones and l may go at once).
+func (st *state) ahead(l *lease, order uint64) bool {
+	n := 0
 	for _, w := range st.waiters {
-		if w.lease == id || (order != 0 && w.order >= order) {
+		if w.lease == l.id || (order != 0 && w.order >= order) {
 			continue
 		}
-		if mode == engine.Exclusive || w.mode == engine.Exclusive {
+		if l.mode == engine.Exclusive || w.mode == engine.Exclusive {
 			return true
 		}
+		n++
 	}
-	return false
+	return l.limit > 0 && n > 0 && n >= l.limit-st.live()
 }
 
 // find returns l's own waiter entry.
@@ -170,13 +177,13 @@ func (f *fairWait) step(ctx context.Context) (done bool, err error) {
 	}
 	me, queued := st.find(l.id)
 	switch {
-	case !queued && f.direct && len(st.waiters) == 0 && !blocks(st, l.mode):
+	case !queued && f.direct && len(st.waiters) == 0 && !blocks(st, l):
 		f.direct = false
 		return f.try(ctx, s, st)
 	case !queued:
 		return f.join(ctx, s)
-	case !blocks(st, l.mode) && !st.ahead(l.mode, l.id, me.order) ||
-		l.mode == engine.Exclusive && st.prunable() && !st.ahead(l.mode, l.id, me.order):
+	case !blocks(st, l) && !st.ahead(l, me.order) ||
+		l.mode == engine.Exclusive && st.prunable() && !st.ahead(l, me.order):
 		return f.takeTurn(ctx, s, st)
 	}
 	return f.waitTurn(ctx, s, st, me)
@@ -254,7 +261,7 @@ func (f *fairWait) takeTurn(ctx context.Context, s *session, st *state) (done bo
 func (f *fairWait) waitTurn(ctx context.Context, s *session, st *state,
 	me waiter) (done bool, err error) {
 	e, l := f.e, f.l
-	watched := st.watched(l.mode, me, l.doc)
+	watched := st.watched(l.ordered(), me, l.doc)
 	exists, err := e.waitKey(ctx, watched, st.index)
 	if err != nil {
 		return true, e.opErr(ctx, "acquire", l.key, err)

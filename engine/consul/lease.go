@@ -21,6 +21,9 @@ type lease struct {
 	dir  string // P/E/
 	doc  string // P/E/lock
 
+	limit int    // Request.Limit: counted shared when above 0
+	value string // Request.Value, stored in the lock document
+
 	token  uint64 // ModifyIndex of the granting write
 	queued bool   // a fair-mode waiter key exists for l (Acquire only)
 	sig    *engine.Signal
@@ -162,3 +165,8 @@ func (l *lease) takeBack(ctx context.Context) error {
 	_, err := l.e.releaseShared(ctx, l)
 	return err
 }
+
+// ordered reports whether l waits in strict arrival order behind every
+// earlier waiter: a writer, or a counted reader (a permit is a slot any
+// earlier waiter may need).
+func (l *lease) ordered() bool { return l.mode == engine.Exclusive || l.limit > 0 }

@@ -17,7 +17,7 @@ import (
 // token is the ModifyIndex of that write, a Raft index, so it only grows.
 func (e *Engine) tryExclusive(ctx context.Context, l *lease, st *state) (outcome, error) {
 	val := document{Mode: "exclusive",
-		Holders: []holder{{Lease: l.id, Owner: e.cfg.owner, Session: l.sess.id}}}.encode()
+		Holders: []holder{{Lease: l.id, Owner: e.cfg.owner, Session: l.sess.id, Value: l.value}}}.encode()
 	ops := api.KVTxnOps{{Verb: api.KVCheckNotExists, Key: l.doc}}
 	if !l.queued {
 		ops = append(ops, &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: markerKey(l)})

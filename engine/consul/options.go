@@ -172,8 +172,10 @@ func WithTLS(cfg api.TLSConfig) Option {
 
 // WithFair turns fair mode on or off. In fair mode a waiting Acquire joins
 // the key's queue (a waiter key held with the session; its CreateIndex is
-// its place) and is granted in arrival order: a writer when everyone queued
-// before it has gone, a reader when no writer is queued before it. Single
+// its place) and is granted in arrival order: a writer when everyone
+// queued before it has gone, an uncounted reader when no writer is queued
+// before it, a counted reader (Request.Limit) when no writer is queued
+// before it and there is a permit for it and each waiter before it. Single
 // attempts (Request.Wait false) fail while someone they would overtake is
 // queued. The default is off: writers race after each release, which costs
 // fewer writes when there is little contention, until one starves (see
@@ -187,9 +189,10 @@ func WithFair(on bool) Option { return func(c *config) { c.fair = on } }
 // too, so the key goes in arrival order until the queue drains; then
 // writers race again. As in Go's sync.Mutex, this bounds the wait of an
 // unlucky writer without the cost of queueing when contention is light.
-// Readers in the default mode do not queue. Each queued writer holds a
-// blocking query, so an engine queues at most half of WithMaxConns writers
-// at once; the others keep racing, or poll while the queue lasts. 0 turns
+// Counted readers (Request.Limit) starve and queue as writers do;
+// uncounted readers in the default mode do not queue. Each queued writer
+// holds a blocking query, so an engine queues at most half of WithMaxConns
+// writers at once; the others keep racing, or poll while the queue lasts. 0 turns
 // it off: writers race however long they wait. The default is
 // DefaultStarvation; at most a minute.
 func WithStarvation(d time.Duration) Option { return func(c *config) { c.starve = d } }

@@ -20,7 +20,17 @@ func contender(dir, id string) string { return dir + contenderHead + id }
 // this holder to it, and locks the holder's contender key with the session.
 // The document is locked and at once unlocked in the same transaction so
 // that the lock-delay of an invalidated exclusive holder applies to readers
-// too. The token is the ModifyIndex of the document write.
+// too. The token is the ModifyIndex of the document write, which is also
+// the contender key's (one transaction is one Raft index).
+//
+// A counted request (l.limit > 0) is refused (held) while l.limit holders
+// whose contender key is still held are listed. Listed holders whose
+// contender key is gone (their session was invalidated) are dropped in the
+// same transaction, which locks and deletes each dead contender key, so the
+// grant waits out their lock-delay (outcome delayed). Unless l is queued,
+// it also checks that no one queues (outcome queueing), as a writer does.
+// The check-and-set on the document makes the count exact: any grant or
+// release in between fails the check.
 func (e *Engine) tryShared(ctx context.Context, l *lease, st *state) (outcome, error) {
 	if st == nil {
 		var err error
@@ -28,23 +38,44 @@ func (e *Engine) tryShared(ctx context.Context, l *lease, st *state) (outcome, e
 			return 0, err
 		}
 	}
-	if st.writerHeld() {
+	if st.writerHeld() || st.full(l.limit) {
 		return held, nil
 	}
-	holders := append([]holder{}, st.readers()...)
-	holders = append(holders, holder{Lease: l.id, Owner: e.cfg.owner, Session: l.sess.id})
-	val := document{Mode: "shared", Holders: holders}.encode()
 	sid := l.sess.id
+	var ops api.KVTxnOps
+	var holders []holder
+	if l.limit > 0 && len(st.dead()) > maxPrune {
+		// More dead holders than one grant can drop: prune first.
+		out, err := e.prune(ctx, l, st)
+		if out == granted {
+			out = conflict // pruned: read again
+		}
+		return out, err
+	}
+	if l.limit > 0 {
+		var prune api.KVTxnOps
+		holders, prune = countedHolders(l, st)
+		ops = append(ops, prune...)
+	} else {
+		holders = append(holders, st.readers()...)
+	}
+	holders = append(holders, holder{Lease: l.id, Owner: e.cfg.owner, Session: sid, Value: l.value})
+	val := document{Mode: "shared", Holders: holders}.encode()
 	first := api.KVTxnOp{Verb: api.KVCheckNotExists, Key: l.doc}
 	if st.doc != nil {
 		first = api.KVTxnOp{Verb: api.KVCheckIndex, Key: l.doc, Index: st.doc.ModifyIndex}
 	}
-	ops := api.KVTxnOps{
-		&first,
-		{Verb: api.KVLock, Key: l.doc, Value: val, Session: sid},
-		{Verb: api.KVUnlock, Key: l.doc, Value: val, Session: sid},
-		{Verb: api.KVLock, Key: contender(l.dir, l.id), Value: []byte(e.cfg.owner), Session: sid},
+	head := api.KVTxnOps{&first}
+	markerOp := -1
+	if l.limit > 0 && !l.queued {
+		markerOp = len(head)
+		head = append(head, &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: markerKey(l)})
 	}
+	ops = append(append(head,
+		&api.KVTxnOp{Verb: api.KVLock, Key: l.doc, Value: val, Session: sid},
+		&api.KVTxnOp{Verb: api.KVUnlock, Key: l.doc, Value: val, Session: sid},
+		&api.KVTxnOp{Verb: api.KVLock, Key: contender(l.dir, l.id), Value: []byte(e.cfg.owner), Session: sid},
+	), ops...)
 	if op := dequeueOp(l); op != nil {
 		ops = append(ops, op)
 		ops = append(ops, dropQueueOps(l, st)...)
@@ -54,8 +85,11 @@ func (e *Engine) tryShared(ctx context.Context, l *lease, st *state) (outcome, e
 		return 0, err
 	}
 	if !ok {
-		if failedOp(resp) == 0 {
+		switch failedOp(resp) {
+		case 0:
 			return conflict, nil
+		case markerOp:
+			return queueing, nil
 		}
 		return out, nil
 	}
@@ -64,6 +98,26 @@ func (e *Engine) tryShared(ctx context.Context, l *lease, st *state) (outcome, e
 	}
 	l.queued = false
 	return granted, nil
+}
+
+// countedHolders returns the holders a counted grant keeps in the document
+// (those whose contender key is held; the caller ensures at most maxPrune
+// others) and the operations that lock and delete the dropped ones'
+// contender keys, which Consul refuses during their lock-delay.
+func countedHolders(l *lease, st *state) ([]holder, api.KVTxnOps) {
+	var keep []holder
+	var ops api.KVTxnOps
+	for _, h := range st.readers() {
+		if st.contenders[h.Lease] {
+			keep = append(keep, h)
+			continue
+		}
+		c := contender(l.dir, h.Lease)
+		ops = append(ops,
+			&api.KVTxnOp{Verb: api.KVLock, Key: c, Session: l.sess.id},
+			&api.KVTxnOp{Verb: api.KVDelete, Key: c})
+	}
+	return keep, ops
 }
 
 // releaseShared removes l from the lock document (deleting the document

@@ -13,6 +13,7 @@ type holder struct {
 	Lease   string `json:"lease"`
 	Owner   string `json:"owner,omitempty"`
 	Session string `json:"session,omitempty"`
+	Value   string `json:"value,omitempty"` // Request.Value, for Holders
 }
 
 // document is the value of P/E/lock. An exclusive holder writes Mode
@@ -35,8 +36,9 @@ type state struct {
 	marker     *api.KVPair // P/E/queue, nil if absent
 	parsed     document
 	parsedOK   bool
-	contenders map[string]bool // lease ids with a contender key
-	waiters    []waiter        // live fair-mode waiters, unordered
+	contenders map[string]bool   // lease ids with a contender key
+	granted    map[string]uint64 // lease id -> ModifyIndex of its contender key: its token
+	waiters    []waiter          // live fair-mode waiters, unordered
 }
 
 // read lists P/E/. With index > 0 it is a blocking query that returns when
@@ -56,7 +58,8 @@ func (e *Engine) read(ctx context.Context, dir string, index uint64) (*state, er
 	if err != nil {
 		return nil, err
 	}
-	st := &state{index: meta.LastIndex, contenders: make(map[string]bool)}
+	st := &state{index: meta.LastIndex, contenders: make(map[string]bool),
+		granted: make(map[string]uint64)}
 	for _, p := range pairs {
 		rest, ok := strings.CutPrefix(p.Key, dir)
 		if !ok {
@@ -69,7 +72,9 @@ func (e *Engine) read(ctx context.Context, dir string, index uint64) (*state, er
 		case rest == queueName:
 			st.marker = p
 		case strings.HasPrefix(rest, contenderHead) && p.Session != "":
-			st.contenders[strings.TrimPrefix(rest, contenderHead)] = true
+			id := strings.TrimPrefix(rest, contenderHead)
+			st.contenders[id] = true
+			st.granted[id] = p.ModifyIndex
 		case strings.HasPrefix(rest, waiterHead) && p.Session != "":
 			if w, ok := parseWaiter(rest, p); ok {
 				st.waiters = append(st.waiters, w)
@@ -120,3 +125,18 @@ func (st *state) prunable() bool {
 	}
 	return !st.parsedOK || len(st.dead()) > 0 || len(st.parsed.Holders) == 0
 }
+
+// live counts the shared holders whose contender key is still held.
+func (st *state) live() int {
+	n := 0
+	for _, h := range st.readers() {
+		if st.contenders[h.Lease] {
+			n++
+		}
+	}
+	return n
+}
+
+// full reports whether a counted shared request with limit is refused by
+// the holders st lists alive (dead ones are pruned by the grant).
+func (st *state) full(limit int) bool { return limit > 0 && st.live() >= limit }
