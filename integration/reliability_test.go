@@ -159,6 +159,7 @@ func TestCheckerConsul(t *testing.T) {
 		name: "consul", engine: "consul", addrs: []string{px.Addr()}, ttl: consulSession,
 		faults:      append(faults, fault{name: "server SIGSTOP", dur: long, do: srv.Pause, undo: srv.Resume}),
 		clientPause: long,
+		primitives:  true,
 	})
 }
 
@@ -169,7 +170,7 @@ func TestCheckerConsulCluster(t *testing.T) {
 	c := testenv.StartConsulCluster(t, 3)
 	var victim *testenv.Consul
 	checkEngine(t, chaosTarget{
-		name: "consul-cluster", engine: "consul", addrs: c.Addrs[:1], ttl: consulSession,
+		name: "consul-cluster", engine: "consul", addrs: c.Addrs[:1], ttl: consulSession, primitives: true,
 		faults: []fault{{name: "a server killed, later restarted", dur: 5 * time.Second,
 			do: func() {
 				i := c.Leader()

@@ -157,6 +157,7 @@ func TestDemoPrimitives(t *testing.T) {
 		{"zookeeper", "4", testenv.ZooKeeperAddr},
 		{"mysql", "4", testenv.MySQLDSN},
 		{"redis", "4", testenv.RedisAddr},
+		{"consul", "4", testenv.ConsulAddr},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
 			if tc.check != nil {
