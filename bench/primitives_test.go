@@ -189,3 +189,83 @@ func handover(cur, next candidate) (time.Duration, error) {
 	}
 	return time.Since(t0), nil
 }
+
+// killLeaseTTL is the etcd lease period of the killed-leader runs: the
+// hand-over then waits for etcd to expire the dead leader's lease.
+const killLeaseTTL = 2 * time.Second
+
+// killRounds is how many leaders each library loses in the killed-leader
+// runs.
+const killRounds = 3
+
+// BenchmarkElectionKilledLeader: a leader whose connection is closed
+// without resigning (its process died), while another candidate
+// campaigns; the time from the kill to the other's Campaign returning.
+// Both libraries use a 2 s etcd lease, so the floor is etcd expiring it.
+func BenchmarkElectionKilledLeader(b *testing.B) {
+	once(b, func() {
+		addr, root := etcdSetup(b)
+		// Each library makes a candidate on a client of its own and the function
+		// that kills that client.
+		libs := map[string]func(name string) (candidate, func()){
+			"cerberus": func(name string) (candidate, func()) {
+				cli := newEtcdClient(b, addr)
+				e, err := etcd.New(cli, etcd.WithPrefix(root+"cerberus/"), etcd.WithLeaseTTL(killLeaseTTL))
+				if err != nil {
+					b.Fatal(err)
+				}
+				c, err := cerberus.New(e)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = c.Close() })
+				el := c.Election(name)
+				return candidate{campaign: func(ctx context.Context) error { _, err := el.Campaign(ctx, "x"); return err }},
+					func() { _ = cli.Close() }
+			},
+			"concurrency.Election": func(name string) (candidate, func()) {
+				cli := newEtcdClient(b, addr)
+				s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(killLeaseTTL/time.Second)))
+				if err != nil {
+					b.Fatal(err)
+				}
+				el := concurrency.NewElection(s, root+"election/"+name)
+				return candidate{campaign: func(ctx context.Context) error { return el.Campaign(ctx, "x") }},
+					func() { _ = cli.Close() }
+			},
+		}
+		names := []string{"cerberus", "concurrency.Election"}
+		samples := map[string][]time.Duration{}
+		for round := range killRounds {
+			for _, n := range names {
+				name := fmt.Sprintf("killed-%d", round)
+				leader, kill := libs[n](name)
+				next, _ := libs[n](name)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				if err := leader.campaign(ctx); err != nil {
+					b.Fatalf("%s: %v", n, err)
+				}
+				won := make(chan error, 1)
+				go func() { won <- next.campaign(ctx) }()
+				time.Sleep(50 * time.Millisecond)
+				t0 := time.Now()
+				kill()
+				if err := <-won; err != nil {
+					b.Fatalf("%s round %d: %v", n, round, err)
+				}
+				samples[n] = append(samples[n], time.Since(t0))
+				cancel()
+			}
+		}
+		med := map[string]time.Duration{}
+		for _, n := range names {
+			s := samples[n]
+			slices.Sort(s)
+			med[n] = s[len(s)/2]
+			fmt.Fprintf(out, "BENCH election_killed/%s median_ms=%.0f max_ms=%.0f rounds=%d lease_ttl_s=%.0f\n", n,
+				ms(s[len(s)/2]), ms(s[len(s)-1]), len(s), killLeaseTTL.Seconds())
+		}
+		Ratio(out, "election_killed_median", "concurrency.Election", "cerberus", float64(med["concurrency.Election"]),
+			float64(med["cerberus"]))
+	})
+}

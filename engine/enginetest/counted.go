@@ -21,11 +21,12 @@ func counted(key string, limit int, value string) engine.Request {
 	return r
 }
 
-// checkSemaphore: on an engine whose Limits say it counts, Clients engine
-// instances each take one of 3 permits of a key Rounds times; never more
-// than 3 hold at once, every grant has a token of its own, all 3 are used
-// at once, a fourth TryLock is refused while 3 are held and granted when
-// one leaves, and an Inspector lists the 3 holders with their values. An
+// checkSemaphore: on an engine whose Limits say it counts, 3 TryLocks of
+// a 3-permit key from 3 engines all succeed, a fourth is refused while 3
+// are held and granted when one leaves, and an Inspector lists the 3
+// holders with their values; then Clients engine instances each take a
+// permit Rounds times: never more than 3 hold at once, and every grant has
+// a token of its own. An
 // engine that does not count must refuse a counted request before any I/O
 // with ErrInvalidRequest.
 func checkSemaphore(h *harness) {
@@ -158,9 +159,8 @@ func checkPermitsUnderLoad(h *harness, key string) {
 	if dup > 0 {
 		h.t.Errorf("%d grants reused a token of an earlier permit", dup)
 	}
-	if m := most.Load(); m < 2 {
-		h.t.Errorf("at most %d of %d permits were held at once among %d clients: the key acts as a lock, not a semaphore", m, permits, len(clients))
-	}
+	// How many overlap at most here is timing (checkPermitsByHand holds
+	// all of them at once for certain), so it is only logged.
 	h.t.Logf("most permits held at once: %d of %d", most.Load(), permits)
 	h.mustBeFree(clients[0], key)
 }
