@@ -259,3 +259,94 @@ func mustLead(h *harness, in engine.Inspector, key string, l engine.Lease, value
 		h.t.Fatalf("Holders = %+v, want one exclusive holder with token %d and value %q", hs, l.Token(), value)
 	}
 }
+
+// toldGrace is how long after another candidate's election a check waits
+// for an expired leader's Done to be seen closed: scheduling only, as the
+// engine must close it before the server can elect anyone else.
+const toldGrace = 100 * time.Millisecond
+
+// checkElectionTakeover: leadership changes hands when the leader's lease
+// expires and when its engine closes, not only on resign. A leader on a
+// fixed lease is followed by the waiting candidate once the lease runs
+// out, and the old leader has been told (Done closed, ErrLeaseLost) by
+// then; a leader whose engine closes ends with ErrClosed and the next
+// waiting candidate follows. Each new term's token is above the last, and
+// Holders names the new leader.
+func checkElectionTakeover(h *harness) {
+	a, b, c := h.engine(), h.engine(), h.engine()
+	in, ok := c.(engine.Inspector)
+	if !ok {
+		h.t.Logf("the engine is not an engine.Inspector: elections cannot read their leader")
+		return
+	}
+	key := h.key()
+	first := hold(key)
+	first.Renew, first.TTL, first.Value = false, h.ttl(), "expiring"
+	la := h.acquire(a, first)
+	mustLead(h, in, key, la, "expiring")
+
+	campaign := func(e engine.Engine, value string) <-chan engine.Lease {
+		got := make(chan engine.Lease, 1)
+		req := hold(key)
+		req.Value = value
+		ctx, cancel := context.WithTimeout(context.Background(), 10*h.ttl()+hang)
+		h.t.Cleanup(cancel)
+		go func() {
+			l, err := e.Acquire(ctx, req)
+			if err != nil {
+				h.t.Errorf("candidate %s: %v", value, err)
+				got <- nil
+				return
+			}
+			got <- l
+		}()
+		return got
+	}
+	elected := func(got <-chan engine.Lease, what string) engine.Lease {
+		h.t.Helper()
+		select {
+		case l := <-got:
+			if l == nil {
+				h.t.Fatalf("%s: the candidate failed", what)
+			}
+			return l
+		case <-time.After(10*h.ttl() + hang):
+			h.t.Fatalf("%s: no new leader within %v", what, 10*h.ttl()+hang)
+			return nil
+		}
+	}
+
+	lb := elected(campaign(b, "after-expiry"), "after the leader's lease expired")
+	select {
+	case <-la.Done():
+	case <-time.After(toldGrace):
+		h.t.Errorf("a new leader was elected while the expired leader's Done stayed open (%v after)", toldGrace)
+	}
+	if !errors.Is(la.Err(), engine.ErrLeaseLost) {
+		h.t.Errorf("expired leadership ended with %v, want ErrLeaseLost", la.Err())
+	}
+	if lb.Token() <= la.Token() {
+		h.t.Errorf("the token after expiry %d is not above the expired leader's %d", lb.Token(), la.Token())
+	}
+	mustLead(h, in, key, lb, "after-expiry")
+
+	got := campaign(c, "after-close")
+	time.Sleep(50 * time.Millisecond)
+	if err := b.Close(); err != nil {
+		h.t.Errorf("Close of the leader's engine: %v", err)
+	}
+	lc := elected(got, "after the leader's engine closed")
+	select {
+	case <-lb.Done():
+	case <-time.After(toldGrace):
+		h.t.Errorf("a new leader was elected while the closed engine's leader's Done stayed open (%v after)", toldGrace)
+	}
+	if !errors.Is(lb.Err(), engine.ErrClosed) {
+		h.t.Errorf("leadership of a closed engine ended with %v, want ErrClosed", lb.Err())
+	}
+	if lc.Token() <= lb.Token() {
+		h.t.Errorf("the token after the close %d is not above the last leader's %d", lc.Token(), lb.Token())
+	}
+	mustLead(h, in, key, lc, "after-close")
+	h.release(lc)
+}

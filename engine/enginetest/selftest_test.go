@@ -271,6 +271,9 @@ type brokenLease struct {
 	mode  engine.Mode
 	token uint64
 	done  chan struct{}
+	// the delayed Done of "told-late"
+	lateOnce sync.Once
+	late     chan struct{}
 }
 
 func (l *brokenLease) Key() string {
@@ -290,6 +293,19 @@ func (l *brokenLease) Mode() engine.Mode {
 func (l *brokenLease) Done() <-chan struct{} {
 	if l.Lease == nil {
 		return l.done
+	}
+	if l.b.defect == "told-late" {
+		// Closes a second after the lease really ended: a holder that
+		// goes on believing it leads after the server moved on.
+		l.lateOnce.Do(func() {
+			l.late = make(chan struct{})
+			go func() {
+				<-l.Lease.Done()
+				time.Sleep(time.Second)
+				close(l.late)
+			}()
+		})
+		return l.late
 	}
 	return l.Lease.Done()
 }
@@ -361,6 +377,8 @@ func TestSuiteCatchesBrokenEngines(t *testing.T) {
 		{"uncounted", "Semaphore"},
 		{"no-holders", "Election"},
 		{"no-holders", "Semaphore"},
+		{"told-late", "ElectionTakeover"},
+		{"never-expires", "ElectionTakeover"},
 	}
 	// These defects are caught only when the check's own time limit runs
 	// out (6 to 10 seconds each): too slow for a quick run.

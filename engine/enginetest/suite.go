@@ -112,6 +112,7 @@ var checks = []check{
 	{"Fairness", checkFairness},
 	{"Semaphore", checkSemaphore},
 	{"Election", checkElection},
+	{"ElectionTakeover", checkElectionTakeover},
 	{"Unreachable", checkUnreachable},
 	{"AccessDenied", checkAccessDenied},
 }
