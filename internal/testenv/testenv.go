@@ -1,6 +1,6 @@
 // Package testenv tells tests where the real servers for integration tests
-// are: Redis, ZooKeeper, Consul, MySQL and etcd, plus a Redis Cluster and a set of
-// independent Redis servers for Redlock.
+// are: Redis, ZooKeeper, Consul, MySQL, etcd and PostgreSQL, plus a Redis
+// Cluster and a set of independent Redis servers for Redlock.
 //
 // Each helper reads its CERBERUS_* environment variable (falling back to the
 // usual port on 127.0.0.1), checks within a couple of seconds that the server

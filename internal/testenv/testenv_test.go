@@ -344,6 +344,7 @@ func TestShortSkips(t *testing.T) {
 	}{
 		"RedisAddr":      {func(tb testing.TB) { RedisAddr(tb) }, "needs Redis;"},
 		"MySQLDSN":       {func(tb testing.TB) { MySQLDSN(tb) }, "needs MySQL;"},
+		"PostgresDSN":    {func(tb testing.TB) { PostgresDSN(tb) }, "needs PostgreSQL;"},
 		"RedlockAddrs":   {func(tb testing.TB) { RedlockAddrs(tb) }, "needs Redis (Redlock node);"},
 		"StartRedis":     {func(tb testing.TB) { StartRedis(tb) }, "needs redis-server;"},
 		"StartMariaDB":   {func(tb testing.TB) { StartMariaDB(tb) }, "needs mariadbd or mysqld;"},

@@ -1,0 +1,52 @@
+package postgres
+
+import (
+	"testing"
+
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/enginetest"
+)
+
+// unreachableDSN points at a loopback port nothing listens on, with a
+// password that no error may show.
+const unreachableDSN = "postgres://postgres:s3cr3t-unreachable@127.0.0.1:1/test?sslmode=disable"
+
+func TestConformanceSession(t *testing.T) {
+	dsn := testDSN(t)
+	table := testTable(t, dsn)
+	pool := rawPool(t, dsn)
+	grantless := newRole(t, dsn)
+	enginetest.Run(t, func() (engine.Engine, error) {
+		return Open(dsn, WithTable(table))
+	}, enginetest.Options{
+		Leftovers: heldSession(pool, table),
+		Unreachable: func() (engine.Engine, error) {
+			return Open(unreachableDSN, WithTable(table))
+		},
+		// The role logs in and takes the advisory lock (which needs no
+		// privilege), but the token draw is refused (42501).
+		AccessDenied: func() (engine.Engine, error) {
+			return Open(grantless, WithTable(table))
+		},
+	})
+}
+
+func TestConformanceLease(t *testing.T) {
+	dsn := testDSN(t)
+	table := testTable(t, dsn)
+	pool := rawPool(t, dsn)
+	// A role that does not exist: the server refuses the login (28000).
+	unknown := withUser(t, dsn, "cerberus_no_such_role", "s3cr3t-denied")
+	enginetest.Run(t, func() (engine.Engine, error) {
+		return Open(dsn, WithTable(table), WithStrategy(StrategyLease))
+	}, enginetest.Options{
+		Unordered: "lease-strategy waiters of different engines poll the row with a backoff; only waiters of one engine take turns",
+		Leftovers: heldLease(pool, table),
+		Unreachable: func() (engine.Engine, error) {
+			return Open(unreachableDSN, WithTable(table), WithStrategy(StrategyLease))
+		},
+		AccessDenied: func() (engine.Engine, error) {
+			return Open(unknown, WithTable(table), WithStrategy(StrategyLease))
+		},
+	})
+}

@@ -1,0 +1,248 @@
+// Package postgres is the cerberus engine on PostgreSQL, built on pgx v5
+// (github.com/jackc/pgx/v5). The session strategy needs PostgreSQL 14 or
+// later (idle_session_timeout); the lease strategy runs on any supported
+// version.
+//
+// # Construction
+//
+// Open takes a DSN (a URL such as DefaultDSN or a libpq key=value string,
+// as pgxpool.ParseConfig reads it) and owns its pool; New takes the
+// application's *pgxpool.Pool, which the caller keeps: Close leaves it
+// open. Neither does I/O; both refuse a bad table name or an unknown
+// strategy with engine.ErrInvalidRequest, and Open a DSN it cannot parse
+// (without repeating the DSN, which may hold a password). Migrate creates
+// the tables once:
+//
+//	e, err := postgres.Open(dsn, postgres.WithStrategy(postgres.StrategySession))
+//	err = e.Migrate(ctx)
+//
+// # Tables
+//
+// Migrate creates, under the name WithTable gives (DefaultTable unless it
+// says otherwise), four tables; both strategies' tables exist whatever the
+// engine's strategy, so the two can be switched without another Migrate:
+//
+//   - "<table>": the lease strategy's row per key that was ever locked:
+//     lock_key (text COLLATE "C", compared byte by byte, so "A" and "a" are
+//     different locks), owner (the exclusive holder's owner value, unique
+//     per lease), mode, version (bumped by every grant and never reset:
+//     the token), ttl_us, expires_at (now() plus the TTL, computed by the
+//     server in the granting or renewing statement) and value.
+//   - "<table>_readers": one row per shared lease of the lease strategy,
+//     keyed by (lock_key, owner), with its own version, expires_at and
+//     value.
+//   - "<table>_fences": the session strategy's token counter of each key,
+//     keyed by the full key.
+//   - "<table>_holders": one row per held session lease: key, owner,
+//     backend pid, mode, token and value, for Holders.
+//
+// The two strategies do not exclude each other: every process that locks
+// a key must use the same strategy and the same table.
+//
+// # Session strategy (StrategySession, the default)
+//
+// A grant is pg_advisory_lock(k) (exclusive) or pg_advisory_lock_shared(k)
+// (shared) on a connection pinned out of the pool for as long as the lease
+// lives; a TryLock uses pg_try_advisory_lock or pg_try_advisory_lock_shared.
+// Waiters queue inside the server's lock manager, which grants in arrival
+// order (a shared request waits behind an earlier exclusive one), and are
+// woken by the release without polling. Release is pg_advisory_unlock on
+// the same connection, which then goes back to the pool.
+//
+// k is the key's 64-bit hash: the first 8 bytes of SHA-256 of the table
+// name, a NUL byte and the key, read as a big-endian int64. The table name
+// is in it so that engines on different tables (other applications on the
+// same database) never contend. pg_locks shows the lock as locktype
+// 'advisory' with classid the high and objid the low 32 bits of k, and
+// objsubid 1.
+//
+// Collisions: two keys with the same hash share one advisory lock, so they
+// serialize each other: a TryLock of one may be refused while the other is
+// held, and a waiter for one waits for the other's holder. That is false
+// contention, never lost exclusion: every holder of a key holds the lock
+// that every other holder of the same key needs. Tokens, values and
+// Holders are per real key (see below), so a collision never mixes two
+// keys' tokens. With 64 bits, a collision among a million live keys has a
+// chance of about 3e-8.
+//
+// Tokens: once the lock is held, one statement on the pinned connection
+// draws the key's next token, INSERT ... ON CONFLICT (lock_key) DO UPDATE
+// SET token = token + 1 RETURNING token in "<table>_fences", and records
+// the holder in "<table>_holders". It commits on its own, so the counter is
+// durable before Acquire returns (with the default synchronous_commit), and
+// the advisory lock orders the draws of exclusive grants: tokens strictly
+// increase across crashes of holders, restarts of the engine and restarts
+// of the server. Shared holders each draw a token of their own.
+//
+// Connections: each waiting or held session lease pins one pool
+// connection, so the number of session leases an engine holds or waits
+// for at once is bounded by its pool, less one connection the engine keeps
+// for Holders, Ping and Migrate (WithMaxConns with Open; the pool's
+// MaxConns with New), and all engines together by the server's
+// max_connections. Further acquisitions wait, cancellably, for a
+// connection. A connection goes back to the pool only once its lease has
+// released the lock and reset the session's idle_session_timeout;
+// otherwise it is closed, which ends its server session and every
+// advisory lock of the session with it. Behind PgBouncer, the session
+// strategy needs session pooling; use the lease strategy with transaction
+// pooling.
+//
+// Cancellation: a waiting Acquire whose ctx ends (or whose engine closes)
+// sends a cancel request for the pinned backend, which makes the server
+// abandon the queued wait; once the lock statement has returned the
+// connection is closed rather than put back, which frees the lock should
+// the grant have raced the cancel. Acquire returns after at most
+// engine.UndoWait; the rest goes on in the background, and Close waits for
+// it. A server that answers neither within the op timeout gets the
+// connection's socket closed.
+//
+// # Liveness of the session strategy
+//
+// The lock lives exactly as long as the pinned session. The lock statement
+// sets the session's idle_session_timeout to the lease period (rounded up
+// to whole milliseconds), so the server ends a session that stays idle
+// that long and its locks go with it. With Request.Renew each lease pings
+// its connection every third of the period, which resets the server's
+// idle clock; a failed ping (the connection was killed with
+// pg_terminate_backend, the server restarted, the network broke), or one
+// that does not answer before the lease's validity runs out, ends the
+// lease with engine.ErrLeaseLost through Done and OnLost. Without Renew
+// nothing is sent: the engine releases the lease when its period runs out
+// (a connection killed meanwhile is found then, or at Release), and the
+// server cuts the session at about the same time if the process stalls.
+//
+// The local validity of a lease is anchored at the send time s of the last
+// statement that succeeded on its connection (the grant statement, then
+// each ping), and Done closes at s + TTL - engine.Margin(TTL). That is
+// never later than the server's cut-off:
+//
+//  1. The server receives that statement at r >= s and completes it at
+//     c >= r; only then is the session idle, and only then does the
+//     server arm its idle timer, for ceil(TTL) >= TTL. Any later statement
+//     only re-arms it later. So the server cannot end the session before
+//     c + TTL >= s + TTL.
+//  2. The engine's timer measures elapsed time on the monotonic clock from
+//     s, and fires at s + TTL - Margin < s + TTL. A ping that has not
+//     answered by then fails.
+//  3. Hence while Done is open the session, and the lock, is alive on the
+//     server, unless something else ended it (a kill, a server restart),
+//     which the next ping reports; the fencing token covers the writes in
+//     between, as on every engine.
+//
+// The other way round, a holder that stops talking (SIGSTOP, a long GC
+// pause, a frozen VM, a cut network) is cut off by the server at most TTL
+// (plus under a millisecond of rounding and the server's timer latency)
+// after its last statement completed, and another process is granted the
+// key then; a crashed process's socket closes at once, which ends the
+// session at once. The idle timeout applies only outside a transaction,
+// and the engine never leaves a pinned session in one; while a waiter's
+// lock statement runs the session is not idle, so a waiter is never cut
+// while it waits, and a stopped waiter that is granted the lock is cut a
+// TTL after the grant: when it resumes, its token draw fails with SQLSTATE
+// 57P05 and it waits again on a new connection. A resumed holder's next
+// ping fails, and its lease ends with engine.ErrLeaseLost. Limits().Floor
+// is 0: idle_session_timeout counts milliseconds, so every lease period in
+// [MinTTL, MaxTTL] is honoured.
+//
+// The session strategy does not count (Limits().Counted is false, so a
+// Request.Limit is refused before any I/O, as with MySQL's row strategy):
+// advisory locks are shared or exclusive, with no counted mode. Use the
+// lease strategy for semaphores.
+//
+// Holders for the session strategy reads the key's rows in
+// "<table>_holders" that belong to a backend holding the key's advisory
+// lock now (a join on pg_locks by pid, database, classid, objid), in token
+// order. A holder row is written under the lock, after the grant, and
+// deleted in the same round trip that releases it; a holder whose session
+// ended without a release (a crash, a kill, the idle cut-off) leaves a row
+// that Holders does not list, and that the key's next grant removes.
+//
+// # Lease strategy (StrategyLease)
+//
+// The lease strategy is engine/mysql's, in PostgreSQL's SQL. Every grant
+// is one batch of statements sent in one round trip and run as one
+// transaction: the first statement creates the key's row if it is missing
+// and locks it (INSERT ... ON CONFLICT DO UPDATE ... WHERE false, which
+// locks without writing), and the statements after it take their
+// snapshots once that lock is held, so they see every grant of the key
+// that committed before (READ COMMITTED takes a snapshot per statement; a
+// single statement would check the readers in a snapshot older than the
+// row lock and could miss a reader that committed meanwhile).
+//
+// An exclusive grant is an UPDATE of the key's row that succeeds only if
+// the row has no owner or has expired and no unexpired reader row exists;
+// it sets owner, value, expires_at = now() + TTL and version = version +
+// 1, RETURNING the version, which is Lease.Token. A shared grant deletes
+// the key's expired reader rows, adds its own reader row with the key
+// row's next version if no unexpired writer holds the key, and bumps the
+// key row's version to it, so that writers and readers share one
+// sequence. A counted shared grant (Request.Limit, a semaphore permit)
+// adds its row only while fewer than Limit unexpired reader rows of the
+// key exist, counted in the same statement: the grants of a key run one
+// at a time under the key row's lock, and each counts every permit
+// committed before it, so no two grants can both find the last permit
+// free, and each permit has a token of its own. Limits().Counted is true.
+// Readers do not prefer writers: a writer waits until no unexpired reader
+// is left.
+//
+// Release is an UPDATE (or, for a reader, a DELETE) conditional on the
+// lease's owner, its version and expires_at > now(). If it changes
+// nothing the lease had lost the key: Release returns engine.ErrNotHeld.
+//
+// With Request.Renew one goroutine per engine renews every held lease with
+// one UPDATE ... RETURNING owner per table per interval (a third of the
+// shortest TTL held), for up to 2000 leases per statement; a lease the
+// statement does not return has lost its key and ends with
+// engine.ErrLeaseLost, and so does one whose last successful renewal is a
+// TTL old, less engine.Margin, while the server cannot be reached. Without
+// Renew the client ends the lease from a timer of the TTL less
+// engine.Margin, started before the grant was sent. The client's clock is
+// never compared with the server's: every expiry test is expires_at <=
+// now() on the server, and the client measures elapsed time only.
+//
+// Waiting polls, with the backoff WithBackoff sets (5ms doubling to 200ms,
+// with jitter); only one waiter per key and engine polls at a time, and a
+// release by the same engine wakes it at once. Waiters of one engine take
+// turns in arrival order, but waiters of different engines race (the
+// conformance suite's fairness check is logged, not enforced, for this
+// strategy). Use the session strategy, which queues waiters inside the
+// server, when fairness across processes matters.
+//
+// The lease strategy keeps no session state: no advisory locks, no
+// LISTEN, no SET, and every statement or batch is one self-contained
+// transaction, so it works behind PgBouncer in transaction mode. pgx's
+// default statement cache uses prepared statements: behind PgBouncer
+// older than 1.21 (or without max_prepared_statements), add
+// default_query_exec_mode=exec (or simple_protocol) to the DSN.
+//
+// # Holders and Watch
+//
+// Holders (engine.Inspector) is one statement for either strategy (see
+// above for each). The engine does not implement engine.Watcher: the
+// lease strategy must work behind PgBouncer, where LISTEN does not, and the
+// root package re-reads Holders on a bounded interval for an engine
+// without Watch.
+//
+// # Errors
+//
+// Errors are *engine.OpError values naming the engine, the operation and
+// the key; neither they nor anything else the engine reports contains the
+// DSN or the password (pgx names the user and the database only). They
+// wrap engine.ErrUnavailable when the server is not serving now: no
+// connection (refused, reset, closed, TLS failures), pgconn timeouts, the
+// engine's own op timeout (WithOpTimeout), SQLSTATE class 08 (connection
+// exception), 57P01 and 57P02 (admin or crash shutdown), 57P03 (cannot
+// connect now) and 53300 (too many connections). They wrap
+// engine.ErrAccessDenied, and not engine.ErrUnavailable, for refusals by
+// access control: 28000 (invalid authorization, such as an unknown role or
+// a pg_hba rejection), 28P01 (wrong password) and 42501 (insufficient
+// privilege). Other server errors, such as a missing table, wrap neither,
+// and nothing does once the caller's context has ended.
+//
+// # Limits
+//
+// Keys are 1 to MaxKeyLen (512) bytes of valid UTF-8 without control
+// characters; TTLs are engine.MinTTL to engine.MaxTTL; Request.Value is
+// stored with the lease and listed by Holders. Limits().Floor is 0 for
+// both strategies; Limits().Counted is true for the lease strategy only.
+package postgres

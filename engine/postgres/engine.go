@@ -1,0 +1,360 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// Strategy is how the engine holds locks: StrategySession or StrategyLease.
+type Strategy string
+
+// The strategies WithStrategy accepts.
+const (
+	// StrategySession holds each lock as a PostgreSQL session-level
+	// advisory lock (pg_advisory_lock, pg_advisory_lock_shared) on a
+	// connection pinned out of the pool for as long as the lease lives.
+	// Waiters queue inside the server. It is the default.
+	StrategySession Strategy = "session"
+	// StrategyLease keeps each lock as a lease row with an owner, a version
+	// and an expiry computed by the server. Every statement stands alone,
+	// so it works behind PgBouncer in transaction mode, and it counts
+	// (Request.Limit).
+	StrategyLease Strategy = "lease"
+)
+
+// DefaultTable is the lock table's name unless WithTable says otherwise.
+const DefaultTable = "cerberus_locks"
+
+// DefaultDSN is the DSN of a local server with the usual settings, as the
+// tests use it: user postgres, database test, no TLS.
+const DefaultDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// MaxKeyLen is the longest key the engine accepts, in bytes. It equals
+// engine.MaxKeyLen.
+const MaxKeyLen = engine.MaxKeyLen
+
+// Defaults of the options.
+const (
+	DefaultMinBackoff = 5 * time.Millisecond
+	DefaultMaxBackoff = 200 * time.Millisecond
+	DefaultOpTimeout  = 10 * time.Second
+	DefaultMaxConns   = 20
+)
+
+// name is what Name returns and what OpError.Engine holds.
+const name = "postgres"
+
+// Option configures an Engine.
+type Option func(*config)
+
+type config struct {
+	table      string
+	strategy   Strategy
+	minBackoff time.Duration
+	maxBackoff time.Duration
+	opTimeout  time.Duration
+	maxConns   int
+	hash       func(key string) int64 // tests only: the advisory lock key of a lock key
+}
+
+// WithTable sets the lock table's name. The engine also uses the tables
+// "<name>_readers" (lease strategy), "<name>_fences" and "<name>_holders"
+// (session strategy). The name must be 1 to 48 ASCII letters, digits or
+// underscores, starting with a letter or an underscore; Open and New refuse
+// anything else before any I/O. The default is DefaultTable.
+func WithTable(table string) Option { return func(c *config) { c.table = table } }
+
+// WithStrategy picks how locks are held: StrategySession or StrategyLease.
+// Open and New refuse any other name before any I/O. The default is
+// StrategySession.
+func WithStrategy(s Strategy) Option { return func(c *config) { c.strategy = s } }
+
+// WithMaxConns caps the pool that Open makes at n connections. A session
+// lease pins one connection while it waits and while it is held, so at most
+// n-1 session leases of the engine wait or hold at once (one connection is
+// kept for Holders, Ping and Migrate); further acquisitions wait,
+// cancellably, for a connection to come free. New ignores it: the caller's
+// pool decides, and the engine pins at most its MaxConns-1. n must be at
+// least 2. The default is DefaultMaxConns (20).
+func WithMaxConns(n int) Option { return func(c *config) { c.maxConns = n } }
+
+// WithOpTimeout bounds each statement the engine sends that does not wait
+// for a lock (grants of the lease strategy, token draws, releases,
+// renewals), the connection of a new session to the server, and Ping. The
+// default is DefaultOpTimeout (10s).
+func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeout = d } }
+
+// WithBackoff sets the polling delays of a waiting lease-strategy Acquire:
+// the first re-check comes after min, each later one after twice the
+// previous delay, capped at max, with jitter in [d/2, d]. The default is
+// DefaultMinBackoff to DefaultMaxBackoff. The session strategy does not
+// poll: its waiters queue inside the server.
+func WithBackoff(min, max time.Duration) Option {
+	return func(c *config) { c.minBackoff, c.maxBackoff = min, max }
+}
+
+// withHash replaces the advisory lock key of the session strategy; tests
+// use it to make keys collide.
+func withHash(h func(key string) int64) Option { return func(c *config) { c.hash = h } }
+
+// Engine is an engine.Engine on a PostgreSQL server (14 or later for the
+// session strategy). It is safe for concurrent use.
+type Engine struct {
+	cfg   config
+	pool  *pgxpool.Pool
+	owned bool // Close closes pool
+	q     queries
+	id    string // instance id, the prefix of every owner value
+	seq   atomic.Uint64
+
+	mu sync.Mutex // guards frame
+	// frame keeps the leases of either strategy (*lease or *sessionLease),
+	// the calls in progress, and the clean-ups, renewal loop and pingers
+	// that Close waits for.
+	frame  engine.Base[engine.Lease]
+	pins   chan struct{}         // one token per pinned session connection
+	turns  engine.Turns          // one polling waiter per key (lease strategy)
+	kick   chan struct{}         // wakes the renewal loop
+	behind atomic.Pointer[error] // set while renewal cannot keep up (pace)
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// Open returns an engine with a connection pool of its own on the server
+// named by dsn, a libpq connection string or URL as pgxpool.ParseConfig
+// reads it (DefaultDSN is an example). Open does no I/O; Close closes the
+// pool. It returns an error wrapping engine.ErrInvalidRequest for a DSN it
+// cannot parse, a bad table name or an unknown strategy; errors never
+// contain the DSN or its password.
+func Open(dsn string, opts ...Option) (*Engine, error) {
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.maxConns < 2 {
+		return nil, fmt.Errorf("%w: postgres: max conns %d is under 2", engine.ErrInvalidRequest,
+			cfg.maxConns)
+	}
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgx's parse errors quote the connection string, with the
+		// password masked as far as it can tell; a malformed string can
+		// defeat that, so none of it is repeated.
+		return nil, fmt.Errorf("%w: postgres: the DSN cannot be parsed (its text is not repeated: it "+
+			"may hold a password)", engine.ErrInvalidRequest)
+	}
+	pc.MaxConns = int32(cfg.maxConns)
+	if pc.ConnConfig.ConnectTimeout == 0 || pc.ConnConfig.ConnectTimeout > cfg.opTimeout {
+		pc.ConnConfig.ConnectTimeout = cfg.opTimeout
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: postgres: pool: %s", engine.ErrInvalidRequest, redact(err, pc))
+	}
+	return newEngine(cfg, pool, true), nil
+}
+
+// New returns an engine on pool, which the caller keeps: Close leaves it
+// open. A session lease pins one of the pool's connections while it waits
+// and while it is held, and the engine pins at most the pool's MaxConns-1
+// at once. New does no I/O: it returns an error wrapping
+// engine.ErrInvalidRequest for a nil pool, a bad table name or an unknown
+// strategy. Call Migrate once to create the tables.
+func New(pool *pgxpool.Pool, opts ...Option) (*Engine, error) {
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if pool == nil {
+		return nil, fmt.Errorf("%w: postgres: nil pool", engine.ErrInvalidRequest)
+	}
+	cfg.maxConns = int(pool.Config().MaxConns)
+	return newEngine(cfg, pool, false), nil
+}
+
+// redact returns err's text without the password of pc, should pgx ever
+// quote it.
+func redact(err error, pc *pgxpool.Config) string {
+	msg := err.Error()
+	if pw := pc.ConnConfig.Password; pw != "" {
+		msg = strings.ReplaceAll(msg, pw, "xxxxx")
+	}
+	return msg
+}
+
+func buildConfig(opts []Option) (config, error) {
+	cfg := config{
+		table: DefaultTable, strategy: StrategySession,
+		minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff,
+		opTimeout: DefaultOpTimeout, maxConns: DefaultMaxConns,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if err := checkTable(cfg.table); err != nil {
+		return cfg, err
+	}
+	switch cfg.strategy {
+	case StrategySession, StrategyLease:
+	default:
+		return cfg, fmt.Errorf("%w: postgres: unknown strategy %q (want %q or %q)", engine.ErrInvalidRequest,
+			cfg.strategy, StrategySession, StrategyLease)
+	}
+	if cfg.minBackoff <= 0 || cfg.maxBackoff < cfg.minBackoff {
+		return cfg, fmt.Errorf("%w: postgres: backoff %v..%v", engine.ErrInvalidRequest, cfg.minBackoff,
+			cfg.maxBackoff)
+	}
+	if cfg.opTimeout <= 0 {
+		return cfg, fmt.Errorf("%w: postgres: the op timeout must be positive", engine.ErrInvalidRequest)
+	}
+	if cfg.hash == nil {
+		table := cfg.table
+		cfg.hash = func(key string) int64 { return keyHash(table, key) }
+	}
+	return cfg, nil
+}
+
+// keyHash is the advisory lock key of the session strategy for key under
+// table: the first 8 bytes of SHA-256(table + "\x00" + key), read as a
+// big-endian int64. Engines on different tables do not contend; two keys
+// of one table with the same hash serialize each other (see the package
+// documentation).
+func keyHash(table, key string) int64 {
+	h := sha256.New()
+	h.Write([]byte(table))
+	h.Write([]byte{0})
+	h.Write([]byte(key))
+	var sum [sha256.Size]byte
+	return int64(binary.BigEndian.Uint64(h.Sum(sum[:0])[:8]))
+}
+
+func newEngine(cfg config, pool *pgxpool.Pool, owned bool) *Engine {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	e := &Engine{
+		cfg: cfg, pool: pool, owned: owned, q: buildQueries(cfg.table),
+		id:   hex.EncodeToString(b[:]),
+		kick: make(chan struct{}, 1), pins: make(chan struct{}, max(1, cfg.maxConns-1)),
+	}
+	e.frame.Init(&e.mu)
+	if cfg.strategy == StrategyLease {
+		e.frame.Go(e.renewLoop)
+	}
+	return e
+}
+
+// Name returns "postgres".
+func (e *Engine) Name() string { return name }
+
+// Strategy returns StrategySession or StrategyLease.
+func (e *Engine) Strategy() Strategy { return e.cfg.strategy }
+
+// Table returns the lock table's name.
+func (e *Engine) Table() string { return e.cfg.table }
+
+// Limits returns the common bounds: keys up to MaxKeyLen bytes, TTLs from
+// engine.MinTTL to engine.MaxTTL, and no Floor (the server cuts a silent
+// session holder off at its own lease period). The lease strategy counts
+// (Request.Limit); the session strategy does not.
+func (e *Engine) Limits() engine.Limits {
+	return engine.Limits{MaxKeyLen: MaxKeyLen, MinTTL: engine.MinTTL, MaxTTL: engine.MaxTTL,
+		Counted: e.cfg.strategy == StrategyLease}
+}
+
+// Validate checks req with engine.CheckRequest, without I/O.
+func (e *Engine) Validate(req engine.Request) error {
+	return engine.CheckRequest(req, e.Limits())
+}
+
+// Ping checks that the server answers within ctx and the op timeout
+// (WithOpTimeout); a server that does not is engine.ErrUnavailable, and a
+// login refused by access control engine.ErrAccessDenied. It returns
+// engine.ErrClosed after Close.
+func (e *Engine) Ping(ctx context.Context) error {
+	if e.frame.Closed() {
+		return engine.ErrClosed
+	}
+	pctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
+	defer cancel()
+	if err := e.pool.Ping(pctx); err != nil {
+		return e.opErr(ctx, "ping", "", err)
+	}
+	return nil
+}
+
+// Acquire grants a lease with the engine's strategy; see engine.Engine. A
+// waiting session Acquire queues inside the server; a waiting lease
+// Acquire polls (see the package documentation).
+func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	if err := e.frame.Enter(ctx, e.Validate(req)); err != nil {
+		return nil, err
+	}
+	defer e.frame.Exit()
+	if e.cfg.strategy == StrategySession {
+		return e.acquireSession(ctx, req)
+	}
+	return e.acquireLease(ctx, req)
+}
+
+// Close releases every lease the engine holds (each release bounded by the
+// op timeout), ends them with engine.ErrClosed, makes waiters return
+// engine.ErrClosed and stops the engine's goroutines. A pool from Open is
+// closed; a pool passed to New stays open. Close is idempotent.
+func (e *Engine) Close() error {
+	held, first := e.frame.Shut()
+	if !first {
+		return nil
+	}
+	engine.ReleaseAll(held, e.cfg.opTimeout, func(_ context.Context, l engine.Lease) {
+		switch l := l.(type) {
+		case *lease:
+			l.end(engine.ErrClosed, true)
+		case *sessionLease:
+			l.end(engine.ErrClosed)
+		}
+	})
+	e.frame.WaitCalls()
+	e.frame.Wait()
+	if e.owned {
+		e.pool.Close()
+	}
+	return nil
+}
+
+// owner returns a new owner value: unique per lease, at most 40 bytes of
+// hex digits and a dash, so that it may be quoted into a statement.
+func (e *Engine) owner() string {
+	return fmt.Sprintf("%s-%d", e.id, e.seq.Add(1))
+}
+
+// opCtx returns a context for one statement that must not be cut short by
+// the caller's cancellation, so that the engine always learns whether a
+// grant or release happened.
+func (e *Engine) opCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), e.cfg.opTimeout)
+}
+
+// sqlState returns the SQLSTATE of a server error, or "".
+func sqlState(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}

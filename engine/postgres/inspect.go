@@ -1,0 +1,72 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+var _ engine.Inspector = (*Engine)(nil)
+
+// Holders returns the leases that hold key now, in grant order; see
+// engine.Inspector. It is one SELECT. With the lease strategy it reads the
+// key's row and its reader rows, listing only those unexpired by the
+// server's now(). With the session strategy it reads the key's holder
+// rows, listing only those whose backend holds the key's advisory lock now
+// (pg_locks), so that the row of a holder whose session ended without a
+// release (a crash, a kill, the idle cut-off) never shows. It returns
+// engine.ErrClosed after Close.
+func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, error) {
+	if err := engine.CheckKey(key, e.Limits().MaxKeyLen); err != nil {
+		return nil, err
+	}
+	if err := e.frame.Enter(ctx, nil); err != nil {
+		if errors.Is(err, engine.ErrClosed) {
+			return nil, err
+		}
+		return nil, ctx.Err()
+	}
+	defer e.frame.Exit()
+	qctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
+	defer cancel()
+	var rows pgx.Rows
+	var err error
+	if e.cfg.strategy == StrategyLease {
+		rows, err = e.pool.Query(qctx, e.q.holders, key)
+	} else {
+		classid, objid := lockParts(e.cfg.hash(key))
+		rows, err = e.pool.Query(qctx, e.q.sessionHolders, key, classid, objid)
+	}
+	if err != nil {
+		return nil, e.opErr(ctx, "holders", key, err)
+	}
+	out, err := scanHolders(rows)
+	if err != nil {
+		return nil, e.opErr(ctx, "holders", key, err)
+	}
+	return out, nil
+}
+
+// scanHolders reads rows of (mode, token, value) and closes rows.
+func scanHolders(rows pgx.Rows) ([]engine.Holder, error) {
+	defer rows.Close()
+	var out []engine.Holder
+	for rows.Next() {
+		var (
+			mode int
+			h    engine.Holder
+		)
+		if err := rows.Scan(&mode, &h.Token, &h.Value); err != nil {
+			return nil, err
+		}
+		h.Mode = engine.Exclusive
+		if mode == 1 {
+			h.Mode = engine.Shared
+		}
+		out = append(out, h)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,212 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// maxTableLen leaves room for the longest suffix, "_holders_key", within
+// PostgreSQL's 63-byte identifier limit.
+const maxTableLen = 48
+
+// checkTable accepts 1 to maxTableLen ASCII letters, digits and
+// underscores, not starting with a digit, so that the name can be quoted
+// into statements without escaping.
+func checkTable(t string) error {
+	if t == "" || len(t) > maxTableLen {
+		return fmt.Errorf("%w: postgres: table name %q must be 1 to %d characters", engine.ErrInvalidRequest,
+			t, maxTableLen)
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9') {
+			return fmt.Errorf("%w: postgres: table name %q may hold only ASCII letters, digits (not first) "+
+				"and underscores", engine.ErrInvalidRequest, t)
+		}
+	}
+	return nil
+}
+
+// schema returns the statements that create the tables of table:
+//
+//   - "<table>" and "<table>_readers": the lease strategy's rows (see the
+//     package documentation). lock_key is text in the "C" collation, so
+//     keys compare byte by byte: "A" and "a" are different locks.
+//     expires_at is always computed by the server, now() plus the lease
+//     period; ttl_us keeps the period so that one renewal statement
+//     extends every lease by its own.
+//   - "<table>_fences": the session strategy's token counter of each key.
+//   - "<table>_holders": one row per held session lease, written under the
+//     advisory lock, for Holders.
+func schema(table string) []string {
+	t, r, f, h := quote(table), quote(table+"_readers"), quote(table+"_fences"), quote(table+"_holders")
+	return []string{
+		"CREATE TABLE IF NOT EXISTS " + t + " (" +
+			"lock_key text COLLATE \"C\" NOT NULL PRIMARY KEY," +
+			"owner text NULL," +
+			"mode smallint NOT NULL DEFAULT 0," +
+			"version bigint NOT NULL DEFAULT 0," +
+			"ttl_us bigint NOT NULL DEFAULT 0," +
+			"expires_at timestamptz NULL," +
+			"value text NULL)",
+		"CREATE TABLE IF NOT EXISTS " + r + " (" +
+			"lock_key text COLLATE \"C\" NOT NULL," +
+			"owner text COLLATE \"C\" NOT NULL," +
+			"version bigint NOT NULL," +
+			"ttl_us bigint NOT NULL," +
+			"expires_at timestamptz NOT NULL," +
+			"value text NULL," +
+			"PRIMARY KEY (lock_key, owner))",
+		"CREATE TABLE IF NOT EXISTS " + f + " (" +
+			"lock_key text COLLATE \"C\" NOT NULL PRIMARY KEY," +
+			"token bigint NOT NULL)",
+		"CREATE TABLE IF NOT EXISTS " + h + " (" +
+			"owner text COLLATE \"C\" NOT NULL PRIMARY KEY," +
+			"lock_key text COLLATE \"C\" NOT NULL," +
+			"pid integer NOT NULL," +
+			"mode smallint NOT NULL," +
+			"token bigint NOT NULL," +
+			"value text NULL)",
+		"CREATE INDEX IF NOT EXISTS " + quote(table+"_holders_key") + " ON " + h + " (lock_key)",
+	}
+}
+
+// quote quotes an identifier checkTable accepted (plus a suffix).
+func quote(ident string) string { return `"` + ident + `"` }
+
+// Migrate creates the engine's tables if they do not exist: the lock
+// table and "<table>_readers" for the lease strategy, "<table>_fences" and
+// "<table>_holders" for the session strategy (both, whatever the engine's
+// strategy). It runs in one transaction under a transaction-level advisory
+// lock, so it is idempotent and safe to run from many processes at once
+// (CREATE TABLE IF NOT EXISTS alone is not, on PostgreSQL), and it needs
+// no session state, so it works behind PgBouncer too.
+func (e *Engine) Migrate(ctx context.Context) error {
+	if e.frame.Closed() {
+		return engine.ErrClosed
+	}
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		return e.opErr(ctx, "migrate", "", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)",
+		keyHash(e.cfg.table, "cerberus migrate")); err != nil {
+		return e.opErr(ctx, "migrate", "", err)
+	}
+	for _, stmt := range schema(e.cfg.table) {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return e.opErr(ctx, "migrate", "", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return e.opErr(ctx, "migrate", "", err)
+	}
+	return nil
+}
+
+// queries are the engine's statements with the table names filled in.
+type queries struct {
+	// lease strategy
+	lockRow, grant, sharedTidy, sharedAdd, sharedBump string
+	release, readerRelease, renew, readerRenew        string
+	undo, readerUndo, holders                         string
+	// session strategy
+	lockWait, lockWaitShared, lockTry, lockTryShared string
+	sessionGrant, sessionHolders, holdersTable       string
+}
+
+func buildQueries(table string) queries {
+	t, r := quote(table), quote(table+"_readers")
+	f, h := quote(table+"_fences"), quote(table+"_holders")
+	// $n microseconds as an interval; float8 is exact for every TTL the
+	// engine accepts.
+	us := func(n int) string { return fmt.Sprintf("($%d::bigint::float8 * interval '1 microsecond')", n) }
+	free := "(k.owner IS NULL OR k.expires_at IS NULL OR k.expires_at <= now())"
+	// The session strategy's advisory lock of $n (classid) and $n+1
+	// (objid), held by the holder row h's backend: how pg_locks shows a
+	// pg_advisory_lock(bigint) lock.
+	heldBy := func(n int) string {
+		return fmt.Sprintf("EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted "+
+			"AND l.pid = h.pid AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "+
+			"AND l.classid::bigint = $%d AND l.objid::bigint = $%d AND l.objsubid = 1)", n, n+1)
+	}
+	return queries{
+		// The first statement of every lease-strategy grant: it creates
+		// the key's row if it is missing and locks it until the grant's
+		// transaction ends, without changing it (ON CONFLICT DO UPDATE
+		// locks the row even when its WHERE is false). The statements
+		// after it in the same transaction take their snapshots once the
+		// lock is held, so they see every grant of the key that
+		// committed before (READ COMMITTED takes a snapshot per
+		// statement).
+		lockRow: "INSERT INTO " + t + " AS k (lock_key) VALUES ($1) " +
+			"ON CONFLICT (lock_key) DO UPDATE SET version = k.version WHERE false",
+		// An exclusive grant: true only if the row is free or expired and
+		// no unexpired reader remains.
+		grant: "UPDATE " + t + " AS k SET owner = $2::text, mode = 0, ttl_us = $3::bigint, value = $4::text, " +
+			"version = k.version + 1, expires_at = now() + " + us(3) + " WHERE k.lock_key = $1 AND " + free +
+			" AND NOT EXISTS (SELECT 1 FROM " + r + " AS x WHERE x.lock_key = $1 AND x.expires_at > now()) " +
+			"RETURNING k.version",
+		sharedTidy: "DELETE FROM " + r + " WHERE lock_key = $1 AND expires_at <= now()",
+		// A shared grant adds a reader row with the key row's next
+		// version if no unexpired writer holds the key and, when $5 (the
+		// Limit) is above 0, fewer than $5 unexpired readers do.
+		sharedAdd: "INSERT INTO " + r + " (lock_key, owner, version, ttl_us, expires_at, value) " +
+			"SELECT $1::text, $2::text, k.version + 1, $3::bigint, now() + " + us(3) + ", $4::text FROM " + t + " AS k " +
+			"WHERE k.lock_key = $1 AND " + free + " AND ($5::int = 0 OR (SELECT count(*) FROM " + r +
+			" AS c WHERE c.lock_key = $1 AND c.expires_at > now()) < $5::int) RETURNING version",
+		// ... and bumps the key row's version to it, if it did (so that
+		// the tokens of readers and writers interleave in one sequence).
+		sharedBump: "UPDATE " + t + " AS k SET owner = NULL, expires_at = NULL, mode = 1, value = NULL, " +
+			"version = k.version + 1 WHERE k.lock_key = $1 AND EXISTS (SELECT 1 FROM " + r +
+			" AS x WHERE x.lock_key = $1 AND x.owner = $2)",
+		release: "UPDATE " + t + " SET owner = NULL, expires_at = NULL " +
+			"WHERE lock_key = $1 AND owner = $2 AND version = $3 AND expires_at > now()",
+		readerRelease: "DELETE FROM " + r +
+			" WHERE lock_key = $1 AND owner = $2 AND version = $3 AND expires_at > now()",
+		undo:       "UPDATE " + t + " SET owner = NULL, expires_at = NULL WHERE lock_key = $1 AND owner = $2",
+		readerUndo: "DELETE FROM " + r + " WHERE lock_key = $1 AND owner = $2",
+		renew: "UPDATE " + t + " SET expires_at = now() + (ttl_us::float8 * interval '1 microsecond') " +
+			"WHERE lock_key = ANY($1::text[]) AND owner = ANY($2::text[]) AND expires_at > now() RETURNING owner",
+		readerRenew: "UPDATE " + r + " SET expires_at = now() + (ttl_us::float8 * interval '1 microsecond') " +
+			"WHERE lock_key = ANY($1::text[]) AND owner = ANY($2::text[]) AND expires_at > now() RETURNING owner",
+		// The holders of a key: its unexpired writer and readers, in one
+		// statement (one snapshot), in token order.
+		holders: "SELECT 0::int, version, coalesce(value, '') FROM " + t +
+			" WHERE lock_key = $1 AND owner IS NOT NULL AND expires_at > now() " +
+			"UNION ALL SELECT 1, version, coalesce(value, '') FROM " + r +
+			" WHERE lock_key = $1 AND expires_at > now() ORDER BY 2",
+
+		// The session strategy's lock statements on the pinned
+		// connection: $1 is the advisory key, $2 the session's
+		// idle_session_timeout in milliseconds (the lease period).
+		lockWait:       "SELECT set_config('idle_session_timeout', $2, false) FROM pg_advisory_lock($1)",
+		lockWaitShared: "SELECT set_config('idle_session_timeout', $2, false) FROM pg_advisory_lock_shared($1)",
+		// A TryLock sets the timeout only if it got the lock, so that a
+		// refused one leaves the session as it was.
+		lockTry: "SELECT g.ok, CASE WHEN g.ok THEN set_config('idle_session_timeout', $2, false) END " +
+			"FROM pg_try_advisory_lock($1) AS g(ok)",
+		lockTryShared: "SELECT g.ok, CASE WHEN g.ok THEN set_config('idle_session_timeout', $2, false) END " +
+			"FROM pg_try_advisory_lock_shared($1) AS g(ok)",
+		// Once the advisory lock is held: draw the key's next token
+		// (durably: the statement commits on its own) and record the
+		// holder, in one statement. It first removes the key's holder
+		// rows that no longer count: those of this backend (a pid
+		// reused after a crashed holder) and those whose backend does
+		// not hold the advisory lock.
+		sessionGrant: "WITH tidy AS (DELETE FROM " + h + " AS h WHERE h.lock_key = $1::text AND " +
+			"(h.pid = pg_backend_pid() OR NOT " + heldBy(5) + ")), " +
+			"t AS (INSERT INTO " + f + " AS f (lock_key, token) VALUES ($1, 1) " +
+			"ON CONFLICT (lock_key) DO UPDATE SET token = f.token + 1 RETURNING token) " +
+			"INSERT INTO " + h + " (owner, lock_key, pid, mode, token, value) " +
+			"SELECT $2::text, $1::text, pg_backend_pid(), $3::smallint, t.token, $4::text FROM t RETURNING token",
+		// The holder rows that count: those whose backend holds the
+		// advisory lock now.
+		sessionHolders: "SELECT h.mode::int, h.token, coalesce(h.value, '') FROM " + h + " AS h " +
+			"WHERE h.lock_key = $1 AND " + heldBy(2) + " ORDER BY h.token",
+		holdersTable: h,
+	}
+}

@@ -1,0 +1,394 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// idleTimeout is the idle_session_timeout, in milliseconds, of a pinned
+// session whose lease period is ttl: rounded up to whole milliseconds, so
+// that the server never cuts a session before its period.
+func idleTimeout(ttl time.Duration) string {
+	return strconv.FormatInt((ttl + time.Millisecond - 1).Milliseconds(), 10)
+}
+
+// lockParts returns how pg_locks shows the advisory lock of h, taken with
+// the one-bigint form of pg_advisory_lock: its classid (the high 32 bits)
+// and objid (the low 32 bits), with objsubid 1.
+func lockParts(h int64) (classid, objid int64) {
+	return int64(uint32(uint64(h) >> 32)), int64(uint32(h))
+}
+
+// pin takes a connection out of the pool for one session lease: a pins
+// token first (so that one connection is always left for Holders, Ping and
+// Migrate), then the connection, within ctx and the op timeout.
+func (e *Engine) pin(ctx context.Context) (*pgxpool.Conn, error) {
+	select {
+	case e.pins <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-e.frame.Closing():
+		return nil, engine.ErrClosed
+	}
+	actx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
+	defer cancel()
+	c, err := e.pool.Acquire(actx)
+	if err != nil {
+		<-e.pins
+		return nil, err
+	}
+	return c, nil
+}
+
+// unpin gives a pinned connection back: to the pool when reuse is true
+// (its session holds no advisory lock and has its settings reset), closed
+// otherwise, which ends its server session and every advisory lock the
+// session may still hold.
+func (e *Engine) unpin(c *pgxpool.Conn, reuse bool) {
+	if reuse {
+		c.Release()
+	} else {
+		raw := c.Hijack()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = raw.Close(ctx)
+		cancel()
+	}
+	<-e.pins
+}
+
+// acquireSession takes the key's advisory lock on a pinned connection,
+// then draws the token and records the holder on the same connection.
+func (e *Engine) acquireSession(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	h := e.cfg.hash(req.Key)
+	for try := 0; ; try++ {
+		c, err := e.pin(ctx)
+		if err != nil {
+			return nil, e.stopOr(ctx, "acquire", req.Key, err)
+		}
+		ok, err, stopped := e.lockOn(ctx, c, req, h)
+		switch {
+		case stopped:
+			return nil, e.stopErr(ctx) // lockOn dropped c
+		case err != nil && transient(err) && req.Wait && try < 100:
+			e.unpin(c, true) // the lock statement failed: nothing is held
+			continue
+		case err != nil:
+			e.unpin(c, false)
+			return nil, e.opErr(ctx, "acquire", req.Key, err)
+		case !ok:
+			e.unpin(c, true)
+			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
+		}
+		l, err := e.grantSession(c, req, h)
+		if err != nil && sqlState(err) == "57P05" && req.Wait && ctx.Err() == nil && try < 100 {
+			// The session was cut for idling past the lease period
+			// between the grant and the token draw: this process was
+			// stopped meanwhile. Nothing is held; start again.
+			continue
+		}
+		return l, err
+	}
+}
+
+// stopOr is the error of an Acquire whose pin failed with err.
+func (e *Engine) stopOr(ctx context.Context, op, key string, err error) error {
+	if ctx.Err() != nil {
+		return errors.Join(engine.ErrNotAcquired, ctx.Err())
+	}
+	if errors.Is(err, engine.ErrClosed) {
+		return err
+	}
+	return e.opErr(ctx, op, key, err)
+}
+
+// stopErr is the error of an Acquire stopped by its ctx or by Close.
+func (e *Engine) stopErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return errors.Join(engine.ErrNotAcquired, err)
+	}
+	return engine.ErrClosed
+}
+
+// lockOn runs the lock statement on c: pg_advisory_lock (or _shared) for a
+// waiting request, pg_try_advisory_lock for a TryLock, and sets the
+// session's idle_session_timeout to the lease period in the same
+// statement. The statement runs under a context of its own, so that pgx
+// never drops the connection mid-statement on the caller's cancellation.
+// If ctx ends or the engine closes first, lockOn returns stopped, after
+// waiting up to engine.UndoWait for the clean-up, and c is no longer the
+// caller's: a cancel request makes the server abandon the wait, and once
+// the statement has returned c is closed, which frees the lock should the
+// grant have come first. A server that answers neither the statement nor
+// the cancel request within the op timeout gets its socket closed.
+func (e *Engine) lockOn(ctx context.Context, c *pgxpool.Conn, req engine.Request,
+	h int64) (ok bool, err error, stopped bool) {
+	type result struct {
+		ok  bool
+		err error
+	}
+	res := make(chan result, 1)
+	qctx, qcancel := context.WithCancel(context.Background())
+	idle := idleTimeout(req.TTL)
+	go func() {
+		var r result
+		switch {
+		case req.Wait:
+			q := e.q.lockWait
+			if req.Mode == engine.Shared {
+				q = e.q.lockWaitShared
+			}
+			var set string
+			r.err = c.QueryRow(qctx, q, h, idle).Scan(&set)
+			r.ok = r.err == nil
+		default:
+			q := e.q.lockTry
+			if req.Mode == engine.Shared {
+				q = e.q.lockTryShared
+			}
+			r.err = c.QueryRow(qctx, q, h, idle).Scan(&r.ok, nil)
+		}
+		res <- r
+	}()
+	select {
+	case r := <-res:
+		qcancel()
+		return r.ok, r.err, false
+	case <-ctx.Done():
+	case <-e.frame.Closing():
+	}
+	e.frame.RunUpTo(engine.UndoWait, func() {
+		defer qcancel()
+		cctx, cancel := e.opCtx()
+		_ = c.Conn().PgConn().CancelRequest(cctx)
+		cancel()
+		t := time.NewTimer(e.cfg.opTimeout)
+		defer t.Stop()
+		select {
+		case <-res:
+		case <-t.C:
+			qcancel() // pgx closes the socket
+			<-res
+		}
+		e.unpin(c, false)
+	})
+	return false, nil, true
+}
+
+// grantSession finishes a session grant on c, whose session holds the
+// advisory lock h: one statement draws the key's next token in
+// "<table>_fences" (committed on its own, so durable) and records the
+// holder in "<table>_holders". The lease is valid until the statement's
+// send time plus the lease period: the server's idle clock for the
+// session starts only once the statement has completed.
+func (e *Engine) grantSession(c *pgxpool.Conn, req engine.Request, h int64) (engine.Lease, error) {
+	owner := e.owner()
+	ctx, cancel := e.opCtx()
+	defer cancel()
+	sent := time.Now()
+	var token uint64
+	classid, objid := lockParts(h)
+	err := c.QueryRow(ctx, e.q.sessionGrant, req.Key, owner, int(req.Mode), req.Value,
+		classid, objid).Scan(&token)
+	if err != nil {
+		e.unpin(c, false)
+		return nil, e.opErr(context.Background(), "acquire", req.Key, err)
+	}
+	if time.Since(sent) >= life(req.TTL) {
+		// The answer came after the lease's period had run out (this
+		// process was stopped, or the network held it): the server may
+		// have cut the session since. Closing it frees the lock.
+		e.unpin(c, false)
+		return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out",
+			engine.ErrNotAcquired, req.Key, req.TTL)
+	}
+	l := &sessionLease{e: e, key: req.Key, mode: req.Mode, token: token, owner: owner, hash: h,
+		ttl: req.TTL, renew: req.Renew, sig: engine.NewSignal(req.OnLost), stop: make(chan struct{}),
+		conn: c, validFrom: sent}
+	if err := e.frame.Track(l, func() error {
+		l.mu.Lock()
+		l.timer = time.AfterFunc(life(req.TTL)-time.Since(sent), l.expire)
+		l.mu.Unlock()
+		return nil
+	}); err != nil {
+		l.mu.Lock()
+		l.conn = nil
+		l.mu.Unlock()
+		e.unpin(c, false)
+		return nil, err
+	}
+	if req.Renew {
+		// Within Acquire, so before Close can wait for the background: on
+		// a goroutine of its own, which Close waits for.
+		e.frame.Run(l.watch)
+	}
+	return l, nil
+}
+
+// sessionLease is a session-strategy lease: an advisory lock held by the
+// server session of a pinned connection.
+type sessionLease struct {
+	e     *Engine
+	key   string
+	mode  engine.Mode
+	token uint64
+	owner string
+	hash  int64
+	ttl   time.Duration
+	renew bool
+	sig   *engine.Signal
+	stop  chan struct{} // closed when the lease ends: stops watch
+
+	mu    sync.Mutex
+	conn  *pgxpool.Conn // nil once the lease has ended
+	timer *time.Timer   // ends the lease when its validity runs out
+	// validFrom is the send time of the last statement that succeeded on
+	// the pinned connection (the grant, then each ping): the server's idle
+	// clock for the session started after it, so the session lives at
+	// least until validFrom plus the lease period.
+	validFrom time.Time
+}
+
+func (l *sessionLease) Key() string           { return l.key }
+func (l *sessionLease) Mode() engine.Mode     { return l.mode }
+func (l *sessionLease) Token() uint64         { return l.token }
+func (l *sessionLease) Done() <-chan struct{} { return l.sig.Done() }
+func (l *sessionLease) Err() error            { return l.sig.Err() }
+
+// life is how long after sending a grant, ping or renewal a lease counts
+// as held: its TTL less engine.Margin, so that Done closes ahead of the
+// server's cut-off even when this process's timers run late.
+func life(ttl time.Duration) time.Duration { return ttl - engine.Margin(ttl) }
+
+// watch is the watchdog of a renewed lease: every third of the lease
+// period it pings the pinned connection, which resets the server's idle
+// clock for the session, and moves the lease's validity to the ping's send
+// time. A ping that fails, or does not answer before the validity runs
+// out, ends the lease with engine.ErrLeaseLost: the connection was killed,
+// the server restarted, the network is gone, or the server cut the session
+// while this process was stopped.
+func (l *sessionLease) watch() {
+	t := time.NewTicker(max(l.ttl/3, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		c, from := l.conn, l.validFrom
+		if c == nil {
+			l.mu.Unlock()
+			return
+		}
+		deadline := from.Add(life(l.ttl))
+		if time.Until(deadline) <= 0 {
+			l.mu.Unlock()
+			l.end(fmt.Errorf("%w: the lease period ran out before a ping", engine.ErrLeaseLost))
+			return
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		sent := time.Now()
+		err := c.Ping(ctx)
+		cancel()
+		if err == nil {
+			l.validFrom = sent
+			l.timer.Reset(life(l.ttl) - time.Since(sent))
+		}
+		l.mu.Unlock()
+		if err != nil {
+			l.end(fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, err))
+			return
+		}
+	}
+}
+
+// expire ends the lease when its validity has run out.
+func (l *sessionLease) expire() { l.end(engine.ErrLeaseLost) }
+
+// take detaches the connection from the lease, stopping its timer and
+// watchdog; nil if the lease has ended. It waits for a ping in flight.
+func (l *sessionLease) take() *pgxpool.Conn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.conn
+	if c == nil {
+		return nil
+	}
+	l.conn = nil
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	close(l.stop)
+	return c
+}
+
+// unlock removes the holder row, releases the advisory lock and resets the
+// session's idle_session_timeout, in one simple-protocol round trip (the
+// owner is hex digits and a dash, the key a number: both are safe to
+// inline). It reports whether the session held the lock, and whether c can
+// go back to the pool.
+func (l *sessionLease) unlock(c *pgxpool.Conn) (held bool, err error) {
+	fn := "pg_advisory_unlock"
+	if l.mode == engine.Shared {
+		fn = "pg_advisory_unlock_shared"
+	}
+	sql := "DELETE FROM " + l.e.q.holdersTable + " WHERE owner = '" + l.owner + "'; " +
+		"SELECT " + fn + "(" + strconv.FormatInt(l.hash, 10) + "); RESET idle_session_timeout"
+	ctx, cancel := l.e.opCtx()
+	defer cancel()
+	results, err := c.Conn().PgConn().Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return false, err
+	}
+	if len(results) != 3 || len(results[1].Rows) != 1 || len(results[1].Rows[0]) != 1 {
+		return false, fmt.Errorf("unexpected answer to the release (%d results)", len(results))
+	}
+	return string(results[1].Rows[0][0]) == "t", nil
+}
+
+// Release deletes the holder row and releases the advisory lock on the
+// pinned connection, which goes back to the pool. A lease that has ended
+// (expired, lost, released) returns an error wrapping engine.ErrNotHeld;
+// so does one whose connection fails now: the connection is closed, which
+// ends its session and the lock with it. The statement runs even if ctx is
+// cancelled, bounded by the engine's op timeout.
+func (l *sessionLease) Release(ctx context.Context) error {
+	c := l.take()
+	if c == nil {
+		return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+	}
+	held, err := l.unlock(c)
+	l.e.frame.Forget(l)
+	switch {
+	case err != nil:
+		l.e.unpin(c, false)
+		l.sig.Close(fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, err))
+		return l.sig.NotHeld(l.key)
+	case !held:
+		l.e.unpin(c, false)
+		return l.sig.NotHeld(l.key)
+	}
+	l.e.unpin(c, true)
+	l.sig.Close(engine.ErrReleased)
+	return nil
+}
+
+// end releases the lock (or closes the connection, which frees it) and
+// closes the lease with err.
+func (l *sessionLease) end(err error) {
+	if c := l.take(); c != nil {
+		held, uerr := l.unlock(c)
+		l.e.unpin(c, uerr == nil && held)
+	}
+	l.e.frame.Forget(l)
+	l.sig.Close(err)
+}
