@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/cerberus-go/cerberus/engine/etcd"
 	"github.com/cerberus-go/cerberus/engine/memory"
 	"github.com/cerberus-go/cerberus/engine/mysql"
+	"github.com/cerberus-go/cerberus/engine/postgres"
 	"github.com/cerberus-go/cerberus/engine/redis"
 	"github.com/cerberus-go/cerberus/engine/zookeeper"
 )
@@ -33,12 +35,13 @@ type Named struct {
 }
 
 // Build constructs every configured engine, in order, with one switch from
-// kind to constructor. It does no I/O except for mysql engines, whose
-// tables it creates (Migrate) with ctx; an engine whose server is down is
+// kind to constructor. It does no I/O except for mysql and postgres
+// engines, whose tables it creates (Migrate) with ctx; an engine whose server is down is
 // built all the same and fails its Ping.
 //
 // Each returned Engine owns what Build made for it: its Close also closes
-// the go-redis clients, ZooKeeper connection or MySQL pool behind it. The
+// the go-redis clients, ZooKeeper connection or MySQL or PostgreSQL pool
+// behind it. The
 // go-redis clients name their connections "cerberus-<name>" (CLIENT
 // SETNAME) so that operators can find them in CLIENT LIST. On error Build
 // closes the engines it already built and returns an error that names the
@@ -74,6 +77,8 @@ func (e *EngineSpec) build(ctx context.Context) (engine.Engine, error) {
 		return e.buildMySQL(ctx)
 	case KindEtcd:
 		return e.buildEtcd()
+	case KindPostgres:
+		return e.buildPostgres(ctx)
 	}
 	// validate refuses unknown kinds; a Config built by hand may still
 	// hold one.
@@ -213,6 +218,61 @@ func (e *EngineSpec) buildMySQL(ctx context.Context) (engine.Engine, error) {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	return eng, nil
+}
+
+// buildPostgres makes a pgx pool of the entry's DSN (with its username,
+// password, TLS and pool size applied), a postgres engine on it, and
+// migrates the engine's tables with ctx. The pool connects lazily; the
+// engine's Close closes it.
+func (e *EngineSpec) buildPostgres(ctx context.Context) (engine.Engine, error) {
+	pcfg, err := pgxpool.ParseConfig(e.DSN)
+	if err != nil {
+		// validate parsed it already; buildError scrubs the text anyway.
+		return nil, fmt.Errorf("%w: dsn: %w", ErrInvalid, err)
+	}
+	if e.Username != "" {
+		pcfg.ConnConfig.User = e.Username
+	}
+	if e.password != "" {
+		pcfg.ConnConfig.Password = e.password
+	}
+	if e.TLS != nil {
+		tc, err := e.TLS.clientConfig()
+		if err != nil {
+			return nil, err
+		}
+		if tc.ServerName == "" {
+			tc.ServerName = pcfg.ConnConfig.Host
+		}
+		// Encrypted or nothing: no plain-text fallback.
+		pcfg.ConnConfig.TLSConfig, pcfg.ConnConfig.Fallbacks = tc, nil
+	}
+	if e.MaxConns != 0 {
+		pcfg.MaxConns = int32(e.MaxConns)
+	}
+	var opts []postgres.Option
+	if e.Table != "" {
+		opts = append(opts, postgres.WithTable(e.Table))
+	}
+	if e.Strategy != "" {
+		opts = append(opts, postgres.WithStrategy(postgres.Strategy(e.Strategy)))
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, err
+	}
+	closePool := func() error { pool.Close(); return nil }
+	pg, err := postgres.New(pool, opts...)
+	if err != nil {
+		_ = closePool()
+		return nil, err
+	}
+	if err := pg.Migrate(ctx); err != nil {
+		_ = pg.Close()
+		_ = closePool()
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	return own(pg, nil, closePool)
 }
 
 // mysqlDSN returns the DSN a mysql engine opens: e.DSN, plus tls=<name>

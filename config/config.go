@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -25,11 +27,12 @@ const (
 	KindConsul       = "consul"        // one Consul agent's HTTP API
 	KindMySQL        = "mysql"         // MySQL or MariaDB, by DSN
 	KindEtcd         = "etcd"          // an etcd cluster's client endpoints
+	KindPostgres     = "postgres"      // PostgreSQL, by DSN
 )
 
 // Kinds lists every engine kind, in the order error messages name them.
 var Kinds = []string{KindMemory, KindRedis, KindRedisCluster, KindRedlock, KindZooKeeper,
-	KindConsul, KindMySQL, KindEtcd}
+	KindConsul, KindMySQL, KindEtcd, KindPostgres}
 
 // Failback modes.
 const (
@@ -269,10 +272,11 @@ type EngineSpec struct {
 	// Addrs are host:port addresses. redis and consul take exactly one,
 	// redis-cluster one or more seed nodes, redlock at least three
 	// independent masters, zookeeper and etcd one or more servers (etcd:
-	// client endpoints). memory and mysql take none.
+	// client endpoints). memory, mysql and postgres take none.
 	Addrs []string `mapstructure:"addrs"`
-	// DSN is the go-sql-driver/mysql DSN of a mysql engine. Its password is
-	// never printed.
+	// DSN is the go-sql-driver/mysql DSN of a mysql engine, or the pgx
+	// connection string (a postgres:// URL or key=value pairs) of a postgres
+	// engine. Its password is never printed.
 	DSN string `mapstructure:"dsn"`
 	// Username is the Redis ACL user (redis, redis-cluster, redlock) that
 	// Password authenticates; empty means the default user (AUTH with the
@@ -283,11 +287,13 @@ type EngineSpec struct {
 	// a client without these credentials can neither queue on a key nor
 	// delete a holder's node. On an etcd engine it is the etcd user, which
 	// needs a password (and the password a user); its role needs
-	// read-write on the prefix.
+	// read-write on the prefix. On a postgres engine it is optional and
+	// replaces the DSN's user.
 	Username string `mapstructure:"username"`
 	// Password is the Redis AUTH password (redis, redis-cluster, redlock)
 	// the ZooKeeper digest password (zookeeper) or the etcd user's password
-	// (etcd). At most one of
+	// (etcd), or the PostgreSQL password (postgres; it replaces the DSN's,
+	// so the DSN need not hold it). At most one of
 	// Password, PasswordFile and PasswordEnv may be set.
 	Password string `mapstructure:"password"`
 	// PasswordFile names a file holding the password; a trailing newline
@@ -314,9 +320,11 @@ type EngineSpec struct {
 	// consul). Nil means the engine's default; an explicit 0s turns
 	// starvation mode off.
 	Starvation *time.Duration `mapstructure:"starvation"`
-	// Strategy is the mysql strategy: "lease" (the default) or "row".
+	// Strategy is the mysql strategy: "lease" (the default) or "row"; or
+	// the postgres strategy: "session" (the default) or "lease".
 	Strategy string `mapstructure:"strategy"`
-	// Table is the mysql lock table. Empty means the engine's default.
+	// Table is the mysql or postgres lock table. Empty means the engine's
+	// default.
 	Table string `mapstructure:"table"`
 	// SessionTimeout is the zookeeper session timeout. The default is
 	// DefaultZKSessionTimeout (4s).
@@ -333,10 +341,12 @@ type EngineSpec struct {
 	Datacenter string `mapstructure:"datacenter"`
 	// MaxConns caps the engine's connections: the go-redis pool size (per
 	// node for redlock and redis-cluster), consul's HTTP connections (at
-	// least 1) or the mysql pool (at least 3). Zero means the default.
+	// least 1) or the mysql or postgres pool (at least 3). Zero means the
+	// default.
 	MaxConns int `mapstructure:"max_conns"`
 	// TLS, when set, encrypts the connections to the servers (redis,
-	// redis-cluster, redlock, consul, mysql, etcd). For mysql, Build registers
+	// redis-cluster, redlock, consul, mysql, etcd, postgres). For postgres
+	// the DSN must not set sslmode then. For mysql, Build registers
 	// the TLS configuration with go-sql-driver/mysql under a name derived
 	// from the engine and adds tls=<name> to the DSN, so the DSN must not
 	// set tls itself.
@@ -461,7 +471,11 @@ func (e EngineSpec) String() string {
 		}
 	}
 	if e.DSN != "" {
-		fmt.Fprintf(&b, " dsn=%q", RedactDSN(e.DSN))
+		if e.Kind == KindPostgres {
+			fmt.Fprintf(&b, " dsn=%q", RedactPostgresDSN(e.DSN))
+		} else {
+			fmt.Fprintf(&b, " dsn=%q", RedactDSN(e.DSN))
+		}
 	}
 	str("username", e.Username)
 	if e.Password != "" || e.password != "" {
@@ -517,4 +531,31 @@ func RedactDSN(dsn string) string {
 		c.Passwd = redacted
 	}
 	return c.FormatDSN()
+}
+
+// pgPasswordRE finds the password of a key=value PostgreSQL connection
+// string: password=secret or password='a secret'.
+var pgPasswordRE = regexp.MustCompile(`(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']*)`)
+
+// RedactPostgresDSN returns a PostgreSQL connection string (URL or
+// key=value) with its password replaced by <redacted>. A URL that does not
+// parse is replaced whole.
+func RedactPostgresDSN(dsn string) string {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return redacted
+		}
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), redacted)
+		}
+		q := u.Query()
+		if q.Has("password") {
+			q.Set("password", redacted)
+			u.RawQuery = q.Encode()
+		}
+		// url escapes the brackets of the placeholder; show them plainly.
+		return strings.ReplaceAll(u.String(), url.QueryEscape(redacted), redacted)
+	}
+	return pgPasswordRE.ReplaceAllString(dsn, "${1}"+redacted)
 }

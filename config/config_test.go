@@ -105,7 +105,7 @@ func TestInvalid(t *testing.T) {
 		want []string // each a line of the error, by prefix
 	}{
 		{"unknown kind", "engines: [{name: a, kind: redys, addrs: ['127.0.0.1:1']}]",
-			[]string{`engines[0].kind: unknown kind "redys" (want one of memory, redis, redis-cluster, redlock, zookeeper, consul, mysql, etcd)`}},
+			[]string{`engines[0].kind: unknown kind "redys" (want one of memory, redis, redis-cluster, redlock, zookeeper, consul, mysql, etcd, postgres)`}},
 		{"missing kind", "engines: [{name: a}]", []string{"engines[0].kind: required"}},
 		{"missing addrs", "engines: [{name: a, kind: memory}, {name: b, kind: redis}]",
 			[]string{"engines[1].addrs: required for kind redis"}},

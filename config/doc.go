@@ -55,14 +55,14 @@
 //
 // # Secrets
 //
-// A Redis password, a ZooKeeper digest password or an etcd user's password
-// comes from password,
+// A Redis password, a ZooKeeper digest password, an etcd user's password
+// or a PostgreSQL password (which replaces the DSN's) comes from password,
 // password_file or password_env (at most one), a Consul ACL token likewise
 // from token, token_file or token_env; files and environment variables are
 // read at load time. The resolved values are reachable only through
 // Engine.RedisPassword and Engine.ConsulToken. Config.String, every fmt verb on Config and Engine,
 // and every error this package returns leave out passwords, tokens and the
-// password part of a MySQL DSN. A Redis ACL user is username (with one of
+// password part of a MySQL DSN or a PostgreSQL connection string. A Redis ACL user is username (with one of
 // the password keys); so is a ZooKeeper digest user, whose lock nodes the
 // engine then protects with a digest ACL, and an etcd user, whose role
 // needs read-write on the engine's prefix. The engine key has its own
@@ -76,9 +76,8 @@
 //
 // # TLS
 //
-// A tls section on a redis, redis-cluster, redlock, consul, mysql or etcd
-// engine,
-// or on engine_key, turns TLS on:
+// A tls section on a redis, redis-cluster, redlock, consul, mysql, etcd or
+// postgres engine, or on engine_key, turns TLS on:
 //
 //	tls:
 //	  ca_file: /etc/cerberus/ca.pem     # verifies the server; empty: system roots
@@ -92,5 +91,18 @@
 // directory") and read again by Build. For mysql, Build registers the TLS
 // configuration with go-sql-driver/mysql as
 // "cerberus-<engine name>-<hash of the section>" and adds tls=<that name>
-// to the DSN, which must therefore not set tls itself.
+// to the DSN, which must therefore not set tls itself. For postgres, Build
+// gives pgx the TLS configuration with no plain-text fallback, and the DSN
+// must not set sslmode.
+//
+// # PostgreSQL
+//
+//	engines:
+//	  - name: pg
+//	    kind: postgres
+//	    dsn: "postgres://locker@127.0.0.1:5432/locks"
+//	    password_env: PGLOCK_PASSWORD
+//	    strategy: session   # or lease, behind PgBouncer in transaction mode
+//	    table: cerberus_locks
+//	    max_conns: 32       # session: a connection per held or waiting lock
 package config

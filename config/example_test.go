@@ -51,7 +51,7 @@ lease: {ttl: 5s, watchdgo: 10s}
 	fmt.Println(err)
 	// Output:
 	// lease.watchdgo: unknown key
-	// engines[0].kind: unknown kind "redys" (want one of memory, redis, redis-cluster, redlock, zookeeper, consul, mysql, etcd)
+	// engines[0].kind: unknown kind "redys" (want one of memory, redis, redis-cluster, redlock, zookeeper, consul, mysql, etcd, postgres)
 	// engines[1].addrs: required for kind redis
 	// engines[2].name: duplicate of engines[0].name ("a")
 	// health.interval: must be positive, got -1s

@@ -253,8 +253,16 @@ func scanSecrets(data []byte) []string {
 	return out
 }
 
-// dsnPassword returns the password part of user:password@... or "".
+// dsnPassword returns the password part of user:password@... (a
+// go-sql-driver/mysql DSN or a postgres:// URL), or of a PostgreSQL
+// key=value password=..., or "".
 func dsnPassword(dsn string) string {
+	if m := pgPasswordRE.FindStringSubmatch(dsn); m != nil {
+		return strings.Trim(m[2], "'")
+	}
+	if _, rest, ok := strings.Cut(dsn, "://"); ok {
+		dsn = rest
+	}
 	at := strings.LastIndex(dsn, "@")
 	if at < 0 {
 		return ""

@@ -15,6 +15,7 @@ import (
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/hashicorp/consul/api"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/consul"
@@ -51,10 +52,10 @@ var redisKinds = []string{KindRedis, KindRedisCluster, KindRedlock}
 
 // passwordKinds take username and a password: Redis AUTH, ZooKeeper digest,
 // etcd user.
-var passwordKinds = append(slices.Clone(redisKinds), KindZooKeeper, KindEtcd)
+var passwordKinds = append(slices.Clone(redisKinds), KindZooKeeper, KindEtcd, KindPostgres)
 
 var fields = []field{
-	{"dsn", func(e *EngineSpec) bool { return e.DSN != "" }, []string{KindMySQL}},
+	{"dsn", func(e *EngineSpec) bool { return e.DSN != "" }, []string{KindMySQL, KindPostgres}},
 	{"username", func(e *EngineSpec) bool { return e.Username != "" }, passwordKinds},
 	{"password", func(e *EngineSpec) bool { return e.Password != "" }, passwordKinds},
 	{"password_file", func(e *EngineSpec) bool { return e.PasswordFile != "" }, passwordKinds},
@@ -68,15 +69,15 @@ var fields = []field{
 		[]string{KindRedis, KindRedisCluster, KindConsul}},
 	{"starvation", func(e *EngineSpec) bool { return e.Starvation != nil },
 		[]string{KindRedis, KindRedisCluster, KindConsul}},
-	{"strategy", func(e *EngineSpec) bool { return e.Strategy != "" }, []string{KindMySQL}},
-	{"table", func(e *EngineSpec) bool { return e.Table != "" }, []string{KindMySQL}},
+	{"strategy", func(e *EngineSpec) bool { return e.Strategy != "" }, []string{KindMySQL, KindPostgres}},
+	{"table", func(e *EngineSpec) bool { return e.Table != "" }, []string{KindMySQL, KindPostgres}},
 	{"session_timeout", func(e *EngineSpec) bool { return e.SessionTimeout != 0 },
 		[]string{KindZooKeeper}},
 	{"session_ttl", func(e *EngineSpec) bool { return e.SessionTTL != 0 }, []string{KindConsul, KindEtcd}},
 	{"lock_delay", func(e *EngineSpec) bool { return e.LockDelay != nil }, []string{KindConsul}},
 	{"datacenter", func(e *EngineSpec) bool { return e.Datacenter != "" }, []string{KindConsul}},
 	{"max_conns", func(e *EngineSpec) bool { return e.MaxConns != 0 },
-		[]string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL}},
+		[]string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL, KindPostgres}},
 	{"tls", func(e *EngineSpec) bool { return e.TLS != nil }, tlsKinds},
 }
 
@@ -268,7 +269,7 @@ func (e *EngineSpec) validateAddrs(p string) []error {
 	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
 	n := len(e.Addrs)
 	switch e.Kind {
-	case KindMemory, KindMySQL:
+	case KindMemory, KindMySQL, KindPostgres:
 		if n > 0 {
 			add("%s.addrs: not used by kind %s", p, e.Kind)
 		}
@@ -357,6 +358,8 @@ func (e *EngineSpec) validateKind(p string) []error {
 		errs = append(errs, e.validateMySQL(p)...)
 	case KindEtcd:
 		errs = append(errs, e.validateEtcd(p)...)
+	case KindPostgres:
+		errs = append(errs, e.validatePostgres(p)...)
 	}
 	return errs
 }
@@ -435,6 +438,44 @@ func (e *EngineSpec) validateMySQL(p string) []error {
 	return errs
 }
 
+// validatePostgres checks the settings of a postgres entry. The DSN is
+// parsed by pgx, which reads no file and opens no connection here.
+func (e *EngineSpec) validatePostgres(p string) []error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, invalidf(format, args...)) }
+	if e.DSN == "" {
+		add("%s.dsn: required for kind postgres", p)
+	} else if _, err := pgxpool.ParseConfig(e.DSN); err != nil {
+		add("%s.dsn: does not parse: %s", p, scrub(err.Error(), []string{e.DSN, dsnPassword(e.DSN), e.password}))
+	}
+	switch e.Strategy {
+	case "", "session", "lease":
+	default:
+		add("%s.strategy: unknown strategy %q (want \"session\" or \"lease\")", p, e.Strategy)
+	}
+	if e.Table != "" && !pgTableRE.MatchString(e.Table) {
+		add("%s.table: %q must be 1 to 48 lower-case ASCII letters, digits or underscores, not starting "+
+			"with a digit", p, e.Table)
+	}
+	if e.TLS != nil && pgSetsSSLMode(e.DSN) {
+		add("%s.tls: the dsn already sets sslmode; configure TLS in one place (remove sslmode from the dsn)", p)
+	}
+	if e.MaxConns > 0 && e.MaxConns < mysqlMinConns {
+		add("%s.max_conns: must be at least %d for kind postgres, got %d", p, mysqlMinConns, e.MaxConns)
+	}
+	return errs
+}
+
+// pgTableRE matches the table names config accepts for postgres: unquoted
+// identifiers that PostgreSQL does not fold.
+var pgTableRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
+
+// pgSetsSSLMode reports whether a PostgreSQL connection string sets
+// sslmode, as a URL parameter or a key=value pair.
+func pgSetsSSLMode(dsn string) bool { return pgSSLModeRE.MatchString(dsn) }
+
+var pgSSLModeRE = regexp.MustCompile(`(?i)(^|[\s?&])sslmode\s*=`)
+
 func hasDotSegment(p string) bool {
 	for _, s := range strings.Split(p, "/") {
 		if s == "." || s == ".." {
@@ -445,7 +486,8 @@ func hasDotSegment(p string) bool {
 }
 
 // tlsKinds are the kinds that take a tls section.
-var tlsKinds = []string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL, KindEtcd}
+var tlsKinds = []string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL, KindEtcd,
+	KindPostgres}
 
 // validate checks a tls section whose key path is p: the combination of
 // settings, and that the files exist and hold what they should. A nil

@@ -145,6 +145,8 @@ func dialEngine(s workerSpec) (engine.Engine, error) {
 		return mysql.Open(s.Addrs[0], mysql.WithTable(s.Table), mysql.WithOpTimeout(time.Second))
 	case "mysql-row":
 		return mysql.Open(s.Addrs[0], mysql.WithTable(s.Table), mysql.WithStrategy(mysql.StrategyRow), mysql.WithOpTimeout(time.Second))
+	case "postgres", "postgres-lease":
+		return dialPostgres(s)
 	}
 	return nil, fmt.Errorf("unknown engine %q", s.Engine)
 }

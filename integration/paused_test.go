@@ -35,6 +35,8 @@ type pausedCase struct {
 func TestPausedHolder(t *testing.T) {
 	dsn := testenv.MySQLDSN(t)
 	table := migratedTable(t, dsn)
+	pgDSN := testenv.PostgresDSN(t)
+	pgTable := migratedPostgresTable(t, pgDSN)
 	for _, tc := range []pausedCase{
 		{engine: "redis", addrs: []string{testenv.RedisAddr(t)}, period: time.Second, bound: time.Second + 500*time.Millisecond},
 		// The shared server's tickTime is 2s: it negotiates a session of at
@@ -46,6 +48,11 @@ func TestPausedHolder(t *testing.T) {
 		{engine: "etcd", addrs: []string{testenv.EtcdAddr(t)}, period: etcdLease, bound: etcdLease + time.Second},
 		{engine: "mysql", addrs: []string{dsn}, table: table, period: time.Second, bound: time.Second + 500*time.Millisecond},
 		{engine: "mysql-row", addrs: []string{dsn}, table: table, period: time.Second, bound: time.Second + 2*time.Second},
+		{engine: "postgres-lease", addrs: []string{pgDSN}, table: pgTable, period: time.Second, bound: time.Second + 500*time.Millisecond},
+		// The server ends a silent holder's session after its
+		// idle_session_timeout (the lease period); its checks run on a timer
+		// of the server's, hence the wider bound, as for the row strategy.
+		{engine: "postgres", addrs: []string{pgDSN}, table: pgTable, period: time.Second, bound: time.Second + 2*time.Second},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
 			t.Parallel()

@@ -45,6 +45,8 @@ func scaleSize(engine string) (int, time.Duration) {
 func TestScale(t *testing.T) {
 	dsn := testenv.MySQLDSN(t)
 	table := migratedTable(t, dsn)
+	pgDSN := testenv.PostgresDSN(t)
+	pgTable := migratedPostgresTable(t, pgDSN)
 	for _, tc := range []struct {
 		engine string
 		addrs  []string
@@ -55,13 +57,19 @@ func TestScale(t *testing.T) {
 		{"consul", []string{testenv.ConsulAddr(t)}, ""},
 		{"mysql", []string{dsn}, table},
 		{"mysql-row", []string{dsn}, table},
+		{"postgres-lease", []string{pgDSN}, pgTable},
+		{"postgres", []string{pgDSN}, pgTable},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
 			n, hold := scaleSize(tc.engine)
-			if tc.engine == "mysql-row" {
+			switch tc.engine {
+			case "mysql-row":
 				// A row lease pins a pool connection (48 with the default
 				// pool of 50): its scale is the pool, not renewal.
 				n = 40
+			case "postgres":
+				// So does a session lease (the workers' pool is pgConns).
+				n = pgConns - 4
 			}
 			e, err := dialEngine(workerSpec{Engine: tc.engine, Addrs: tc.addrs, Table: tc.table, TTL: scaleWatchdog})
 			if err != nil {

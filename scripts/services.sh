@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Starts, stops and reports the servers the integration tests need: Redis,
-# ZooKeeper, Consul, MySQL (MariaDB when run from Debian packages) and etcd, plus
+# ZooKeeper, Consul, MySQL (MariaDB when run from Debian packages), etcd and
+# PostgreSQL, plus
 # two more Redis set-ups for the Redis engine: a three-master Redis Cluster
 # (redis-cluster) and five independent Redis servers for Redlock (redis-nodes).
 #
 # Usage: scripts/services.sh up|down|status|env [SERVICE ...]
-#   SERVICE: redis zookeeper consul mysql etcd redis-cluster redis-nodes (default: all)
+#   SERVICE: redis zookeeper consul mysql etcd postgres redis-cluster redis-nodes
+#            (default: all)
 #
 #   up      Start whatever is not already answering, wait until each server
 #           answers a protocol-level check, then print the env (as `env`).
@@ -24,7 +26,8 @@
 #
 # Environment:
 #   CERBERUS_REDIS_ADDR, CERBERUS_ZK_ADDR, CERBERUS_CONSUL_ADDR,
-#   CERBERUS_MYSQL_DSN, CERBERUS_ETCD_ADDR
+#   CERBERUS_MYSQL_DSN, CERBERUS_ETCD_ADDR, CERBERUS_POSTGRES_DSN (a URL:
+#   postgres://user@host:port/db?...)
 #                          addresses (defaults: the usual ports on 127.0.0.1);
 #                          only loopback hosts are accepted.
 #   CERBERUS_REDIS_CLUSTER_ADDRS  comma-separated cluster nodes, at least three
@@ -51,6 +54,7 @@ ZK_ADDR=${CERBERUS_ZK_ADDR:-127.0.0.1:2181}
 CONSUL_ADDR=${CERBERUS_CONSUL_ADDR:-127.0.0.1:8500}
 MYSQL_DSN=${CERBERUS_MYSQL_DSN:-'root:@tcp(127.0.0.1:3306)/test?parseTime=true'}
 ETCD_ADDR=${CERBERUS_ETCD_ADDR:-127.0.0.1:2379}
+POSTGRES_DSN=${CERBERUS_POSTGRES_DSN:-'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'}
 default_cluster_addrs=127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003
 default_redlock_addrs=127.0.0.1:6391,127.0.0.1:6392,127.0.0.1:6393,127.0.0.1:6394,127.0.0.1:6395
 REDIS_CLUSTER_ADDRS=${CERBERUS_REDIS_CLUSTER_ADDRS:-$default_cluster_addrs}
@@ -58,7 +62,7 @@ REDLOCK_ADDRS=${CERBERUS_REDLOCK_ADDRS:-$default_redlock_addrs}
 REDIS_CLUSTER_ADDRS=${REDIS_CLUSTER_ADDRS// /}
 REDLOCK_ADDRS=${REDLOCK_ADDRS// /}
 
-all_services=(redis zookeeper consul mysql etcd redis-cluster redis-nodes)
+all_services=(redis zookeeper consul mysql etcd postgres redis-cluster redis-nodes)
 
 log() { echo "services: $*" >&2; }
 die() { echo "services: error: $*" >&2; exit 1; }
@@ -74,6 +78,29 @@ mysql_addr() {
 mysql_user() { local u=${MYSQL_DSN%%@*}; echo "${u%%:*}"; }
 mysql_db() { local d=${MYSQL_DSN#*)/}; echo "${d%%\?*}"; }
 
+# The PostgreSQL URL's parts: postgres://user[:pass]@host:port/db?...
+postgres_rest() {
+  local r=${POSTGRES_DSN#postgres://}
+  r=${r#postgresql://}
+  [ "$r" != "$POSTGRES_DSN" ] || die "CERBERUS_POSTGRES_DSN must be a postgres:// URL with a user, host and port"
+  echo "$r"
+}
+postgres_addr() {
+  local r a
+  r=$(postgres_rest); a=${r#*@}; a=${a%%/*}; a=${a%%\?*}
+  case $a in *:*) echo "$a" ;; *) echo "$a:5432" ;; esac
+}
+postgres_user() {
+  local r u
+  r=$(postgres_rest)
+  case $r in *@*) u=${r%%@*}; echo "${u%%:*}" ;; *) echo postgres ;; esac
+}
+postgres_db() {
+  local r d
+  r=$(postgres_rest); r=${r#*@}
+  case $r in */*) d=${r#*/}; d=${d%%\?*}; echo "${d:-postgres}" ;; *) echo postgres ;; esac
+}
+
 addr_of() {
   case $1 in
     redis) echo "$REDIS_ADDR" ;;
@@ -81,6 +108,7 @@ addr_of() {
     consul) echo "$CONSUL_ADDR" ;;
     mysql) mysql_addr ;;
     etcd) echo "$ETCD_ADDR" ;;
+    postgres) postgres_addr ;;
     redis-cluster) echo "$REDIS_CLUSTER_ADDRS" ;;
     redis-nodes) echo "$REDLOCK_ADDRS" ;;
     *) die "unknown service $1 (want one of: ${all_services[*]})" ;;
@@ -160,6 +188,14 @@ check_etcd() {
   local out
   out=$(tcp_talk "$1" "$2" "GET /health HTTP/1.0\r\nHost: $1:$2\r\n\r\n") || return 1
   [[ $out == "HTTP/1."?" 200"* && $out == *'"health":"true"'* ]]
+}
+
+# The server answers a query over TCP as the DSN's user (in its maintenance
+# database: the DSN's own may not exist yet).
+check_postgres() {
+  command -v psql >/dev/null || return 1
+  PGCONNECT_TIMEOUT=2 timeout 5 psql -X -w -h "$1" -p "$2" -U "$(postgres_user)" -d postgres \
+    -Atc 'SELECT 1' >/dev/null 2>&1
 }
 
 mysql_client() {
@@ -544,6 +580,49 @@ start_consul() {
   wait_for consul "$dir/stdout.log" $pid
 }
 
+# A PostgreSQL cluster of Debian's newest installed server (package
+# postgresql), in $run/postgres/data, trust authentication on loopback only,
+# run as the postgres user (the server refuses to run as root). The
+# package's own cluster and service are never touched.
+start_postgres() {
+  local host=$1 port=$2 dir=$run/postgres bin run_as=()
+  apt_install postgresql postgresql-client
+  bin=$(find /usr/lib/postgresql -maxdepth 2 -name bin -type d 2>/dev/null | sort -V | tail -n 1)
+  [ -n "$bin" ] && [ -x "$bin/initdb" ] || die "postgres: no initdb under /usr/lib/postgresql/*/bin"
+  mkdir -p "$dir"
+  if [ "$(id -u)" = 0 ]; then
+    id postgres >/dev/null 2>&1 || die "postgres: running as root but there is no postgres user to run the server"
+    chown postgres "$dir"
+    run_as=(runuser -u postgres --)
+  fi
+  if [ ! -s "$dir/data/PG_VERSION" ]; then
+    log "initialising a PostgreSQL cluster in $dir/data"
+    "${run_as[@]}" "$bin/initdb" -D "$dir/data" -U "$(postgres_user)" --auth=trust \
+      >"$dir/initdb.log" 2>&1 || { tail -n 20 "$dir/initdb.log" >&2; die "initdb failed; see $dir/initdb.log"; }
+  fi
+  rm -f "$dir/postgres.pid"
+  setsid "${run_as[@]}" "$bin/postgres" -D "$dir/data" -c listen_addresses="$host" -p "$port" \
+    -c unix_socket_directories="$dir" -c max_connections=300 \
+    </dev/null >"$dir/postgres.log" 2>&1 8>&- &
+  local pid=$!
+  echo $pid >"$dir/postgres.pid"
+  wait_for postgres "$dir/postgres.log" $pid
+  # The postmaster itself (its command line names the data dir), not runuser.
+  head -n 1 "$dir/data/postmaster.pid" >"$dir/postgres.pid"
+}
+
+# Creates the DSN's database when it is missing.
+postgres_create_db() {
+  local addr db
+  addr=$(postgres_addr); db=$(postgres_db)
+  command -v psql >/dev/null || return 0
+  [ "$(PGCONNECT_TIMEOUT=2 timeout 10 psql -X -w -h "$(host_of "$addr")" -p "$(port_of "$addr")" \
+    -U "$(postgres_user)" -d postgres -Atc "SELECT 1 FROM pg_database WHERE datname = '$db'")" = 1 ] && return 0
+  PGCONNECT_TIMEOUT=2 timeout 10 psql -X -w -q -h "$(host_of "$addr")" -p "$(port_of "$addr")" \
+    -U "$(postgres_user)" -d postgres -c "CREATE DATABASE \"$db\"" >&2 ||
+    die "could not create database $db at $addr"
+}
+
 start_mysql() {
   local host=$1 port=$2 dir=$run/mysql user
   apt_install mariadb-server mariadb-client
@@ -619,6 +698,10 @@ up_local() {
     fi
     addr=$(addr_of "$svc"); host=$(host_of "$addr"); port=$(port_of "$addr")
     if port_open "$host" "$port"; then
+      if [ "$svc" = postgres ] && ! command -v psql >/dev/null; then
+        # The check itself needs the client.
+        apt_install postgresql-client
+      fi
       if [ "$svc" = mysql ] && ! check mysql; then
         # A MySQL client is needed for the check itself.
         mysql_client >/dev/null || apt_install mariadb-client
@@ -637,6 +720,7 @@ up_local() {
       log "$svc: up at $addr (logs in $run/$svc)"
     fi
     [ "$svc" != mysql ] || mysql_create_db
+    [ "$svc" != postgres ] || postgres_create_db
   done
 }
 
@@ -676,7 +760,7 @@ any_port_open() {
 }
 
 up_docker() {
-  local svc addr todo=() names=() reused_mysql='' why
+  local svc addr todo=() names=() reused_mysql='' reused_postgres='' why
   for svc in "$@"; do
     addr=$(addr_of "$svc")
     [ "$addr" = "$(default_addr "$svc")" ] ||
@@ -688,6 +772,7 @@ up_docker() {
     elif ! multi "$svc" && port_open "$(host_of "$addr")" "$(port_of "$addr")" && ! compose ps -q "$svc" 2>/dev/null | grep -q .; then
       log "$svc: reusing the server already answering at $addr"
       [ "$svc" != mysql ] || reused_mysql=1
+      [ "$svc" != postgres ] || reused_postgres=1
     else
       todo+=("$svc")
       read -ra names <<<"${names[*]} $(compose_names_of "$svc")"
@@ -706,9 +791,10 @@ up_docker() {
   done
   for svc in "$@"; do
     # MySQL was checked by its compose healthcheck (a host mariadb client may
-    # not speak MySQL 8.4's default auth); the others are checked again here.
-    if [ "$svc" = mysql ]; then
-      addr=$(addr_of mysql)
+    # not speak MySQL 8.4's default auth), and PostgreSQL by its own when the
+    # host has no psql; the others are checked again here.
+    if [ "$svc" = mysql ] || { [ "$svc" = postgres ] && ! command -v psql >/dev/null; }; then
+      addr=$(addr_of "$svc")
       port_open "$(host_of "$addr")" "$(port_of "$addr")" && continue
     fi
     check "$svc" && continue
@@ -717,6 +803,7 @@ up_docker() {
     die "$svc does not answer at $(addr_of "$svc") after docker compose up$why; see: docker compose -p $compose_project logs $(compose_names_of "$svc")"
   done
   [ -z "$reused_mysql" ] || mysql_create_db
+  [ -z "$reused_postgres" ] || postgres_create_db
 }
 
 default_addr() {
@@ -726,6 +813,7 @@ default_addr() {
     consul) echo 127.0.0.1:8500 ;;
     mysql) echo 127.0.0.1:3306 ;;
     etcd) echo 127.0.0.1:2379 ;;
+    postgres) echo 127.0.0.1:5432 ;;
     redis-cluster) echo "$default_cluster_addrs" ;;
     redis-nodes) echo "$default_redlock_addrs" ;;
   esac
@@ -739,6 +827,7 @@ cmd_env() {
   echo "export CERBERUS_CONSUL_ADDR=$CONSUL_ADDR"
   echo "export CERBERUS_MYSQL_DSN='$MYSQL_DSN'"
   echo "export CERBERUS_ETCD_ADDR=$ETCD_ADDR"
+  echo "export CERBERUS_POSTGRES_DSN='$POSTGRES_DSN'"
   echo "export CERBERUS_REDIS_CLUSTER_ADDRS=$REDIS_CLUSTER_ADDRS"
   echo "export CERBERUS_REDLOCK_ADDRS=$REDLOCK_ADDRS"
 }
@@ -799,8 +888,11 @@ cmd_up() {
 }
 
 stop_pid() {
-  local svc=$1 pid=$2 i
-  kill -TERM "$pid" 2>/dev/null || true
+  local svc=$1 pid=$2 i sig=TERM
+  # SIGTERM asks PostgreSQL for a smart shutdown, which waits for every
+  # client to leave; SIGINT is its fast shutdown.
+  [ "$svc" != postgres ] || sig=INT
+  kill -"$sig" "$pid" 2>/dev/null || true
   for ((i = 0; i < 60; i++)); do
     kill -0 "$pid" 2>/dev/null || return 0
     sleep 0.5

@@ -35,6 +35,8 @@ func TestDemoAcrossProcesses(t *testing.T) {
 		{"mysql-row", testenv.MySQLDSN},
 		{"consul", testenv.ConsulAddr},
 		{"etcd", testenv.EtcdAddr},
+		{"postgres", testenv.PostgresDSN},
+		{"postgres-lease", testenv.PostgresDSN},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
 			tc.check(t)
@@ -160,6 +162,7 @@ func TestDemoPrimitives(t *testing.T) {
 		{"mysql", "4", testenv.MySQLDSN},
 		{"redis", "4", testenv.RedisAddr},
 		{"consul", "4", testenv.ConsulAddr},
+		{"postgres-lease", "4", testenv.PostgresDSN},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
 			if tc.check != nil {

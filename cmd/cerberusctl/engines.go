@@ -11,12 +11,14 @@ import (
 	"github.com/cerberus-go/cerberus/config"
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/mysql"
+	"github.com/cerberus-go/cerberus/engine/postgres"
 )
 
 // engineNames lists the engines the demo can run on. Server addresses come
 // from the same CERBERUS_* variables the tests read (scripts/services.sh env
 // prints them).
-var engineNames = []string{"memory", "redis", "zookeeper", "consul", "mysql", "mysql-row", "etcd"}
+var engineNames = []string{"memory", "redis", "zookeeper", "consul", "mysql", "mysql-row", "etcd", "postgres",
+	"postgres-lease"}
 
 // crossProcess reports whether an engine locks across OS processes.
 func crossProcess(name string) bool { return name != "memory" }
@@ -71,6 +73,18 @@ func demoEngine(name string) (config.EngineSpec, bool) {
 		e.MaxConns = 24 // four demo processes stay well under MySQL's default max_connections (151)
 	case "etcd":
 		e.Kind, e.Addrs = config.KindEtcd, strings.Split(envOr("CERBERUS_ETCD_ADDR", "127.0.0.1:2379"), ",")
+	case "postgres", "postgres-lease":
+		e.Kind, e.DSN, e.Table = config.KindPostgres, envOr("CERBERUS_POSTGRES_DSN",
+			"postgres://postgres@127.0.0.1:5432/test?sslmode=disable"), "cerberus_demo_locks"
+		e.Strategy = string(postgres.StrategySession)
+		if name == "postgres-lease" {
+			e.Strategy = string(postgres.StrategyLease)
+		}
+		// The session strategy holds a connection per held or waiting lock
+		// (the others wait for the pool): four demo processes take at most
+		// 48 of PostgreSQL's default max_connections (100), leaving room
+		// for other clients.
+		e.MaxConns = 12
 	default:
 		return e, false
 	}
@@ -87,7 +101,7 @@ func newEngine(name string) (engine.Engine, error) {
 		}
 		return nil, fmt.Errorf("engine %q is listed but not wired", name)
 	}
-	// Long enough for the mysql table's migration.
+	// Long enough for the mysql or postgres tables' migration.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := config.Config{Engines: []config.EngineSpec{e}}

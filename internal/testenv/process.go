@@ -39,6 +39,8 @@ type Process struct {
 	ready func() error  // nil once the server answers
 	wait  time.Duration // how long a start waits for ready
 
+	cred *syscall.Credential // the user the server runs as; nil: the test's own
+
 	mu     sync.Mutex
 	cmd    *exec.Cmd     // nil when not started or killed
 	done   chan struct{} // closed when cmd has exited
@@ -277,6 +279,9 @@ func (p *Process) launch() {
 		// The kernel kills the server if the test binary dies without
 		// running its cleanups (a crash, or go test's timeout).
 		Pdeathsig: syscall.SIGKILL,
+		// Set after the user changes, so it holds for servers that refuse
+		// to run as root too.
+		Credential: p.cred,
 	}
 	if err := cmd.Start(); err != nil {
 		_ = f.Close()

@@ -1,0 +1,188 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/engine/postgres"
+	"github.com/cerberus-go/cerberus/internal/testenv"
+)
+
+// postgresSetup returns the test server's DSN and a lock table unique to
+// this run, migrated now for both strategies and dropped afterwards.
+func postgresSetup(b *testing.B) (dsn, table string) {
+	b.Helper()
+	dsn = testenv.PostgresDSN(b)
+	var r [5]byte
+	_, _ = rand.Read(r[:])
+	table = "cerberus_bench_" + hex.EncodeToString(r[:])
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, s := range []postgres.Strategy{postgres.StrategySession, postgres.StrategyLease} {
+		e, err := postgres.Open(dsn, postgres.WithTable(table), postgres.WithStrategy(s))
+		if err != nil {
+			b.Fatal(err)
+		}
+		err = e.Migrate(ctx)
+		_ = e.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		rows, err := conn.Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = current_schema()
+			AND starts_with(tablename, $1)`, table)
+		if err != nil {
+			return
+		}
+		names, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+		for _, n := range names {
+			_, _ = conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{n}.Sanitize())
+		}
+	})
+	return dsn, table
+}
+
+// postgresLocker builds one LockFunc per client for one library, each
+// client with its own connection(s).
+type postgresLocker struct {
+	name  string
+	build func(b *testing.B, key string) LockFunc
+}
+
+// postgresLibraries: cerberus on each strategy, and the server's own
+// advisory lock (pg_advisory_lock/pg_advisory_unlock on one connection,
+// the key hashed to 64 bits), which queues waiters inside the server: the
+// baseline of issue 18.
+func postgresLibraries(dsn, table string) []postgresLocker {
+	cerb := func(strategy postgres.Strategy) func(b *testing.B, key string) LockFunc {
+		return func(b *testing.B, key string) LockFunc {
+			e, err := postgres.Open(dsn, postgres.WithTable(table), postgres.WithStrategy(strategy),
+				postgres.WithMaxConns(4))
+			if err != nil {
+				b.Fatal(err)
+			}
+			c, err := cerberus.New(e)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = c.Close(); _ = e.Close() })
+			return func(ctx context.Context) (func() error, error) {
+				l, err := c.Lock(ctx, key)
+				if err != nil {
+					return nil, err
+				}
+				return func() error { return l.Unlock(context.Background()) }, nil
+			}
+		}
+	}
+	return []postgresLocker{
+		{"cerberus-session", cerb(postgres.StrategySession)},
+		{"cerberus-lease", cerb(postgres.StrategyLease)},
+		{"advisory", advisory(dsn, table, false)},
+		{"advisory+bump", advisory(dsn, table, true)},
+	}
+}
+
+// advisory is the baseline: pg_advisory_lock and pg_advisory_unlock on one
+// connection of its own, the key hashed to 64 bits. With bump, each grant
+// also bumps a counter row in one autocommit statement, as a durable
+// fencing token needs: the floor of any fenced lock on PostgreSQL.
+func advisory(dsn, table string, bump bool) func(b *testing.B, key string) LockFunc {
+	return func(b *testing.B, key string) LockFunc {
+		conn, err := pgx.Connect(context.Background(), dsn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = conn.Close(context.Background()) })
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(table + "/" + key))
+		id := int64(h.Sum64())
+		counters := pgx.Identifier{table + "_bench_bump"}.Sanitize()
+		if bump {
+			if _, err := conn.Exec(context.Background(), "CREATE TABLE IF NOT EXISTS "+counters+
+				" (k bigint PRIMARY KEY, n bigint NOT NULL)"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return func(ctx context.Context) (func() error, error) {
+			if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", id); err != nil {
+				return nil, err
+			}
+			if bump {
+				var n int64
+				if err := conn.QueryRow(ctx, "INSERT INTO "+counters+" (k, n) VALUES ($1, 1) ON CONFLICT (k) "+
+					"DO UPDATE SET n = "+counters+".n + 1 RETURNING n", id).Scan(&n); err != nil {
+					_, _ = conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", id)
+					return nil, err
+				}
+			}
+			return func() error {
+				var ok bool
+				if err := conn.QueryRow(context.Background(), "SELECT pg_advisory_unlock($1)", id).Scan(&ok); err != nil {
+					return err
+				}
+				if !ok {
+					return fmt.Errorf("pg_advisory_unlock(%d) = false", id)
+				}
+				return nil
+			}, nil
+		}
+	}
+}
+
+// BenchmarkPostgresUncontended: one client, lock+unlock cycles on one key.
+func BenchmarkPostgresUncontended(b *testing.B) {
+	once(b, func() {
+		dsn, table := postgresSetup(b)
+		var libs []Cycle
+		for _, lib := range postgresLibraries(dsn, table) {
+			lock := lib.build(b, "uncontended/"+lib.name)
+			warm(lock)
+			libs = append(libs, Cycle{"postgres/" + lib.name, lock})
+		}
+		rates := interleavedRates(b, "postgres/", libs)
+		Ratio(out, "postgres_uncontended_cycles", "cerberus-session", "advisory", rates["cerberus-session"], rates["advisory"])
+		Ratio(out, "postgres_uncontended_cycles", "cerberus-session", "advisory+bump", rates["cerberus-session"], rates["advisory+bump"])
+		Ratio(out, "postgres_uncontended_cycles", "cerberus-lease", "advisory", rates["cerberus-lease"], rates["advisory"])
+	})
+}
+
+// BenchmarkPostgresHotKey: 16 clients on one key, 1 ms critical section,
+// the libraries interleaved in rounds.
+func BenchmarkPostgresHotKey(b *testing.B) {
+	once(b, func() {
+		dsn, table := postgresSetup(b)
+		libs := postgresLibraries(dsn, table)
+		names := make([]string, len(libs))
+		for i, l := range libs {
+			names[i] = "postgres/" + l.name
+		}
+		res := hotKeyRounds(names, func(i int) LockFunc { return libs[i].build(b, "hot/"+libs[i].name) }, 30*time.Second)
+		by := map[string]HotKeyResult{}
+		for i, r := range res {
+			r.Report(out)
+			by[libs[i].name] = r
+		}
+		Ratio(out, "postgres_hotkey_acq", "cerberus-session", "advisory", by["cerberus-session"].Rate(), by["advisory"].Rate())
+		Ratio(out, "postgres_hotkey_wait_p99", "cerberus-session", "advisory", float64(by["cerberus-session"].WaitP99), float64(by["advisory"].WaitP99))
+		Ratio(out, "postgres_hotkey_acq", "cerberus-session", "advisory+bump", by["cerberus-session"].Rate(), by["advisory+bump"].Rate())
+		Ratio(out, "postgres_hotkey_acq", "cerberus-lease", "advisory", by["cerberus-lease"].Rate(), by["advisory"].Rate())
+		Ratio(out, "postgres_hotkey_wait_p99", "cerberus-lease", "advisory", float64(by["cerberus-lease"].WaitP99), float64(by["advisory"].WaitP99))
+	})
+}

@@ -1,0 +1,215 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/postgres"
+	"github.com/cerberus-go/cerberus/internal/testenv"
+)
+
+// TestPostgresInvalid: every bad postgres setting is reported before any
+// I/O.
+func TestPostgresInvalid(t *testing.T) {
+	const dsn = "dsn: 'postgres://u@127.0.0.1:5432/test'"
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"no dsn", "engines: [{name: e, kind: postgres}]", "engines[0].dsn: required for kind postgres"},
+		{"bad dsn", "engines: [{name: e, kind: postgres, dsn: 'postgres://u@127.0.0.1:99999999/x'}]",
+			"engines[0].dsn: does not parse"},
+		{"addrs", "engines: [{name: e, kind: postgres, " + dsn + ", addrs: ['127.0.0.1:5432']}]",
+			"engines[0].addrs: not used by kind postgres"},
+		{"strategy", "engines: [{name: e, kind: postgres, " + dsn + ", strategy: row}]",
+			`engines[0].strategy: unknown strategy "row" (want "session" or "lease")`},
+		{"table", "engines: [{name: e, kind: postgres, " + dsn + ", table: 'Locks;drop'}]",
+			"engines[0].table:"},
+		{"tls twice", "engines: [{name: e, kind: postgres, dsn: 'postgres://u@127.0.0.1/test?sslmode=require', tls: {}}]",
+			"engines[0].tls: the dsn already sets sslmode"},
+		{"tiny pool", "engines: [{name: e, kind: postgres, " + dsn + ", max_conns: 2}]",
+			"engines[0].max_conns: must be at least 3 for kind postgres"},
+		{"consul's settings", "engines: [{name: e, kind: postgres, " + dsn + ", token: t}]",
+			"engines[0].token: not used by kind postgres"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml), "yaml")
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("want ErrInvalid with %q, got %v", tc.want, err)
+			}
+		})
+	}
+}
+
+// TestRedactPostgresDSN: both forms of a connection string lose their
+// password and keep the rest.
+func TestRedactPostgresDSN(t *testing.T) {
+	for _, tc := range []struct{ dsn, want string }{
+		{"postgres://locker:s3cr%40t@db:5432/locks?sslmode=disable",
+			"postgres://locker:<redacted>@db:5432/locks?sslmode=disable"},
+		{"postgresql://locker@db/locks?password=s3cret", "postgresql://locker@db/locks?password=<redacted>"},
+		{"postgres://locker@db/locks", "postgres://locker@db/locks"},
+		{"host=db user=locker password=s3cret dbname=locks", "host=db user=locker password=<redacted> dbname=locks"},
+		{"host=db password='a s3cret' dbname=locks", "host=db password=<redacted> dbname=locks"},
+		{"postgres://%zz", redacted},
+	} {
+		if got := RedactPostgresDSN(tc.dsn); got != tc.want {
+			t.Errorf("RedactPostgresDSN(%q) = %q, want %q", tc.dsn, got, tc.want)
+		}
+		if strings.Contains(RedactPostgresDSN(tc.dsn), "s3cr") {
+			t.Errorf("RedactPostgresDSN(%q) shows the password", tc.dsn)
+		}
+	}
+}
+
+// TestPostgresPasswordNeverPrinted: a password in the DSN or from a file
+// shows neither in the configuration's text nor in a failed Build against
+// a port where nothing listens.
+func TestPostgresPasswordNeverPrinted(t *testing.T) {
+	const inDSN, inFile = "pg-dsn-pw-Q7x", "pg-file-pw-K2m"
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte(inFile+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := testenv.FreePort(t)
+	for _, yaml := range []string{
+		fmt.Sprintf("engines: [{name: e, kind: postgres, dsn: 'postgres://locker:%s@127.0.0.1:%d/test?connect_timeout=2'}]",
+			inDSN, port),
+		fmt.Sprintf("engines: [{name: e, kind: postgres, dsn: 'host=127.0.0.1 port=%d user=locker password=%s dbname=test connect_timeout=2'}]",
+			port, inDSN),
+		fmt.Sprintf("engines: [{name: e, kind: postgres, dsn: 'postgres://locker@127.0.0.1:%d/test?connect_timeout=2', password_file: %s}]",
+			port, pw),
+	} {
+		cfg, err := Parse([]byte(yaml), "yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
+			if s := fmt.Sprintf(verb, cfg); strings.Contains(s, inDSN) || strings.Contains(s, inFile) {
+				t.Errorf("Sprintf(%s) shows the password: %s", verb, s)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		built, err := cfg.Build(ctx)
+		cancel()
+		if err == nil {
+			for _, n := range built {
+				_ = n.Engine.Close()
+			}
+			t.Fatalf("Build with nothing listening (it migrates): want an error")
+		}
+		if strings.Contains(err.Error(), inDSN) || strings.Contains(err.Error(), inFile) {
+			t.Errorf("Build's error shows the password: %v", err)
+		}
+	}
+}
+
+// TestPostgresBuild builds a postgres engine of each strategy from
+// configuration, takes a lock on the test server, and checks that the
+// password key replaces the DSN's.
+func TestPostgresBuild(t *testing.T) {
+	dsn := testenv.PostgresDSN(t)
+	for _, strategy := range []string{"session", "lease"} {
+		t.Run(strategy, func(t *testing.T) {
+			table := fmt.Sprintf("cfg_pg_%s_%d", strategy, time.Now().UnixNano()%1e9)
+			dropPostgresTables(t, dsn, table)
+			cfg, err := Parse([]byte(fmt.Sprintf(`engines:
+  - {name: pg, kind: postgres, dsn: %q, strategy: %s, table: %s, max_conns: 8}
+`, dsn, strategy, table)), "yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			built, err := cfg.Build(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			eng := built[0].Engine
+			defer eng.Close()
+			if eng.Name() != "postgres" {
+				t.Errorf("Name = %q", eng.Name())
+			}
+			var pg *postgres.Engine
+			if w, ok := eng.(engine.Wrapper); ok {
+				pg, _ = w.Unwrap().(*postgres.Engine)
+			}
+			if pg == nil || string(pg.Strategy()) != strategy {
+				t.Fatalf("built %T, want a *postgres.Engine of strategy %s", eng, strategy)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			l, err := eng.Acquire(ctx, engine.Request{Key: "cfg", TTL: 5 * time.Second, Renew: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := eng.Acquire(ctx, engine.Request{Key: "cfg", TTL: 5 * time.Second}); !errors.Is(err,
+				engine.ErrNotAcquired) {
+				t.Errorf("second Acquire of a held key: want ErrNotAcquired, got %v", err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Run("password replaces the DSN's", func(t *testing.T) {
+		// Trust authentication takes any password, so a wrong one in the
+		// DSN proves nothing; the user is what the server checks: the
+		// username key replaces the DSN's unknown user.
+		pc, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := pc.ConnConfig
+		bad := fmt.Sprintf("postgres://nobody-here@%s:%d/%s?sslmode=disable", c.Host, c.Port, c.Database)
+		table := fmt.Sprintf("cfg_pg_user_%d", time.Now().UnixNano()%1e9)
+		dropPostgresTables(t, dsn, table)
+		cfg, err := Parse([]byte(fmt.Sprintf(`engines:
+  - {name: pg, kind: postgres, dsn: %q, username: %s, password: whatever, table: %s}
+`, bad, c.User, table)), "yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		built, err := cfg.Build(t.Context())
+		if err != nil {
+			t.Fatalf("Build with username postgres over a DSN of an unknown user: %v", err)
+		}
+		_ = built[0].Engine.Close()
+	})
+}
+
+// dropPostgresTables drops, at the test's end, every table whose name
+// starts with prefix: the lock table and the ones the engine made beside it.
+func dropPostgresTables(t *testing.T, dsn, prefix string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Errorf("dropping the test's tables: %v", err)
+			return
+		}
+		defer conn.Close(ctx)
+		rows, err := conn.Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = current_schema()
+			AND starts_with(tablename, $1)`, prefix)
+		if err != nil {
+			t.Errorf("dropping the test's tables: %v", err)
+			return
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Errorf("dropping the test's tables: %v", err)
+			return
+		}
+		for _, n := range names {
+			if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{n}.Sanitize()); err != nil {
+				t.Errorf("drop %s: %v", n, err)
+			}
+		}
+	})
+}
