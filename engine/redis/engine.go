@@ -403,11 +403,22 @@ func (e *Engine) Close() error {
 	<-e.loopDone
 	if len(held) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), e.opts.timeout)
-		pipe := e.c.Pipeline()
-		for _, l := range held {
-			l.releaseCmd(ctx, pipe)
+		release := func() error {
+			pipe := e.c.Pipeline()
+			for _, l := range held {
+				l.releaseCmd(ctx, pipe)
+			}
+			_, err := pipe.Exec(ctx)
+			return err
 		}
-		_, _ = pipe.Exec(ctx) // best effort: the keys expire by themselves
+		// Best effort: the keys expire by themselves. A server that never
+		// ran the release scripts (no lease was released on it before)
+		// answers NOSCRIPT to the pipeline's EVALSHA: load them and retry,
+		// or the keys would stay held for a whole lease period.
+		if err := release(); hasNoScript(err) {
+			loadScripts(ctx, e.c)
+			_ = release()
+		}
 		cancel()
 		for _, l := range held {
 			l.sig.Close(engine.ErrClosed)

@@ -336,3 +336,39 @@ func TestSlowServerKeepsValidLeases(t *testing.T) {
 		_ = l.Release(ctxT(t))
 	}
 }
+
+// TestCloseReleasesOnAFreshServer: Close releases its leases with one
+// pipeline of EVALSHA; on a server that never ran the release scripts
+// (nothing was released there before, or its script cache was flushed)
+// the pipeline answers NOSCRIPT, and the keys must still be freed at
+// once rather than after their lease period.
+func TestCloseReleasesOnAFreshServer(t *testing.T) {
+	s := startServer(t)
+	c := newClient(t, s.addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []engine.Mode{engine.Exclusive, engine.Shared} {
+		if _, err := a.Acquire(ctx, engine.Request{Key: "k-" + mode.String(), Mode: mode, TTL: time.Minute,
+			Renew: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := mustEngine(t, c)
+	for _, mode := range []engine.Mode{engine.Exclusive, engine.Shared} {
+		l, err := b.Acquire(ctx, engine.Request{Key: "k-" + mode.String(), Mode: engine.Exclusive, TTL: time.Minute})
+		if err != nil {
+			t.Fatalf("the %s key after Close: %v, want it free at once", mode, err)
+		}
+		_ = l.Release(ctx)
+	}
+}
