@@ -34,7 +34,10 @@
 //   - "<table>_fences": the session strategy's token counter of each key,
 //     keyed by the full key.
 //   - "<table>_holders": one row per held session lease: key, owner,
-//     backend pid, mode, token and value, for Holders.
+//     backend pid, mode, token and value, for Holders. The table is
+//     UNLOGGED: a row counts only while its backend holds the advisory
+//     lock, which a crash or a promoted standby does not keep either, so
+//     the rows need no WAL and a release waits for no log flush.
 //
 // The two strategies do not exclude each other: every process that locks
 // a key must use the same strategy and the same table.

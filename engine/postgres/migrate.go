@@ -62,7 +62,11 @@ func schema(table string) []string {
 		"CREATE TABLE IF NOT EXISTS " + f + " (" +
 			"lock_key text COLLATE \"C\" NOT NULL PRIMARY KEY," +
 			"token bigint NOT NULL)",
-		"CREATE TABLE IF NOT EXISTS " + h + " (" +
+		// Unlogged: a holder row means something only while its backend
+		// holds the advisory lock, which no crash or standby keeps either,
+		// so the rows need no WAL, and a release that deletes one waits
+		// for no log flush.
+		"CREATE UNLOGGED TABLE IF NOT EXISTS " + h + " (" +
 			"owner text COLLATE \"C\" NOT NULL PRIMARY KEY," +
 			"lock_key text COLLATE \"C\" NOT NULL," +
 			"pid integer NOT NULL," +
