@@ -106,8 +106,10 @@ const (
 // changes (engine.Watcher) Observe waits on it and rereads at least every
 // second; otherwise it rereads every 200 ms. The channel is closed when
 // ctx ends, the client closes, or the engine cannot list holders (then
-// nothing is delivered). A slow reader sees the latest leader, not every
-// one in between.
+// nothing is delivered). Leaders come in the order of their tokens, each
+// once. Observe reads the leader when told of a change, so a reader that
+// is slow, or a term shorter than one read, is skipped over: the reader
+// then sees the latest leader, and the gap in tokens shows it.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader, 1)
 	key := electionPrefix + e.name
@@ -143,7 +145,10 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 			switch {
 			case errors.Is(err, ErrClosed):
 				return
-			case err == nil && l != last:
+			case err == nil && l != last && l.Token > last.Token:
+				// Terms are delivered in token order: a read that lags
+				// behind one already delivered (a lagging replica, a
+				// notification overtaken by the recheck) is dropped.
 				last = l
 				select {
 				case out <- l:
