@@ -117,12 +117,12 @@ type Engine struct {
 	// frame keeps the leases of either strategy (*lease or *rowLease), the
 	// calls in progress, and the clean-ups, renewal loop and connection
 	// watchers that Close waits for.
-	frame  engine.Base[engine.Lease]
-	idle   []*rowConn
-	pins   chan struct{}         // one token per pinned row connection
-	turns  engine.Turns          // one polling waiter per key
-	kick   chan struct{}         // wakes the renewal loop
-	behind atomic.Pointer[error] // set while renewal cannot keep up (pace)
+	frame engine.Base[engine.Lease]
+	idle  []*rowConn
+	pins  chan struct{} // one token per pinned row connection
+	turns engine.Turns  // one polling waiter per key
+	kick  chan struct{} // wakes the renewal loop
+	pace  engine.Pace   // whether renewal keeps up
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -238,7 +238,9 @@ func newEngine(cfg config, db *sql.DB, owned bool) *Engine {
 	}
 	e.frame.Init(&e.mu)
 	if cfg.strategy == StrategyLease {
-		e.frame.Go(e.renewLoop)
+		e.frame.Go(func() {
+			engine.RenewRounds(e.frame.Closing(), e.kick, e.renewInterval, e.renewAll, &e.pace)
+		})
 	}
 	return e
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -59,8 +58,8 @@ func transient(err error) bool {
 // a grant the server made is never left behind and the caller never waits
 // past ctx for the clean-up.
 func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.Lease, error) {
-	if err := e.behind.Load(); err != nil {
-		return nil, &engine.OpError{Engine: name, Op: "acquire", Key: req.Key, Err: *err}
+	if err := e.pace.Err(); err != nil {
+		return nil, &engine.OpError{Engine: name, Op: "acquire", Key: req.Key, Err: err}
 	}
 	owner := e.owner()
 	delay := e.cfg.minBackoff
@@ -102,7 +101,7 @@ func (e *Engine) acquireLease(ctx context.Context, req engine.Request) (engine.L
 			kick, delay = k, e.cfg.minBackoff
 			continue // try at once: the key may have come free meanwhile
 		}
-		if delay, err = e.pause(ctx, kick, delay); err != nil {
+		if delay, err = e.backoff().Pause(ctx, e.frame.Closing(), kick, delay); err != nil {
 			return nil, err
 		}
 	}
@@ -122,25 +121,9 @@ func (e *Engine) grantInTime(req engine.Request, owner string, token uint64,
 	return e.granted(req, owner, token, start)
 }
 
-// pause waits between delay/2 and delay (full jitter, so that waiters
-// released by the same event do not come back in lockstep), or until kick
-// says the key was released here, ctx ends or the engine closes. It
-// returns the next delay: twice this one, up to the maximum backoff, or
-// after a kick twice the minimum.
-func (e *Engine) pause(ctx context.Context, kick <-chan struct{},
-	delay time.Duration) (time.Duration, error) {
-	t := time.NewTimer(delay/2 + rand.N(delay/2+1))
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-kick:
-		delay = e.cfg.minBackoff // released here: try at once
-	case <-ctx.Done():
-		return 0, errors.Join(engine.ErrNotAcquired, ctx.Err())
-	case <-e.frame.Closing():
-		return 0, engine.ErrClosed
-	}
-	return min(2*delay, e.cfg.maxBackoff), nil
+// backoff is the engine's wait between grant attempts.
+func (e *Engine) backoff() engine.Backoff {
+	return engine.Backoff{Min: e.cfg.minBackoff, Max: e.cfg.maxBackoff}
 }
 
 // grantOnce makes one attempt, bounded by ctx and the engine's op timeout.
@@ -318,9 +301,10 @@ func (l *lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 	ok, err := l.e.clear(l)
 	if err != nil {
-		l.mu.Lock()
-		l.releasing = false
-		l.mu.Unlock()
+		// Unknown whether the row is still ours; it is no longer renewed,
+		// so it is lost either way (the server expires it by its TTL).
+		l.forget()
+		l.sig.Close(fmt.Errorf("%w: release failed: %w", engine.ErrLeaseLost, err))
 		return l.e.opErr(ctx, "release", l.key, err)
 	}
 	l.forget()

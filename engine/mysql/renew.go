@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
@@ -23,48 +22,6 @@ func (e *Engine) wakeRenewal() {
 	select {
 	case e.kick <- struct{}{}:
 	default:
-	}
-}
-
-// renewLoop is the engine's single renewal goroutine. Every interval (a
-// third of the shortest TTL among renewed leases) it sends one UPDATE per
-// table and per renewBatch leases that extends every renewed lease of this
-// engine by its own TTL, on the server's clock. A lease the UPDATE no longer
-// finds as ours ends with engine.ErrLeaseLost; so does one whose last
-// successful renewal is a TTL old while the server cannot be reached.
-func (e *Engine) renewLoop() {
-	last := time.Now()
-	idle := true
-	t := time.NewTimer(time.Hour)
-	defer t.Stop()
-	for {
-		interval := e.renewInterval()
-		if interval == 0 {
-			idle = true
-			select {
-			case <-e.kick:
-				continue
-			case <-e.frame.Closing():
-				return
-			}
-		}
-		if idle {
-			// The first renewed lease after a quiet spell was just granted.
-			idle, last = false, time.Now()
-		}
-		t.Reset(max(time.Until(last.Add(interval)), 0))
-		select {
-		case <-t.C:
-			last = time.Now()
-			n := e.renewAll()
-			e.pace(n, time.Since(last), interval)
-		case <-e.kick:
-			if !t.Stop() {
-				<-t.C
-			}
-		case <-e.frame.Closing():
-			return
-		}
 	}
 }
 
@@ -100,43 +57,14 @@ func (e *Engine) renewAll() int {
 		}
 	}
 	e.mu.Unlock()
-	sem := make(chan struct{}, renewParallel)
-	var wg sync.WaitGroup
-	for _, set := range []struct {
-		leases         []*lease
-		renewQ, aliveQ string
-	}{{writers, e.q.renew, e.q.alive}, {readers, e.q.readerRenew, e.q.readerAlive}} {
-		ls := set.leases
-		slices.SortFunc(ls, func(a, b *lease) int { return a.validSince().Compare(b.validSince()) })
-		for len(ls) > 0 {
-			n := min(len(ls), renewBatch)
-			batch := ls[:n]
-			ls = ls[n:]
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				e.renewSome(batch, set.renewQ, set.aliveQ)
-			}()
-		}
-	}
-	wg.Wait()
+	byValidity := func(a, b *lease) int { return a.validSince().Compare(b.validSince()) }
+	slices.SortFunc(writers, byValidity)
+	slices.SortFunc(readers, byValidity)
+	queries := [][2]string{{e.q.renew, e.q.alive}, {e.q.readerRenew, e.q.readerAlive}}
+	engine.InBatches(renewBatch, renewParallel, [][]*lease{writers, readers}, func(set int, batch []*lease) {
+		e.renewSome(batch, queries[set][0], queries[set][1])
+	})
 	return len(writers) + len(readers)
-}
-
-// pace records whether the last renewal round of n leases kept up: one
-// that took longer than its interval means the server cannot renew this
-// many leases this often, and until a round keeps up again new grants are
-// refused (see errBehind) rather than letting held leases lapse.
-func (e *Engine) pace(n int, took, interval time.Duration) {
-	if took <= interval {
-		e.behind.Store(nil)
-		return
-	}
-	err := fmt.Errorf("%w: renewal is falling behind: renewing %d leases took %v, over the %v "+
-		"between rounds; new leases are refused until it keeps up",
-		engine.ErrUnavailable, n, took.Round(time.Millisecond), interval.Round(time.Millisecond))
-	e.behind.Store(&err)
 }
 
 // validSince is when the lease's current validity began.

@@ -125,11 +125,11 @@ type Engine struct {
 	// frame keeps the leases of either strategy (*lease or *sessionLease),
 	// the calls in progress, and the clean-ups, renewal loop and pingers
 	// that Close waits for.
-	frame  engine.Base[engine.Lease]
-	pins   chan struct{}         // one token per pinned session connection
-	turns  engine.Turns          // one polling waiter per key (lease strategy)
-	kick   chan struct{}         // wakes the renewal loop
-	behind atomic.Pointer[error] // set while renewal cannot keep up (pace)
+	frame engine.Base[engine.Lease]
+	pins  chan struct{} // one token per pinned session connection
+	turns engine.Turns  // one polling waiter per key (lease strategy)
+	kick  chan struct{} // wakes the renewal loop
+	pace  engine.Pace   // whether renewal keeps up
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -254,7 +254,9 @@ func newEngine(cfg config, pool *pgxpool.Pool, owned bool) *Engine {
 	}
 	e.frame.Init(&e.mu)
 	if cfg.strategy == StrategyLease {
-		e.frame.Go(e.renewLoop)
+		e.frame.Go(func() {
+			engine.RenewRounds(e.frame.Closing(), e.kick, e.renewInterval, e.renewAll, &e.pace)
+		})
 	}
 	return e
 }

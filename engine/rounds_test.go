@@ -1,0 +1,143 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestPace(t *testing.T) {
+	var p Pace
+	if err := p.Err(); err != nil {
+		t.Fatalf("a new Pace: %v", err)
+	}
+	p.Record(500, 300*time.Millisecond, 100*time.Millisecond)
+	if err := p.Err(); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("after a round over its interval: %v, want ErrUnavailable", err)
+	}
+	p.Record(500, 50*time.Millisecond, 100*time.Millisecond)
+	if err := p.Err(); err != nil {
+		t.Fatalf("after a round that kept up: %v", err)
+	}
+}
+
+// TestInBatches: every item of every set is passed once, in batches of at
+// most size, with at most parallel calls at a time, each batch from one set.
+func TestInBatches(t *testing.T) {
+	sets := [][]int{make([]int, 23), make([]int, 5), nil}
+	for s := range sets {
+		for i := range sets[s] {
+			sets[s][i] = s*1000 + i
+		}
+	}
+	var mu sync.Mutex
+	seen := map[int]int{}
+	var now, most atomic.Int32
+	InBatches(4, 2, sets, func(set int, batch []int) {
+		if n := now.Add(1); n > most.Load() {
+			most.Store(n)
+		}
+		defer now.Add(-1)
+		time.Sleep(5 * time.Millisecond)
+		if len(batch) == 0 || len(batch) > 4 {
+			t.Errorf("batch of %d items, want 1 to 4", len(batch))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, x := range batch {
+			if x/1000 != set {
+				t.Errorf("item %d in a batch of set %d", x, set)
+			}
+			seen[x]++
+		}
+	})
+	if len(seen) != 28 {
+		t.Errorf("%d distinct items passed, want 28", len(seen))
+	}
+	for x, n := range seen {
+		if n != 1 {
+			t.Errorf("item %d passed %d times", x, n)
+		}
+	}
+	if most.Load() > 2 {
+		t.Errorf("%d calls at once, want at most 2", most.Load())
+	}
+}
+
+func TestBackoffPause(t *testing.T) {
+	b := Backoff{Min: time.Millisecond, Max: 8 * time.Millisecond}
+	ctx := context.Background()
+	d, err := b.Pause(ctx, nil, nil, 4*time.Millisecond)
+	if err != nil || d != 8*time.Millisecond {
+		t.Errorf("Pause(4ms) = %v, %v; want 8ms (doubled)", d, err)
+	}
+	if d, _ := b.Pause(ctx, nil, nil, 8*time.Millisecond); d != 8*time.Millisecond {
+		t.Errorf("Pause(8ms) = %v, want Max", d)
+	}
+	kick := make(chan struct{}, 1)
+	kick <- struct{}{}
+	if d, err := b.Pause(ctx, nil, kick, time.Hour); err != nil || d != 2*time.Millisecond {
+		t.Errorf("a kicked Pause = %v, %v; want 2 x Min at once", d, err)
+	}
+	closing := make(chan struct{})
+	close(closing)
+	if _, err := b.Pause(ctx, closing, nil, time.Hour); !errors.Is(err, ErrClosed) {
+		t.Errorf("Pause on a closing engine: %v, want ErrClosed", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := b.Pause(cctx, nil, nil, time.Hour); !errors.Is(err, ErrNotAcquired) ||
+		!errors.Is(err, context.Canceled) {
+		t.Errorf("Pause with an ended ctx: %v, want ErrNotAcquired and context.Canceled", err)
+	}
+}
+
+// TestRenewRounds: no rounds while the interval is 0; a kick starts them;
+// rounds follow the interval; a slow round is recorded in the pace; the
+// loop returns when closing closes.
+func TestRenewRounds(t *testing.T) {
+	var every atomic.Int64 // nanoseconds; 0: nothing to renew
+	var rounds atomic.Int32
+	var slow atomic.Bool
+	var pace Pace
+	closing, kick, done := make(chan struct{}), make(chan struct{}, 1), make(chan struct{})
+	go func() {
+		defer close(done)
+		RenewRounds(closing, kick, func() time.Duration { return time.Duration(every.Load()) }, func() int {
+			rounds.Add(1)
+			if slow.Load() {
+				time.Sleep(30 * time.Millisecond)
+			}
+			return 3
+		}, &pace)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if n := rounds.Load(); n != 0 {
+		t.Fatalf("%d rounds with nothing to renew", n)
+	}
+	every.Store(int64(10 * time.Millisecond))
+	kick <- struct{}{}
+	waitFor(t, "five rounds after the kick", func() bool { return rounds.Load() >= 5 })
+	slow.Store(true)
+	waitFor(t, "the pace to record a slow round", func() bool { return pace.Err() != nil })
+	slow.Store(false)
+	waitFor(t, "the pace to recover", func() bool { return pace.Err() == nil })
+	close(closing)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("RenewRounds did not return after closing")
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
