@@ -366,3 +366,71 @@ func TestSharedLeases(t *testing.T) {
 	_ = r2.Unlock(ctx)
 	freeElsewhere(t, b, "k")
 }
+
+// failingRelease wraps an engine whose first fails lease Releases fail
+// as an unreachable server's would, the engine keeping the lease.
+type failingRelease struct {
+	engine.Engine
+	fails atomic.Int32
+}
+
+func (f *failingRelease) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	l, err := f.Engine.Acquire(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &failingLease{Lease: l, f: f}, nil
+}
+
+type failingLease struct {
+	engine.Lease
+	f *failingRelease
+}
+
+func (l *failingLease) Release(ctx context.Context) error {
+	if l.f.fails.Add(-1) >= 0 {
+		return &engine.OpError{Engine: "failing", Op: "release", Key: l.Key(), Err: engine.ErrUnavailable}
+	}
+	return l.Lease.Release(ctx)
+}
+
+// TestUnlockFailureIsRetried: an Unlock whose release the server does not
+// answer returns the error, ends the lease with ErrLeaseLost (the holder
+// has let go), and the release is retried in the background, so the key
+// does not stay held by a lease the engine keeps renewing.
+func TestUnlockFailureIsRetried(t *testing.T) {
+	f := &failingRelease{Engine: memory.New()}
+	f.fails.Store(2)
+	c, err := cerberus.New(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	l, err := c.Lock(ctx, "k") // the default watchdog: renewed until released
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Unlock(ctx); !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("Unlock with the server away: %v, want ErrUnavailable", err)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("the lease's Done is open after its failed Unlock")
+	}
+	if !errors.Is(l.Err(), cerberus.ErrLeaseLost) {
+		t.Errorf("Err after a failed Unlock: %v, want ErrLeaseLost", l.Err())
+	}
+	if _, err := c.TryLock(ctx, "k"); !errors.Is(err, cerberus.ErrNotAcquired) {
+		t.Fatalf("TryLock right after the failed Unlock: %v; the engine still holds the key", err)
+	}
+	// The retries: the first fails too, the second frees the key.
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	next, err := c.Lock(wctx, "k")
+	if err != nil {
+		t.Fatalf("the key was never freed after the failed Unlock: %v", err)
+	}
+	_ = next.Unlock(ctx)
+}

@@ -87,7 +87,12 @@ func (h *hold) release(ctx context.Context) error {
 	if err != nil {
 		cause := h.lease.Err()
 		if cause == nil {
-			cause = err
+			// The engine kept its lease: unknown whether the server does,
+			// but this holder has let go of it. The engine may still renew
+			// it (a session keeps it alive), so the release is retried
+			// until it goes through or the lease ends.
+			cause = fmt.Errorf("%w: release failed: %w", engine.ErrLeaseLost, err)
+			go retryRelease(h.lease)
 		}
 		h.sig.Close(cause)
 		return err
@@ -202,7 +207,11 @@ func (l *Lease) Err() error {
 // hold down and releases at zero). Unlock a second time, or after the lease
 // was lost, returns ErrNotHeld wrapped with the reason. Pass a context that
 // is not cancelled, such as context.WithoutCancel(ctx), so that a release
-// after a cancelled operation still reaches the server.
+// after a cancelled operation still reaches the server. If the server does
+// not answer, Unlock returns that error (ErrUnavailable) and the lease ends
+// all the same, with ErrLeaseLost: the key is no longer the caller's, and
+// it is freed by its TTL or by a release the client retries every second
+// in the background until the server answers or the lease ends.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l.unlocked.Swap(true) {
 		return fmt.Errorf("%w: lease of %q was already unlocked", engine.ErrNotHeld, l.Key())
@@ -242,4 +251,33 @@ func (l *Lease) watchParts() {
 			}
 		}()
 	})
+}
+
+// releaseRetry is how often retryRelease tries again, and releaseTimeout
+// bounds each try.
+const (
+	releaseRetry   = time.Second
+	releaseTimeout = 5 * time.Second
+)
+
+// retryRelease releases l, whose Release failed while its engine kept it
+// (the server did not answer), every releaseRetry until a try goes
+// through or finds it no longer held, or l ends: by expiry, by session
+// loss, or when the engine closes, which every Client.Close does.
+func retryRelease(l engine.Lease) {
+	t := time.NewTicker(releaseRetry)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.Done():
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		err := l.Release(ctx)
+		cancel()
+		if err == nil || errors.Is(err, engine.ErrNotHeld) || errors.Is(err, engine.ErrClosed) {
+			return
+		}
+	}
 }
