@@ -713,7 +713,7 @@ const (
 	// fairGrants is how many grants every client must have before the
 	// check judges, so that one grant more or less on a slow server
 	// does not decide it; fairAtMost bounds the run that takes.
-	fairGrants = 10
+	fairGrants = 25
 	fairAtMost = 15 * time.Second
 	fairMinMax = 0.8
 )
