@@ -86,3 +86,10 @@ func TestFailoverEtcdToRedis(t *testing.T) {
 	t.Logf("%d grants; %d leases held at the kill, all ended; kill -> switch %v, kill -> first grant on Redis %v",
 		ls.grants.Load(), len(heldAtKill), time.Duration(switchedAt.Load()-k), time.Duration(ls.firstOnSecond.Load()-k))
 }
+
+// TestFailoverRedisToEtcd: etcd as the secondary. A private Redis is
+// killed under 16 busy lockers; the manager switches to etcd, every lease
+// held at the kill ends, and etcd grants locks (see failoverPair).
+func TestFailoverRedisToEtcd(t *testing.T) {
+	failoverPair(t, "redis", "etcd")
+}

@@ -8,9 +8,12 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/cerberus-go/cerberus"
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/etcd"
 	"github.com/cerberus-go/cerberus/engine/postgres"
 	"github.com/cerberus-go/cerberus/engine/redis"
 	"github.com/cerberus-go/cerberus/internal/testenv"
@@ -103,12 +106,17 @@ func TestFailoverPostgres(t *testing.T) {
 		{"lease secondary", "redis", "postgres-lease"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			failoverPostgres(t, tc.primary, tc.second)
+			failoverPair(t, tc.primary, tc.second)
 		})
 	}
 }
 
-func failoverPostgres(t *testing.T, primary, second string) {
+// failoverPair runs 16 lockers on a Failover of two engines ("redis",
+// "postgres", "postgres-lease" or, as the second only, "etcd") with
+// automatic failover and the fence on, kills the first engine's private
+// server, and checks the switch: every lease held at the kill ends, no
+// Lock call outlives its context, and the second engine grants locks.
+func failoverPair(t *testing.T, primary, second string) {
 	const (
 		lockers     = 16
 		callTimeout = 2 * time.Second
@@ -117,6 +125,18 @@ func failoverPostgres(t *testing.T, primary, second string) {
 	// The killed server is private; the other engine runs on the shared one.
 	var kill func()
 	mk := func(name string, private bool) engine.Engine {
+		if name == "etcd" {
+			if private {
+				t.Fatalf("failoverPair kills no etcd: use TestFailoverEtcdToRedis")
+			}
+			e, err := etcd.Dial(clientv3.Config{Endpoints: []string{testenv.EtcdAddr(t)}, Logger: zap.NewNop()},
+				etcd.WithPrefix(fmt.Sprintf("failover-pair-%d/", time.Now().UnixNano())),
+				etcd.WithLeaseTTL(etcdLease))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e
+		}
 		if name == "redis" {
 			addr := testenv.RedisAddr(t)
 			if private {
