@@ -30,6 +30,7 @@ import (
 	"github.com/cerberus-go/cerberus/engine/redis"
 	"github.com/cerberus-go/cerberus/engine/zookeeper"
 	"github.com/cerberus-go/cerberus/internal/checker"
+	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
 // workerEnv names the environment variable that turns this test binary into
@@ -117,6 +118,13 @@ func dialEngine(s workerSpec) (engine.Engine, error) {
 	case "redis":
 		return redis.New(goredis.NewClient(&goredis.Options{
 			Addr: s.Addrs[0], DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+			MaxRetries: -1, ContextTimeoutEnabled: true,
+		}))
+	case "redis-sentinel":
+		// Addrs are the sentinels; they name the master.
+		return redis.New(goredis.NewFailoverClient(&goredis.FailoverOptions{
+			MasterName: testenv.SentinelMaster, SentinelAddrs: s.Addrs,
+			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
 			MaxRetries: -1, ContextTimeoutEnabled: true,
 		}))
 	case "redlock":

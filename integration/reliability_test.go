@@ -33,6 +33,23 @@ func TestCheckerRedis(t *testing.T) {
 	})
 }
 
+// TestCheckerRedisSentinel: the workers reach a private redis-server
+// (AOF with fsync always) through go-redis's Sentinel failover client; the
+// sentinel monitors the master through the fault proxy, so the clients'
+// connections, which go where the sentinel points, take the proxy's
+// faults too.
+func TestCheckerRedisSentinel(t *testing.T) {
+	srv := testenv.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	px := startProxy(t, srv.Addr)
+	sentinel := testenv.StartRedisSentinel(t, px.Addr())
+	checkEngine(t, chaosTarget{
+		name: "redis-sentinel", engine: "redis-sentinel", addrs: []string{sentinel.Addr}, ttl: chaosTTL,
+		faults:      append(networkFaults(t, px, chaosTTL), serverFaults(srv, chaosTTL)...),
+		clientPause: 2*chaosTTL + time.Second,
+		primitives:  true,
+	})
+}
+
 // TestCheckerRedisCluster: a three-master Redis Cluster, one master
 // stopped mid-run. Cluster clients learn the nodes' own addresses, so
 // there is no proxy: the faults are the node's.
