@@ -201,10 +201,13 @@ func checkElection(h *harness) {
 	second := hold(key)
 	second.Value = "candidate-b"
 	got := make(chan engine.Lease, 1)
+	failed := make(chan error, 1)
+	sctx := h.ctx()
 	go func() {
-		l, err := b.Acquire(h.ctx(), second)
+		// Only sends: the check's T is not touched from here.
+		l, err := b.Acquire(sctx, second)
 		if err != nil {
-			h.t.Errorf("second candidate: %v", err)
+			failed <- err
 			got <- nil
 			return
 		}
@@ -220,7 +223,7 @@ func checkElection(h *harness) {
 		h.t.Fatalf("the second candidate was not elected within %v of the first's release", hang)
 	}
 	if lb == nil {
-		return
+		h.t.Fatalf("second candidate: %v", <-failed)
 	}
 	if lb.Token() <= la.Token() {
 		h.t.Errorf("the second leader's token %d is not above the first's %d", lb.Token(), la.Token())
@@ -285,31 +288,32 @@ func checkElectionTakeover(h *harness) {
 	la := h.acquire(a, first)
 	mustLead(h, in, key, la, "expiring")
 
-	campaign := func(e engine.Engine, value string) <-chan engine.Lease {
-		got := make(chan engine.Lease, 1)
+	// The candidate's goroutine only sends: the check's T is not touched
+	// once the check may have ended.
+	type result struct {
+		l   engine.Lease
+		err error
+	}
+	campaign := func(e engine.Engine, value string) <-chan result {
+		got := make(chan result, 1)
 		req := hold(key)
 		req.Value = value
 		ctx, cancel := context.WithTimeout(context.Background(), 10*h.ttl()+hang)
 		h.t.Cleanup(cancel)
 		go func() {
 			l, err := e.Acquire(ctx, req)
-			if err != nil {
-				h.t.Errorf("candidate %s: %v", value, err)
-				got <- nil
-				return
-			}
-			got <- l
+			got <- result{l, err}
 		}()
 		return got
 	}
-	elected := func(got <-chan engine.Lease, what string) engine.Lease {
+	elected := func(got <-chan result, what string) engine.Lease {
 		h.t.Helper()
 		select {
-		case l := <-got:
-			if l == nil {
-				h.t.Fatalf("%s: the candidate failed", what)
+		case r := <-got:
+			if r.err != nil {
+				h.t.Fatalf("%s: the candidate failed: %v", what, r.err)
 			}
-			return l
+			return r.l
 		case <-time.After(10*h.ttl() + hang):
 			h.t.Fatalf("%s: no new leader within %v", what, 10*h.ttl()+hang)
 			return nil
