@@ -213,3 +213,48 @@ func dropPostgresTables(t *testing.T, dsn, prefix string) {
 		}
 	})
 }
+
+// TestPostgresTLS: a private PostgreSQL that takes TLS only, with a
+// client certificate its CA signed: the engine reaches it through the tls
+// section with that certificate, and is refused without it or without
+// TLS.
+func TestPostgresTLS(t *testing.T) {
+	f := testenv.TLSFiles(t)
+	srv := testenv.StartPostgresTLS(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lock := func(dsn, tlsSection string) error {
+		cfg, err := Parse([]byte(fmt.Sprintf(`engines:
+  - {name: pg, kind: postgres, dsn: %q, table: cfg_pg_tls%s}
+`, dsn, tlsSection)), "yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		built, err := cfg.Build(ctx)
+		if err != nil {
+			return err
+		}
+		defer built[0].Engine.Close()
+		l, err := built[0].Engine.Acquire(ctx, engine.Request{Key: t.Name(), TTL: time.Minute, Renew: true})
+		if err != nil {
+			return err
+		}
+		return l.Release(ctx)
+	}
+	dsn := "postgres://postgres@" + srv.Addr + "/test?connect_timeout=5"
+	if err := lock(dsn, fmt.Sprintf(", tls: {ca_file: %q, cert_file: %q, key_file: %q}", f.CAFile,
+		f.ClientCertFile, f.ClientKeyFile)); err != nil {
+		t.Errorf("with the client certificate: %v", err)
+	}
+	if err := lock(dsn, fmt.Sprintf(", tls: {ca_file: %q}", f.CAFile)); err == nil {
+		t.Errorf("without the client certificate the server should refuse the engine")
+	}
+	if err := lock(dsn+"&sslmode=disable", ""); err == nil {
+		t.Errorf("without TLS the server should refuse the engine")
+	}
+	other := testenv.TLSFiles(t) // a CA that did not sign the server's certificate
+	if err := lock(dsn, fmt.Sprintf(", tls: {ca_file: %q, cert_file: %q, key_file: %q}", other.CAFile,
+		f.ClientCertFile, f.ClientKeyFile)); err == nil {
+		t.Errorf("trusting another CA the engine should refuse the server")
+	}
+}

@@ -41,6 +41,21 @@ type Postgres struct {
 // the command that installs them.
 func StartPostgres(t testing.TB) *Postgres {
 	t.Helper()
+	return startPostgres(t, nil)
+}
+
+// StartPostgresTLS is StartPostgres with TLS required on TCP: the server
+// presents f's server certificate and accepts only clients whose
+// certificate f's CA signed (pg_hba: hostssl ... clientcert=verify-ca;
+// plain-text TCP is rejected). DSN then names sslmode=disable and does not
+// work; a client sets up its own TLS.
+func StartPostgresTLS(t testing.TB, f TLS) *Postgres {
+	t.Helper()
+	return startPostgres(t, &f)
+}
+
+func startPostgres(t testing.TB, f *TLS) *Postgres {
+	t.Helper()
 	Needs(t, "PostgreSQL")
 	bin := postgresBin(t)
 	psql := lookBinary(t, "psql")
@@ -76,15 +91,26 @@ func StartPostgres(t testing.TB) *Postgres {
 		t.Fatalf("testenv: initdb: %v\n%s", err, lastLines(string(out), 20))
 		return nil
 	}
+	var tlsArgs []string
+	if f != nil {
+		tlsArgs = postgresTLS(t, dir, data, cred, *f)
+	}
 	port := FreePort(t)
 	p := &Postgres{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir}
 	p.DSN = "postgres://postgres@" + p.Addr + "/test?sslmode=disable"
 	args := []string{"-D", data, "-p", strconv.Itoa(port), "-c", "listen_addresses=127.0.0.1",
 		"-c", "unix_socket_directories=" + dir, "-c", "fsync=off", "-c", "max_connections=300"}
+	args = append(args, tlsArgs...)
 	// The log is written by the test process (it opens the file), so it may
 	// live in the test's own temporary directory.
 	p.Process = newProcess(t, "postgres at "+p.Addr, filepath.Join(bin, "postgres"), args, t.TempDir(),
-		"postgres.log", time.Minute, func() error { return postgresReady(psql, port) })
+		"postgres.log", time.Minute, func() error {
+			if f != nil {
+				// psql over the unix socket: TCP needs a client certificate.
+				return postgresReady(psql, dir, port)
+			}
+			return postgresReady(psql, "127.0.0.1", port)
+		})
 	p.cred = cred
 	p.launch()
 	p.await()
@@ -111,13 +137,13 @@ func pgMajor(path string) int {
 	return n
 }
 
-// postgresReady logs in as postgres over TCP and creates the database test
-// if it is missing.
-func postgresReady(psql string, port int) error {
+// postgresReady logs in as postgres at host (an address, or the directory
+// of the unix socket) and creates the database test if it is missing.
+func postgresReady(psql, host string, port int) error {
 	run := func(sql string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, psql, "-X", "-w", "-h", "127.0.0.1", "-p", strconv.Itoa(port),
+		cmd := exec.CommandContext(ctx, psql, "-X", "-w", "-h", host, "-p", strconv.Itoa(port),
 			"-U", "postgres", "-d", "postgres", "-Atc", sql)
 		cmd.Env = append(os.Environ(), "PGCONNECT_TIMEOUT=2")
 		out, err := cmd.CombinedOutput()
@@ -132,4 +158,49 @@ func postgresReady(psql string, port int) error {
 	}
 	_, err = run("CREATE DATABASE test")
 	return err
+}
+
+// postgresTLS copies f's server certificate, key and CA into dir for the
+// server (which wants its key readable by its own user alone), makes
+// pg_hba.conf require TLS with a client certificate signed by the CA on
+// TCP (the unix socket stays trusted, for the readiness check), and
+// returns the server's TLS settings.
+func postgresTLS(t testing.TB, dir, data string, cred *syscall.Credential, f TLS) []string {
+	t.Helper()
+	names := map[string]string{f.CertFile: "server.crt", f.KeyFile: "server.key", f.CAFile: "ca.crt"}
+	for from, name := range names {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatalf("testenv: %v", err)
+			return nil
+		}
+		to := filepath.Join(dir, name)
+		if err := os.WriteFile(to, b, 0o600); err != nil {
+			t.Fatalf("testenv: %v", err)
+			return nil
+		}
+		if cred != nil {
+			if err := os.Chown(to, int(cred.Uid), int(cred.Gid)); err != nil {
+				t.Fatalf("testenv: %v", err)
+				return nil
+			}
+		}
+	}
+	hba := "local all all trust\n" +
+		"hostssl all all 127.0.0.1/32 trust clientcert=verify-ca\n" +
+		"hostssl all all ::1/128 trust clientcert=verify-ca\n"
+	hbaFile := filepath.Join(data, "pg_hba.conf")
+	if err := os.WriteFile(hbaFile, []byte(hba), 0o600); err != nil {
+		t.Fatalf("testenv: %v", err)
+		return nil
+	}
+	if cred != nil {
+		if err := os.Chown(hbaFile, int(cred.Uid), int(cred.Gid)); err != nil {
+			t.Fatalf("testenv: %v", err)
+			return nil
+		}
+	}
+	return []string{"-c", "ssl=on", "-c", "ssl_cert_file=" + filepath.Join(dir, "server.crt"),
+		"-c", "ssl_key_file=" + filepath.Join(dir, "server.key"),
+		"-c", "ssl_ca_file=" + filepath.Join(dir, "ca.crt")}
 }
