@@ -170,8 +170,17 @@ func TestRedlockIssue186(t *testing.T) {
 	}
 	took = waitHeld(t, admins, a, key, ttl, 0)
 	t.Logf("A took node 0 again %v after its restart was over", took)
-	if c, err := admins[0].Get(ctx, a.nodes[0].keysOf(key).f).Uint64(); err != nil || c < la.Token() {
-		t.Fatalf("node 0's fencing counter after A's re-take: %d (%v), want at least A's token %d", c, err, la.Token())
+	// A re-take takes the node, then raises its counter in a second step
+	// (the node counts for A only after it): wait for the raise.
+	for deadline := time.Now().Add(ttl); ; time.Sleep(5 * time.Millisecond) {
+		c, err := admins[0].Get(ctx, a.nodes[0].keysOf(key).f).Uint64()
+		if err == nil && c >= la.Token() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node 0's fencing counter %v after A's re-take: %d (%v), want at least A's token %d",
+				ttl, c, err, la.Token())
+		}
 	}
 	if _, err := b.Acquire(ctx, req); !errors.Is(err, engine.ErrNotAcquired) {
 		t.Fatalf("B after A's re-take: want ErrNotAcquired, got %v", err)
