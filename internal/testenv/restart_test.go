@@ -117,6 +117,7 @@ type busyQuery struct {
 func startBusyQuery(t *testing.T, dsn string) *busyQuery {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		cancel()
@@ -352,6 +353,36 @@ func TestStartRetriesWhileThePortIsBusy(t *testing.T) {
 	}
 	if !strings.Contains(string(b), "starting it again") {
 		t.Fatalf("the log %s notes no retry", s.Log())
+	}
+}
+
+// TestStartWaitsForItsPorts holds a redis-server's port for a moment
+// before its start: the start waits until the port binds instead of
+// launching a server that cannot.
+func TestStartWaitsForItsPorts(t *testing.T) {
+	t.Parallel()
+	port := FreePort(t)
+	s := prepareRedis(t, port, nil)
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := time.Now()
+	time.AfterFunc(time.Second, func() { _ = l.Close() })
+	s.launch()
+	s.await()
+	if waited := time.Since(held); waited < time.Second {
+		t.Errorf("the start returned %v after the port was taken, before it was free again", waited)
+	}
+	if err := redisPing(s.Addr); err != nil {
+		t.Fatalf("after the start: %v", err)
+	}
+	b, err := os.ReadFile(s.Log())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "==== testenv: "); n != 1 || strings.Contains(string(b), "in use") {
+		t.Fatalf("want one launch that found its port free, got %d log headers:\n%s", n, b)
 	}
 }
 
