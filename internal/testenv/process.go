@@ -186,12 +186,13 @@ const killWait = 30 * time.Second
 // process group with SIGSTOP, so that nothing forks any more, and collects
 // every process that descends from it (by parent links in /proc, so also
 // the children that left the group or session, as PostgreSQL's backends
-// do) or is in its group; then it kills the group and each collected
-// process, and waits (up to 30s) until the server has exited and each of
-// the others is gone or a zombie. Once Kill returns, nothing of the server
-// holds its ports, files, locks or shared memory any more. Its data stays
-// for Restart. Killing a server that is not running does nothing. Every
-// server is killed when its test ends.
+// do), is in its group, or still writes to its log (so also the orphans of
+// a server that has exited on its own); then it kills the group and each
+// collected process, and waits (up to 30s) until the server has exited and
+// each of the others is gone or a zombie. Once Kill returns, nothing of
+// the server holds its ports, files, locks or shared memory any more. Its
+// data stays for Restart. Killing a server that is not running does
+// nothing. Every server is killed when its test ends.
 func (p *Process) Kill() {
 	p.mu.Lock()
 	cmd, done, start := p.cmd, p.done, p.start
@@ -201,7 +202,7 @@ func (p *Process) Kill() {
 	}
 	pid := cmd.Process.Pid
 	alive := !closed(done)
-	tree := stopTree(pid, start, alive)
+	tree := stopTree(pid, start, alive, p.log)
 	if alive {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		_ = cmd.Process.Kill() // in case it left its group

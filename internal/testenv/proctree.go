@@ -74,16 +74,21 @@ func procTable() map[int]procInfo {
 // treeOf returns, with their start times, the processes of table that
 // descend from leader (through ppid links, whatever their process group or
 // session: a PostgreSQL backend calls setsid) or are in leader's process
-// group, leader excluded. Only processes that started no earlier than
-// since count: a pid of the tree that was reused names a newer process,
-// and an older one is not ours. The leader's links count only if it is
-// still the process that started at since.
-func treeOf(table map[int]procInfo, leader int, since uint64) map[int]uint64 {
+// group, leader excluded, and those that write to log (fd 1 or 2 open on
+// it, as every child of a server inherits), with their descendants: after
+// the leader has exited its orphans are found that way. Only processes that
+// started no earlier than since count: a pid of the tree that was reused
+// names a newer process, and an older one is not ours. The leader's links
+// count only if it is still the process that started at since.
+func treeOf(table map[int]procInfo, leader int, since uint64, log os.FileInfo) map[int]uint64 {
 	children := make(map[int][]int)
 	tree := make(map[int]uint64)
 	for pid, info := range table {
 		children[info.ppid] = append(children[info.ppid], pid)
-		if info.pgrp == leader && pid != leader && info.start >= since {
+		if pid == leader || pid == os.Getpid() || info.start < since {
+			continue
+		}
+		if info.pgrp == leader || writesTo(pid, log) {
 			tree[pid] = info.start
 		}
 	}
@@ -108,6 +113,21 @@ func treeOf(table map[int]procInfo, leader int, since uint64) map[int]uint64 {
 	return tree
 }
 
+// writesTo reports whether pid's standard output or error is the file log
+// (nil: no file).
+func writesTo(pid int, log os.FileInfo) bool {
+	if log == nil {
+		return false
+	}
+	for _, fd := range []string{"1", "2"} {
+		st, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid), "fd", fd))
+		if err == nil && os.SameFile(st, log) {
+			return true
+		}
+	}
+	return false
+}
+
 // signalTree sends sig to every process of tree that is still the one
 // that was collected (same start time).
 func signalTree(tree map[int]uint64, sig syscall.Signal) {
@@ -119,19 +139,21 @@ func signalTree(tree map[int]uint64, sig syscall.Signal) {
 }
 
 // stopTree stops leader's process group with SIGSTOP, so nothing of it
-// forks any more, and collects its tree (see treeOf), stopping each new
-// process it finds, until a pass finds nothing new and everything found
-// has stopped, or 3s pass: then it returns what it has. alive says that
-// the leader has not been reaped, so its group may be signalled.
-func stopTree(leader int, since uint64, alive bool) map[int]uint64 {
+// forks any more, and collects its tree (see treeOf; log is the path of
+// the server's log), stopping each new process it finds, until a pass
+// finds nothing new and everything found has stopped, or 3s pass: then it
+// returns what it has. alive says that the leader has not been reaped, so
+// its group may be signalled.
+func stopTree(leader int, since uint64, alive bool, log string) map[int]uint64 {
 	if alive {
 		_ = syscall.Kill(-leader, syscall.SIGSTOP)
 	}
+	logInfo, _ := os.Stat(log)
 	tree := make(map[int]uint64)
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
 		grown := false
-		for pid, start := range treeOf(procTable(), leader, since) {
+		for pid, start := range treeOf(procTable(), leader, since, logInfo) {
 			if _, ok := tree[pid]; !ok {
 				tree[pid], grown = start, true
 				_ = syscall.Kill(pid, syscall.SIGSTOP)

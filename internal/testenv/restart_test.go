@@ -393,3 +393,40 @@ func redisPing(addr string) error {
 	}
 	return err
 }
+
+// TestKillEndsTheOrphansOfAnExitedServer: the server has exited on its
+// own, leaving a child that left its group (so neither a parent link nor
+// the group leads to it any more); Kill finds it by the log it writes to.
+func TestKillEndsTheOrphansOfAnExitedServer(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child.pid")
+	script := fmt.Sprintf("setsid sh -c 'echo $$ > %s.tmp && mv %s.tmp %s && exec sleep 300' & "+
+		"while [ ! -e %s ]; do sleep 0.01; done; sleep 0.5", pidFile, pidFile, pidFile, pidFile)
+	p := newProcess(t, "process tree", "/bin/sh", []string{"-c", script}, dir, "tree.log", 10*time.Second,
+		func() error { _, err := os.Stat(pidFile); return err })
+	p.launch()
+	p.await()
+	_, done := p.current()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shell did not exit within 10s")
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, ok := procOf(child)
+	if !ok || info.state == 'Z' {
+		t.Fatalf("the child %d is not running (%+v, %v)", child, info, ok)
+	}
+	p.Kill()
+	if now, ok := procOf(child); ok && now.start == info.start && now.state != 'Z' {
+		t.Fatalf("the orphan %d of the exited server outlived Kill (state %c)", child, now.state)
+	}
+}
