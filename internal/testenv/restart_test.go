@@ -133,26 +133,44 @@ func startBusyQuery(t *testing.T, dsn string) *busyQuery {
 		_, err := conn.Exec(ctx, "SET statement_timeout = '120s'")
 		if err == nil {
 			var n int64
-			err = conn.QueryRow(ctx, "SELECT count(*) FROM generate_series(1::bigint, 10000000000)").Scan(&n)
+			err = conn.QueryRow(ctx, busyQueryText).Scan(&n)
 		}
 		b.done <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
+	b.waitActive(t, dsn)
+	return b
+}
+
+// busyQueryText is how pg_stat_activity shows the busy query.
+const busyQueryText = "SELECT count(*) FROM generate_series(1::bigint, 10000000000)"
+
+// waitActive waits until pg_stat_activity, read on a connection of its
+// own, shows the busy query active in its backend, and /proc shows the
+// backend running.
+func (b *busyQuery) waitActive(t *testing.T, dsn string) {
+	t.Helper()
+	ctx := within(t, 10*time.Second)
+	watch, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("busy query: watcher: %v", err)
+	}
+	defer watch.Close(context.Background())
 	for {
+		var active bool
+		err := watch.QueryRow(ctx, "SELECT count(*) = 1 FROM pg_stat_activity WHERE pid = $1 "+
+			"AND state = 'active' AND query = $2", b.pid, busyQueryText).Scan(&active)
 		info, ok := procOf(b.pid)
-		if ok && info.state == 'R' {
+		if err == nil && active && ok && info.state == 'R' {
 			b.stat = info
-			return b
+			return
 		}
 		select {
 		case err := <-b.done:
 			t.Fatalf("busy query ended before the restart: %v", err)
-		default:
+		case <-ctx.Done():
+			t.Fatalf("backend %d is not running the busy query after 10s (state %c, %v)", b.pid, info.state, err)
+		case <-time.After(5 * time.Millisecond):
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("backend %d is not running a query after 10s (state %c)", b.pid, info.state)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
