@@ -68,6 +68,12 @@ func newConsulPorts(t testing.TB) consulPorts {
 	return consulPorts{FreePort(t), FreePort(t), FreePort(t), FreePort(t)}
 }
 
+// tcp are the TCP ports the agent listens on.
+func (p consulPorts) tcp() []int { return []int{p.http, p.serfLAN, p.serfWAN, p.server} }
+
+// udp are its UDP ports: Serf gossips over both.
+func (p consulPorts) udp() []int { return []int{p.serfLAN, p.serfWAN} }
+
 // args are the command-line flags that place an agent on loopback and on
 // these ports.
 func (p consulPorts) args() []string {
@@ -108,6 +114,7 @@ func StartConsul(t testing.TB, hcl ...string) *Consul {
 	c := &Consul{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports.http)), Dir: dir}
 	c.Process = newProcess(t, "Consul dev agent at "+c.Addr, bin, args, dir, "consul.log", consulWait,
 		func() error { _, err := consulLeader(c.Addr); return err })
+	c.ports, c.udp = ports.tcp(), ports.udp()
 	c.launch()
 	c.await()
 	return c
@@ -223,6 +230,7 @@ func StartConsulCluster(t testing.TB, n int) *ConsulCluster {
 				_, err := consulLeader(addr)
 				return err
 			})
+		s.ports, s.udp = p.tcp(), p.udp()
 		c.Nodes = append(c.Nodes, s)
 		c.Addrs = append(c.Addrs, s.Addr)
 	}

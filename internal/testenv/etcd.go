@@ -105,14 +105,16 @@ func startEtcds(t testing.TB, n int, f *TLS) *EtcdCluster {
 	bin := lookBinary(t, "etcd")
 	c := &EtcdCluster{t: t}
 	var initial []string
-	peers := make([]string, n)
+	peers, peerPorts := make([]string, n), make([]int, n)
 	for i := range n {
-		peers[i] = "http://127.0.0.1:" + strconv.Itoa(FreePort(t))
+		peerPorts[i] = FreePort(t)
+		peers[i] = "http://127.0.0.1:" + strconv.Itoa(peerPorts[i])
 		initial = append(initial, fmt.Sprintf("m%d=%s", i, peers[i]))
 	}
 	for i := range n {
 		dir := t.TempDir()
-		e := &Etcd{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t))), Dir: dir}
+		clientPort := FreePort(t)
+		e := &Etcd{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPort)), Dir: dir}
 		scheme, probe := "http://", probeEtcd
 		var extra []string
 		if f != nil {
@@ -128,6 +130,7 @@ func startEtcds(t testing.TB, n int, f *TLS) *EtcdCluster {
 		}, extra...)
 		e.Process = newProcess(t, fmt.Sprintf("etcd member %d at %s", i, e.Addr), bin, args, dir, "etcd.log",
 			etcdWait, func() error { return talk(e.Addr, 2*time.Second, probe) })
+		e.ports = []int{clientPort, peerPorts[i]}
 		c.Nodes, c.Addrs = append(c.Nodes, e), append(c.Addrs, e.Addr)
 	}
 	for _, e := range c.Nodes {

@@ -79,6 +79,7 @@ func StartMariaDB(t testing.TB, extra ...string) *MariaDB {
 	args = append(args, extra...)
 	m.Process = newProcess(t, "mariadbd at "+m.Addr, mariadbd, args, dir, "mariadbd.log", time.Minute,
 		func() error { return mariadbReady(client, port) })
+	m.ports = []int{port}
 	m.launch()
 	m.await()
 	return m

@@ -112,6 +112,7 @@ func startPostgres(t testing.TB, f *TLS) *Postgres {
 			return postgresReady(psql, "127.0.0.1", port)
 		})
 	p.cred = cred
+	p.ports = []int{port}
 	p.launch()
 	p.await()
 	return p

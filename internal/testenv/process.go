@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,15 +19,21 @@ import (
 )
 
 // Process is one server process started by a Start function of this package
-// (StartRedis, StartZooKeeper, StartConsul, StartMariaDB and the cluster
-// variants). Every server type embeds one, so each has its methods: Pause,
-// Resume, Kill, Restart, Pid and Log.
+// (StartRedis, StartZooKeeper, StartConsul, StartMariaDB, StartPostgres,
+// StartEtcd and the cluster variants). Every server type embeds one, so each
+// has its methods: Pause, Resume, Kill, Restart, Pid and Log.
 //
 // The process runs in its own process group, so signals reach any children
 // too; its output goes to a log file under the test's temporary directory,
 // whose last lines are part of every failure message. It is killed when the
 // test ends, and (Linux) when the test binary dies, so no server outlives the
 // test process.
+//
+// Kill ends the whole process tree, children that left the group (as
+// PostgreSQL's backends do) included, and Restart starts the server again
+// only once its TCP ports bind again, retrying a start that fails because
+// an old process's port, lock or shared memory was still held; see Kill
+// and Restart.
 //
 // The methods fail the test that started the server, with t.Fatalf, when
 // they cannot do what they say.
@@ -41,10 +48,16 @@ type Process struct {
 
 	cred *syscall.Credential // the user the server runs as; nil: the test's own
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd     // nil when not started or killed
-	done   chan struct{} // closed when cmd has exited
-	paused bool
+	// ports are the loopback TCP ports the server listens on, and udp its
+	// UDP ones: a start waits until each binds again (see Restart).
+	ports, udp []int
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd     // nil when not started or killed
+	done    chan struct{} // closed when cmd has exited
+	start   uint64        // the start time of cmd in /proc, 0 if unknown
+	logFrom int64         // the size of the log before cmd was launched
+	paused  bool
 }
 
 // newProcess prepares (does not start) a server process and registers its
@@ -131,26 +144,10 @@ func groupStopped(pgid int) error {
 	return nil
 }
 
-// procStat reads the state and process group from a /proc stat file:
-// "pid (comm) state ppid pgrp ...", where comm may contain anything.
+// procStat reads the state and process group from a /proc stat file.
 func procStat(path string) (state byte, pgrp int, ok bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, 0, false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 3 {
-		return 0, 0, false
-	}
-	pgrp, err = strconv.Atoi(f[2])
-	if err != nil || len(f[0]) != 1 {
-		return 0, 0, false
-	}
-	return f[0][0], pgrp, true
+	info, ok := readProcStat(path)
+	return info.state, info.pgrp, ok
 }
 
 // Resume continues a paused server with SIGCONT. Resuming a server that is
@@ -181,27 +178,47 @@ func (p *Process) signal(sig syscall.Signal, what string) {
 	}
 }
 
-// Kill stops the server at once with SIGKILL (its whole process group), as
-// a crash would, and waits until it has exited. Its data stays for Restart.
-// Killing a server that is not running does nothing. Every server is killed
-// when its test ends.
+// killWait bounds how long Kill waits for the killed processes to exit.
+const killWait = 30 * time.Second
+
+// Kill stops the server at once with SIGKILL, as a crash would, and waits
+// until its whole process tree is gone. First it stops the server's
+// process group with SIGSTOP, so that nothing forks any more, and collects
+// every process that descends from it (by parent links in /proc, so also
+// the children that left the group or session, as PostgreSQL's backends
+// do), is in its group, or still writes to its log (so also the orphans of
+// a server that has exited on its own); then it kills the group and each
+// collected process, and waits (up to 30s) until the server has exited and
+// each of the others is gone or a zombie. Once Kill returns, nothing of
+// the server holds its ports, files, locks or shared memory any more. Its
+// data stays for Restart. Killing a server that is not running does
+// nothing. Every server is killed when its test ends.
 func (p *Process) Kill() {
-	cmd, done := p.current()
+	p.mu.Lock()
+	cmd, done, start := p.cmd, p.done, p.start
+	p.mu.Unlock()
 	if cmd == nil {
 		return
 	}
+	pid := cmd.Process.Pid
+	alive := !closed(done)
+	tree := stopTree(pid, start, alive, p.log)
+	if alive {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = cmd.Process.Kill() // in case it left its group
+	}
+	signalTree(tree, syscall.SIGKILL)
+	deadline := time.Now().Add(killWait)
 	select {
 	case <-done:
-	default:
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Process.Kill() // in case it left its group
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			p.t.Errorf("testenv: the %s (pid %d) did not exit within 30s of SIGKILL", p.name,
-				cmd.Process.Pid)
-			return
-		}
+	case <-time.After(killWait):
+		p.t.Errorf("testenv: the %s (pid %d) did not exit within %v of SIGKILL", p.name, pid, killWait)
+		return
+	}
+	if err := treeGone(tree, deadline); err != nil {
+		p.t.Errorf("testenv: the %s (pid %d) was killed, but %v within %v of SIGKILL", p.name, pid, err,
+			killWait)
+		return
 	}
 	p.mu.Lock()
 	if p.cmd == cmd {
@@ -210,11 +227,27 @@ func (p *Process) Kill() {
 	p.mu.Unlock()
 }
 
-// Restart kills the server if it runs (paused or not), starts it again with
-// the same command line, so on the same port(s) and with the same data
-// directory, and waits until it answers as its Start function did. Servers
-// that are part of a cluster wait only as far as the nodes that run allow:
-// see each cluster type.
+// closed reports whether ch is closed.
+func closed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// Restart kills the server if it runs (paused or not) as Kill does, so
+// that none of its processes is left, waits until each of its TCP ports
+// binds again, starts it again with the same command line, so on the same
+// port(s) and with the same data directory, and waits until it answers as
+// its Start function did. A start that exits before answering because a
+// port, lock file or shared memory of an old process was still held (its
+// log says so: "Address already in use", PostgreSQL's "pre-existing shared
+// memory block", InnoDB's "Unable to lock ... error: 11", ...) is retried
+// a few times within the start's wait, each retry noted in the server's
+// log and the test's. Servers that are part of a cluster wait only as far
+// as the nodes that run allow: see each cluster type.
 func (p *Process) Restart() {
 	p.t.Helper()
 	p.Kill()
@@ -258,9 +291,11 @@ func (p *Process) up() bool {
 	}
 }
 
-// launch starts the process without waiting for it to answer.
+// launch waits until the server's ports bind (see awaitPorts), then
+// starts the process without waiting for it to answer.
 func (p *Process) launch() {
 	p.t.Helper()
+	p.awaitPorts()
 	if err := os.MkdirAll(filepath.Dir(p.log), 0o755); err != nil {
 		p.t.Fatalf("testenv: %s: %v", p.name, err)
 		return
@@ -269,6 +304,10 @@ func (p *Process) launch() {
 	if err != nil {
 		p.t.Fatalf("testenv: %s: log file: %v", p.name, err)
 		return
+	}
+	var logFrom int64
+	if st, err := f.Stat(); err == nil {
+		logFrom = st.Size()
 	}
 	fmt.Fprintf(f, "==== testenv: %s %s\n", time.Now().Format(time.RFC3339Nano),
 		strings.Join(append([]string{p.bin}, p.args...), " "))
@@ -288,6 +327,8 @@ func (p *Process) launch() {
 		p.t.Fatalf("testenv: starting the %s: %v", p.name, err)
 		return
 	}
+	// Read before Wait can reap it: until then the pid is the server's.
+	info, _ := procOf(cmd.Process.Pid)
 	done := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
@@ -295,32 +336,142 @@ func (p *Process) launch() {
 		close(done)
 	}()
 	p.mu.Lock()
-	p.cmd, p.done, p.paused = cmd, done, false
+	p.cmd, p.done, p.paused, p.start, p.logFrom = cmd, done, false, info.start, logFrom
 	p.mu.Unlock()
 }
 
-// await polls ready until it reports nil, failing the test if the process
-// exits first or p.wait runs out.
-func (p *Process) await() {
+// portWait bounds how long a start waits for the server's ports to bind.
+const portWait = 30 * time.Second
+
+// awaitPorts waits until each of the server's TCP (and UDP) ports can be
+// bound on 127.0.0.1, as a new server must: Kill has ended the old
+// processes, but the kernel may take a moment to release what they held.
+// It fails the test when a port stays busy for portWait.
+func (p *Process) awaitPorts() {
 	p.t.Helper()
-	_, done := p.current()
-	deadline := time.Now().Add(p.wait)
+	deadline := time.Now().Add(portWait)
 	for {
-		err := p.ready()
+		err := p.portsBusy()
 		if err == nil {
 			return
 		}
-		select {
-		case <-done:
-			p.t.Fatalf("testenv: the %s exited before answering (last check: %v)%s", p.name, err, p.tail())
-			return
-		default:
-		}
 		if time.Now().After(deadline) {
+			p.t.Fatalf("testenv: cannot start the %s: %v for %v%s", p.name, err, portWait, p.tail())
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// portsBusy returns nil if every port of the server binds, or an error
+// naming one that does not.
+func (p *Process) portsBusy() error {
+	for _, port := range p.ports {
+		if !portFree(port) {
+			return fmt.Errorf("its TCP port 127.0.0.1:%d is in use", port)
+		}
+	}
+	for _, port := range p.udp {
+		c, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			return fmt.Errorf("its UDP port 127.0.0.1:%d is in use", port)
+		}
+		_ = c.Close()
+	}
+	return nil
+}
+
+// maxStartRetries bounds how often one start is retried (see Restart).
+const maxStartRetries = 10
+
+// await polls ready until it reports nil, failing the test if p.wait runs
+// out, or if the process exits first for a reason other than a transient
+// one (see transientStart), which it retries.
+func (p *Process) await() {
+	p.t.Helper()
+	deadline := time.Now().Add(p.wait)
+	for retry := 1; ; retry++ {
+		exited, err := p.waitReady(deadline)
+		if err == nil {
+			return
+		}
+		if !exited {
 			p.t.Fatalf("testenv: the %s did not answer within %v: %v%s", p.name, p.wait, err, p.tail())
 			return
 		}
+		reason := p.transientReason()
+		pause := time.Duration(retry) * 200 * time.Millisecond
+		if reason == "" || retry > maxStartRetries || time.Now().Add(pause).After(deadline) {
+			p.t.Fatalf("testenv: the %s exited before answering (last check: %v)%s", p.name, err, p.tail())
+			return
+		}
+		p.noteRetry(fmt.Sprintf("the %s exited at start (%q); starting it again in %v (retry %d of %d)",
+			p.name, reason, pause, retry, maxStartRetries))
+		time.Sleep(pause)
+		p.Kill() // whatever of it may be left
+		p.launch()
+	}
+}
+
+// waitReady calls ready every 50ms until it reports nil, the process
+// exits (exited true), or deadline passes; it returns ready's last error.
+func (p *Process) waitReady(deadline time.Time) (exited bool, err error) {
+	_, done := p.current()
+	for {
+		err := p.ready()
+		if err == nil {
+			return false, nil
+		}
+		if closed(done) {
+			return true, err
+		}
+		if time.Now().After(deadline) {
+			return false, err
+		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// transientStart matches the log lines of a server that could not start
+// because an old process's port, lock or shared memory was still held.
+var transientStart = regexp.MustCompile(`(?i)address already in use|BindException|could not bind|` +
+	`pre-existing shared memory block|Unable to lock [^\n]*error: 11|lock file [^\n]* already exists|` +
+	`resource temporarily unavailable`)
+
+// transientReason returns the first line of the log written since the
+// last launch that transientStart matches, or "".
+func (p *Process) transientReason() string {
+	p.mu.Lock()
+	from := p.logFrom
+	p.mu.Unlock()
+	f, err := os.Open(p.log)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if _, err := f.Seek(from, io.SeekStart); err != nil {
+		return ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, 1<<20))
+	loc := transientStart.FindIndex(b)
+	if loc == nil {
+		return ""
+	}
+	start := bytes.LastIndexByte(b[:loc[0]], '\n') + 1
+	end := bytes.IndexByte(b[loc[0]:], '\n')
+	if end < 0 {
+		end = len(b) - loc[0]
+	}
+	return strings.TrimSpace(string(b[start : loc[0]+end]))
+}
+
+// noteRetry writes msg to the server's log and the test's.
+func (p *Process) noteRetry(msg string) {
+	p.t.Helper()
+	p.t.Logf("testenv: %s", msg)
+	if f, err := os.OpenFile(p.log, os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		fmt.Fprintf(f, "==== testenv: %s %s\n", time.Now().Format(time.RFC3339Nano), msg)
+		_ = f.Close()
 	}
 }
 

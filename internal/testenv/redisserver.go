@@ -70,7 +70,41 @@ func prepareRedis(t testing.TB, port int, extra []string) *RedisServer {
 	}
 	s.Process = newProcess(t, "redis-server at "+s.Addr, bin, args, dir, "redis.log", 30*time.Second,
 		ready)
+	s.ports = redisPorts(args)
 	return s
+}
+
+// redisPorts returns the TCP ports a redis-server with these arguments
+// listens on: its plain and TLS ports (unless 0), and with
+// --cluster-enabled yes its cluster bus port (--cluster-port, by default
+// the plain port, or else the TLS port, plus 10000). Later arguments
+// override earlier ones, as redis-server reads them.
+func redisPorts(args []string) []int {
+	opt := make(map[string]int)
+	cluster := false
+	for i := 0; i+1 < len(args); i++ {
+		switch args[i] {
+		case "--port", "--tls-port", "--cluster-port":
+			n, _ := strconv.Atoi(args[i+1])
+			opt[args[i]] = n
+		case "--cluster-enabled":
+			cluster = args[i+1] == "yes"
+		}
+	}
+	var ports []int
+	for _, k := range []string{"--port", "--tls-port"} {
+		if opt[k] > 0 {
+			ports = append(ports, opt[k])
+		}
+	}
+	if cluster && len(ports) > 0 {
+		bus := opt["--cluster-port"]
+		if bus <= 0 {
+			bus = ports[0] + 10000
+		}
+		ports = append(ports, bus)
+	}
+	return ports
 }
 
 // redisDo sends one command to the Redis server at addr on a connection of

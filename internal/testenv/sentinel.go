@@ -53,6 +53,7 @@ func StartRedisSentinel(t testing.TB, master string) *RedisSentinel {
 				return probeSentinel(conn, master)
 			})
 		})
+	s.ports = []int{sport}
 	s.launch()
 	s.await()
 	return s

@@ -101,6 +101,7 @@ admin.enableServer=false
 		"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfgPath)
 	z.Process = newProcess(t, "ZooKeeper at "+z.Addr, java, args, dir, "zookeeper.log", zooKeeperWait,
 		func() error { return zkMode(z.Addr) })
+	z.ports = []int{clientPort}
 	return z
 }
 
@@ -163,10 +164,10 @@ func StartZooKeeperEnsemble(t testing.TB, n int) *ZooKeeperEnsemble {
 	}
 	e := &ZooKeeperEnsemble{t: t}
 	var servers strings.Builder
-	client := make([]int, n)
+	client, quorum, election := make([]int, n), make([]int, n), make([]int, n)
 	for i := range n {
-		client[i] = FreePort(t)
-		fmt.Fprintf(&servers, "server.%d=127.0.0.1:%d:%d\n", i+1, FreePort(t), FreePort(t))
+		client[i], quorum[i], election[i] = FreePort(t), FreePort(t), FreePort(t)
+		fmt.Fprintf(&servers, "server.%d=127.0.0.1:%d:%d\n", i+1, quorum[i], election[i])
 	}
 	// Connecting to a stopped peer gives up after 2s, and a node retries
 	// an election at most every 2s (the defaults are 5s and a minute).
@@ -180,6 +181,9 @@ func StartZooKeeperEnsemble(t testing.TB, n int) *ZooKeeperEnsemble {
 			return nil
 		}
 		z.name = fmt.Sprintf("ZooKeeper node %d at %s", i+1, z.Addr)
+		// The quorum port is bound by the leader only, the election
+		// port by every node.
+		z.ports = append(z.ports, quorum[i], election[i])
 		addr := z.Addr
 		z.ready = func() error {
 			if !e.quorumUp() {
