@@ -4,27 +4,49 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // Signal is the end-of-lease notice every engine needs: a channel closed
-// once, the reason it was closed, and the Request.OnLost callback. The zero
-// value is not usable; call NewSignal.
+// once, the reason it was closed, and the Request.OnLost callback. The
+// channel is made by the first Done, so a lease whose Done nobody asks for
+// (an engine lease under the root Lease, say) keeps none. The zero value
+// is not usable; call NewSignal.
 type Signal struct {
-	done   chan struct{}
+	done   atomic.Pointer[chan struct{}] // nil until Done or the end
 	mu     sync.Mutex
 	ending bool // Close has begun
+	ended  bool // Close has called onLost: Done is (or will be made) closed
 	err    error
 	onLost func(error)
 }
 
+// closedChan is the Done of a Signal that ended before anyone asked.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // NewSignal returns an open Signal that will call onLost (which may be nil)
 // when it is closed with any error other than one wrapping ErrReleased.
 func NewSignal(onLost func(error)) *Signal {
-	return &Signal{done: make(chan struct{}), onLost: onLost}
+	return &Signal{onLost: onLost}
 }
 
 // Done is closed by the first Close.
-func (s *Signal) Done() <-chan struct{} { return s.done }
+func (s *Signal) Done() <-chan struct{} {
+	if c := s.done.Load(); c != nil {
+		return *c
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.done.Load(); c != nil {
+		return *c
+	}
+	c := closedChan
+	if !s.ended {
+		c = make(chan struct{})
+	}
+	s.done.Store(&c)
+	return c
+}
 
 // Err is nil until the first Close begins, then the error it was given.
 func (s *Signal) Err() error {
@@ -48,18 +70,21 @@ func (s *Signal) Close(err error) bool {
 	if s.onLost != nil && !errors.Is(err, ErrReleased) {
 		s.onLost(err)
 	}
-	close(s.done)
+	s.mu.Lock()
+	s.ended = true
+	if c := s.done.Load(); c != nil {
+		close(*c)
+	}
+	s.mu.Unlock()
 	return true
 }
 
-// Closed reports whether Close has been called.
+// Closed reports whether Close has been called and has closed Done (its
+// onLost has returned).
 func (s *Signal) Closed() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
 }
 
 // NotHeld is what a lease's Release returns when the lease no longer holds

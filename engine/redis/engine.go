@@ -248,12 +248,13 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	if err := e.behind.Load(); err != nil {
 		return nil, &engine.OpError{Engine: "redis", Op: "acquire", Key: req.Key, Err: *err}
 	}
-	l := e.newLease(req)
+	a := e.newAttempt(req)
+	defer e.putAttempt(a)
 	var w *waiter // joined after the first refusal: uncontended locks never subscribe
 	if req.Wait {
 		// Once the engine listens already, join before the first attempt:
 		// a refusal then needs no second one.
-		w = e.hub.joinReady(l.keys.c, l.id, req.Mode == engine.Shared)
+		w = e.hub.joinReady(a.rel.keys.c, a.id, req.Mode == engine.Shared)
 	}
 	queued := false // registered as a waiting writer on the server
 	var waitSince time.Time
@@ -265,7 +266,7 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	for {
 		sent := time.Now()
 		starving := queued && !e.opts.fair && e.opts.starve > 0 && sent.Sub(waitSince) >= e.opts.starve
-		lease, n, err := e.tryOnce(ctx, l, req, queued, starving, sent)
+		lease, n, err := e.tryOnce(ctx, a, req, queued, starving, sent)
 		if lease != nil || err != nil {
 			return lease, err
 		}
@@ -279,10 +280,10 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 		if w == nil {
 			// Subscribe, then try again at once: a release published
 			// between the refusal and the subscription is not lost.
-			w = e.hub.join(ctx, l.keys.c, l.id, req.Mode == engine.Shared)
+			w = e.hub.join(ctx, a.rel.keys.c, a.id, req.Mode == engine.Shared)
 			continue
 		}
-		if lease, err := e.await(ctx, l, w, n, queued); lease != nil || err != nil {
+		if lease, err := e.await(ctx, a, w, n, queued); lease != nil || err != nil {
 			return lease, err
 		}
 	}
@@ -292,16 +293,16 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 // when the key is granted; nil and no error when it is refused, with n the
 // holder's remaining TTL in milliseconds; or the error that ends the
 // Acquire.
-func (e *Engine) tryOnce(ctx context.Context, l *lease, req engine.Request, queued, starving bool,
+func (e *Engine) tryOnce(ctx context.Context, a *attempt, req engine.Request, queued, starving bool,
 	sent time.Time) (engine.Lease, int64, error) {
 	rctx, cancel := e.roundTrip(ctx)
-	ok, n, err := l.try(rctx, req.Wait, queued, starving)
+	ok, n, err := a.try(rctx, req.Wait, queued, starving)
 	cancel()
 	if err != nil {
 		// The reply is lost, not necessarily the write: undo whatever the
 		// script may have done under this lease's id, waiting for it no
 		// longer than engine.UndoWait.
-		e.frame.RunUpTo(engine.UndoWait, func() { l.undo(queued || req.Wait) })
+		e.undoUpTo(a, queued || req.Wait)
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, 0, errors.Join(engine.ErrNotAcquired, ctxErr)
 		}
@@ -310,15 +311,15 @@ func (e *Engine) tryOnce(ctx context.Context, l *lease, req engine.Request, queu
 	if !ok {
 		return nil, n, nil
 	}
-	if time.Since(l.at) >= l.life() {
+	if time.Since(a.at) >= a.life() {
 		// The reply came after the lease's TTL had run out (the process
 		// was stopped, or the network held it): the key may be someone
 		// else's by now.
-		e.frame.RunUpTo(engine.UndoWait, func() { l.undo(false) })
+		e.undoUpTo(a, false)
 		return nil, 0, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out",
-			engine.ErrNotAcquired, req.Key, l.ttl)
+			engine.ErrNotAcquired, req.Key, a.ttl)
 	}
-	lease, err := e.granted(l, uint64(n), l.at)
+	lease, err := e.granted(a, uint64(n), a.at)
 	return lease, 0, err
 }
 
@@ -328,7 +329,7 @@ func (e *Engine) tryOnce(ctx context.Context, l *lease, req engine.Request, queu
 // this waiter (see handedOff). When ctx ends or the engine closes it undoes
 // what the wait left on the server (a waiter's mark, if queued) and
 // returns the error that ends the Acquire.
-func (e *Engine) await(ctx context.Context, l *lease, w *waiter, n int64, queued bool) (engine.Lease, error) {
+func (e *Engine) await(ctx context.Context, a *attempt, w *waiter, n int64, queued bool) (engine.Lease, error) {
 	pause := e.opts.recheck
 	if n > 0 && time.Duration(n)*time.Millisecond < pause {
 		pause = time.Duration(n)*time.Millisecond + time.Millisecond // the holder's TTL runs out first
@@ -338,22 +339,24 @@ func (e *Engine) await(ctx context.Context, l *lease, w *waiter, n int64, queued
 	select {
 	case <-w.wake:
 		if g, ok := e.hub.granted(w); ok {
-			return e.handedOff(l, g)
+			return e.handedOff(a, g)
 		}
 	case <-timer.C:
 	case <-ctx.Done():
-		e.frame.RunUpTo(engine.UndoWait, func() { l.undo(queued) })
+		e.undoUpTo(a, queued)
 		return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
 	case <-e.frame.Closing():
-		e.frame.RunUpTo(engine.UndoWait, func() { l.undo(queued) })
+		e.undoUpTo(a, queued)
 		return nil, engine.ErrClosed
 	}
 	return nil, nil
 }
 
-// granted registers a new lease with the engine and arms its expiry or
-// renewal, or gives the key back if the engine closed meanwhile.
-func (e *Engine) granted(l *lease, token uint64, sent time.Time) (engine.Lease, error) {
+// granted registers the lease of a granted attempt with the engine and
+// arms its expiry or renewal, or gives the key back if the engine closed
+// meanwhile. The attempt is dropped: the lease keeps only what it needs.
+func (e *Engine) granted(a *attempt, token uint64, sent time.Time) (engine.Lease, error) {
+	l := a.lease
 	l.token = token
 	poke := false
 	if err := e.frame.Track(l, func() error {
@@ -366,7 +369,7 @@ func (e *Engine) granted(l *lease, token uint64, sent time.Time) (engine.Lease, 
 		}
 		return nil
 	}); err != nil {
-		l.undo(false)
+		a.undo(false)
 		return nil, err
 	}
 	if poke {
@@ -406,7 +409,7 @@ func (e *Engine) Close() error {
 		release := func() error {
 			pipe := e.c.Pipeline()
 			for _, l := range held {
-				l.releaseCmd(ctx, pipe)
+				l.relArgs().releaseCmd(ctx, pipe)
 			}
 			_, err := pipe.Exec(ctx)
 			return err

@@ -73,7 +73,7 @@ func TestServerKilledLeasesLost(t *testing.T) {
 		case <-time.After(10 * ttl): // a hang guard, not a speed target
 			t.Fatalf("lease %q still looked held %v after the server died", l.Key(), 10*ttl)
 		}
-		k := l.(*lease).keys
+		k := e.keysOf(l.Key())
 		if n := c.failures(k.w) + c.failures(k.r); n != 1 {
 			t.Errorf("lease %q learnt of the loss after %d failed renewals, want the first", l.Key(), n)
 		}

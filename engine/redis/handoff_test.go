@@ -71,9 +71,9 @@ func TestHandOffDelayedDelivery(t *testing.T) {
 		t.Fatalf("the grant came %v after the release, before the %v delay: not the delayed message",
 			received.Sub(released), delay)
 	}
-	if l.at.After(released) {
+	if at := valid.Add(-l.life()); at.After(released) { // granted set valid to at + life
 		t.Errorf("the lease counts from %v after the release returned, later than the grant on the server",
-			l.at.Sub(released))
+			at.Sub(released))
 	}
 	if left, most := valid.Sub(received), l.life()-delay; left > most {
 		t.Errorf("local validity left at delivery %v exceeds the lease's life less the delay, %v", left, most)
@@ -87,15 +87,15 @@ func TestHandOffDelayedDelivery(t *testing.T) {
 // whose registration it served, or from the first attempt when that one
 // is unknown or too old to be kept (an earlier time, so a shorter lease).
 func TestHandOffAt(t *testing.T) {
-	l := &lease{}
+	l := &attempt{}
 	base := time.Unix(1000, 0)
 	for i := range 20 {
-		l.attempt++
+		l.n++
 		sent := base.Add(time.Duration(i) * time.Second)
-		if l.attempt == 1 {
+		if l.n == 1 {
 			l.first = sent
 		}
-		l.sents[l.attempt%int64(len(l.sents))] = sent
+		l.sents[l.n%int64(len(l.sents))] = sent
 	}
 	for _, c := range []struct {
 		a, d int64
@@ -226,14 +226,14 @@ func TestHandOffFoundByAttempt(t *testing.T) {
 	if l.Token() <= first.Token() {
 		t.Errorf("hand-off token %d is not above the previous holder's %d", l.Token(), first.Token())
 	}
-	if l.at.After(released) {
-		t.Errorf("the lease counts from %v after the release returned", l.at.Sub(released))
-	}
 	before := time.Now()
 	pttl := time.Duration(admin.PTTL(context.Background(), keys.w).Val()) * time.Millisecond
 	waiting.mu.Lock()
 	valid := l.valid
 	waiting.mu.Unlock()
+	if at := valid.Add(-l.life()); at.After(released) { // granted set valid to at + life
+		t.Errorf("the lease counts from %v after the release returned", at.Sub(released))
+	}
 	if local := valid.Sub(before); local > pttl {
 		t.Errorf("local validity left %v exceeds the server's PTTL %v", local, pttl)
 	}

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+
+	"github.com/cerberus-go/cerberus/engine"
 )
 
 // lockKeys are the Redis keys of one lock, all in one hash slot.
@@ -17,13 +19,7 @@ type lockKeys struct {
 }
 
 func (e *Engine) keysOf(key string) lockKeys {
-	var tag string
-	if strings.ContainsRune(key, '}') {
-		sum := sha256.Sum256([]byte(key))
-		tag = "{h:" + hex.EncodeToString(sum[:]) + "}"
-	} else {
-		tag = "{k:" + key + "}"
-	}
+	tag := tagOf(key)
 	// One allocation for all twelve names: each is a slice of the same
 	// string.
 	p := e.opts.prefix
@@ -38,6 +34,29 @@ func (e *Engine) keysOf(key string) lockKeys {
 	}
 	return lockKeys{w: cut(2), r: cut(2), ww: cut(3), q: cut(2), f: cut(2), c: cut(2), h: cut(2),
 		rw: cut(3), x: cut(2), v: cut(2), cq: cut(3), wt: cut(3)}
+}
+
+// tagOf is the hash tag that puts every key of a lock in one slot: the
+// key itself, or its SHA-256 if it holds a '}', which would end the tag.
+func tagOf(key string) string {
+	if strings.ContainsRune(key, '}') {
+		sum := sha256.Sum256([]byte(key))
+		return "{h:" + hex.EncodeToString(sum[:]) + "}"
+	}
+	return "{k:" + key + "}"
+}
+
+// renewKeys are the two keys a renewal of key names: :w and :x for a
+// writer, :r and :v for a reader (keysOf's names, built alone, so that a
+// renewal round does not build all twelve for every lease).
+func (e *Engine) renewKeys(key string, mode engine.Mode) []string {
+	a, b := ":w", ":x"
+	if mode == engine.Shared {
+		a, b = ":r", ":v"
+	}
+	base := e.opts.prefix + tagOf(key)
+	both := base + a + base + b
+	return []string{both[:len(base)+2], both[len(base)+2:]}
 }
 
 // stateKeys are the keys that exist only while the lock is held or waited

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -11,47 +12,117 @@ import (
 	"github.com/cerberus-go/cerberus/engine"
 )
 
-// lease is a Redis engine lease.
+// lease is a held Redis lease: only what its renewal, its release and
+// its accessors need, so that a process holding many leases keeps little
+// for each. What an Acquire needs while it runs is in attempt, dropped
+// once the key is granted.
 type lease struct {
-	e     *Engine
-	key   string
-	keys  lockKeys
-	mode  engine.Mode
-	id    string // the value stored on the server: engine id + sequence
-	ttl   time.Duration
-	renew bool
-	token uint64
-	sig   *engine.Signal
-
-	// The script command lines every call of this lease sends, built once
-	// (see Engine.run): "evalsha", sha, numkeys, keys..., args.... Their
-	// string and integer arguments point into this struct, so building
-	// them allocates no boxed values.
-	acqLine, relLine []any
-	ttlMS            int64
-	limit            int64  // Request.Limit
-	value            string // Request.Value
-	// The same keys as slices, for pipelines and the Script fallback.
-	acqKeys, relKeys []string
-	keyArr           [8]string
-	relArr           [11]string
-
-	// Hand-off bookkeeping of a waiting Acquire (see the package doc,
-	// "Hand-off"): attempt counts the acquire attempts sent, and sents
-	// keeps the send times of the last len(sents) of them by attempt
-	// number modulo len(sents); first is the first attempt's.
-	attempt int64
-	sents   [8]time.Time
-	first   time.Time
-	// at is when a grant counts from: the send time of the attempt that
-	// was granted, or for a hand-off the bound described in the package
-	// doc. It is set by try and handedOff.
-	at time.Time
+	e        *Engine
+	key      string
+	id       string // the value stored on the server: engine id + sequence
+	mode     engine.Mode
+	renew    bool
+	hasValue bool // Request.Value was set: a writer keeps it in :x
+	ttl      time.Duration
+	token    uint64
+	sig      *engine.Signal
 
 	// guarded by e.mu
 	due   time.Time   // next renewal (renewed leases)
 	valid time.Time   // the server keeps the key at least a margin longer than this
 	timer *time.Timer // local expiry (fixed leases)
+}
+
+// attempt is an Acquire under way: the lease it will grant, and the
+// script command lines every try sends, built once (see Engine.run).
+// Their string and integer arguments point into this struct, so building
+// them allocates no boxed values.
+type attempt struct {
+	*lease
+	rel     relArgs
+	acqLine []any
+	ttlMS   int64
+	limit   int64  // Request.Limit
+	value   string // Request.Value
+	acqKeys []string
+	keyArr  [8]string
+	acqBuf  [acqCap]any
+
+	// Hand-off bookkeeping of a waiting Acquire (see the package doc,
+	// "Hand-off"): n counts the acquire attempts sent, and sents keeps
+	// the send times of the last len(sents) of them by attempt number
+	// modulo len(sents); first is the first attempt's.
+	n     int64
+	sents [8]time.Time
+	first time.Time
+	// at is when a grant counts from: the send time of the attempt that
+	// was granted, or for a hand-off the bound described in the package
+	// doc. It is set by try and handedOff.
+	at time.Time
+	// kept is set when an undo of this attempt may still run after its
+	// Acquire returns: the attempt is then not reused.
+	kept bool
+}
+
+// attempts are attempts whose Acquire has returned, for reuse: a process
+// that takes and gives back locks in a loop allocates none.
+var attempts = sync.Pool{New: func() any { return new(attempt) }}
+
+// putAttempt gives a back for reuse once its Acquire has returned, unless
+// an undo of it may still be running.
+func (e *Engine) putAttempt(a *attempt) {
+	if a.kept {
+		return
+	}
+	*a = attempt{} // drop the lease and every pointer into it
+	attempts.Put(a)
+}
+
+// undoUpTo undoes a in the background, waiting for it no longer than
+// engine.UndoWait (see tryOnce).
+func (e *Engine) undoUpTo(a *attempt, queued bool) {
+	a.kept = true
+	e.frame.RunUpTo(engine.UndoWait, func() { a.undo(queued) })
+}
+
+// rels are release command lines of held leases, for reuse.
+var rels = sync.Pool{New: func() any { return new(relArgs) }}
+
+// acqCap and relCap are the lengths of the acquire and release command
+// lines: "evalsha", sha, numkeys, the keys, the arguments.
+const acqCap, relCap = 3 + 8 + 10, 3 + 11 + 4
+
+// relArgs is the release script's command line for one lease, and the
+// keys it names.
+type relArgs struct {
+	keys lockKeys
+	arr  [11]string
+	buf  [relCap]any
+	line []any
+	ks   []string // arr, less :v and :cq for a writer, which only readers use
+}
+
+// init builds r's command line for l.
+func (r *relArgs) init(l *lease) {
+	k := &r.keys
+	r.arr = [11]string{k.w, k.r, k.ww, k.q, k.f, k.h, k.rw, k.x, k.wt, k.v, k.cq}
+	r.ks = r.arr[:]
+	sha := shaReleaseShared
+	if l.mode == engine.Exclusive {
+		r.ks, sha = r.arr[:9], shaReleaseExclusive
+	}
+	r.line = line(r.buf[:0], sha, r.ks, &l.id, &k.c, l.e.argWake, flag(l.hasValue))
+}
+
+// args returns the script arguments of r's line.
+func (r *relArgs) args() []any { return r.line[3+len(r.ks):] }
+
+// relArgs builds the release command line of a held lease (one
+// allocation for it, one for the key names).
+func (l *lease) relArgs() *relArgs {
+	r := &relArgs{keys: l.e.keysOf(l.key)}
+	r.init(l)
+	return r
 }
 
 // life is how long after sending a grant or renewal the lease counts as
@@ -71,22 +142,22 @@ func (l *lease) Err() error            { return l.sig.Err() }
 // starving says the caller, a default-mode writer, has waited past the
 // engine's starvation threshold and takes a place in the arrival-order
 // queue.
-func (l *lease) try(ctx context.Context, wait, queued, starving bool) (bool, int64, error) {
-	s, line := acquireShared, l.acqLine
-	args := line[3+len(l.acqKeys):]
-	if l.mode == engine.Exclusive {
+func (a *attempt) try(ctx context.Context, wait, queued, starving bool) (bool, int64, error) {
+	s, line := acquireShared, a.acqLine
+	args := line[3+len(a.acqKeys):]
+	if a.mode == engine.Exclusive {
 		s = acquireExclusive
-		args[2], args[3], args[5], args[6] = flag(l.e.opts.fair), flag(wait), flag(queued), flag(starving)
+		args[2], args[3], args[5], args[6] = flag(a.e.opts.fair), flag(wait), flag(queued), flag(starving)
 	} else {
 		args[2], args[4] = flag(wait), flag(queued)
 	}
-	l.attempt++
+	a.n++
 	sent := time.Now()
-	if l.attempt == 1 {
-		l.first = sent
+	if a.n == 1 {
+		a.first = sent
 	}
-	l.sents[l.attempt%int64(len(l.sents))] = sent
-	v, err := l.e.run(ctx, s, line, l.acqKeys).Result()
+	a.sents[a.n%int64(len(a.sents))] = sent
+	v, err := a.e.run(ctx, s, line, a.acqKeys).Result()
 	if err != nil {
 		return false, 0, err
 	}
@@ -95,15 +166,15 @@ func (l *lease) try(ctx context.Context, wait, queued, starving bool) (bool, int
 		n, okN := r[1].(int64)
 		switch {
 		case okN && code == 1 && len(r) == 2:
-			l.at = sent
+			a.at = sent
 			return true, n, nil
 		case okN && code == 0 && len(r) == 2:
 			return false, n, nil
 		case okN && code == 2 && len(r) == 4:
 			d, okD := r[2].(int64)
-			a, okA := r[3].(int64)
+			at, okA := r[3].(int64)
 			if okD && okA {
-				l.at = l.handOffAt(a, d)
+				a.at = a.handOffAt(at, d)
 				return true, n, nil
 			}
 		}
@@ -112,14 +183,14 @@ func (l *lease) try(ctx context.Context, wait, queued, starving bool) (bool, int
 }
 
 // handOffAt is when a hand-off grant counts from: the send time of the
-// attempt that made the registration the release served (attempt number a;
+// attempt that made the registration the release served (attempt number n;
 // the first attempt's when a is unknown or too old to be kept, which is
 // earlier still) plus d microseconds, the server's measure of the time from
 // that registration to the grant. See the package doc, "Hand-off".
-func (l *lease) handOffAt(a, d int64) time.Time {
-	base := l.first
-	if a >= 1 && a <= l.attempt && a > l.attempt-int64(len(l.sents)) {
-		base = l.sents[a%int64(len(l.sents))]
+func (a *attempt) handOffAt(n, d int64) time.Time {
+	base := a.first
+	if n >= 1 && n <= a.n && n > a.n-int64(len(a.sents)) {
+		base = a.sents[n%int64(len(a.sents))]
 	}
 	return base.Add(time.Duration(max(d, 0)) * time.Microsecond)
 }
@@ -173,84 +244,74 @@ func flag(b bool) any {
 	return argFalse
 }
 
-// undo removes, with a fresh bounded context, whatever an acquisition under
-// this lease's id may have left: a grant whose reply was lost, or a place
-// among the waiting writers.
-func (l *lease) undo(queued bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), l.e.opts.timeout)
+// undo removes, with a fresh bounded context, whatever this attempt may
+// have left: a grant whose reply was lost, or a place among the waiting
+// writers.
+func (a *attempt) undo(queued bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.e.opts.timeout)
 	defer cancel()
 	// Leave first: once the waiter is off the queue no release can hand
 	// it the key, and the release then frees a hand-off made before.
-	pipe := l.e.c.Pipeline()
+	pipe := a.e.c.Pipeline()
 	if queued {
-		l.leaveCmd(ctx, pipe)
+		a.rel.leaveCmd(ctx, pipe)
 	}
-	l.releaseCmd(ctx, pipe)
+	a.rel.releaseCmd(ctx, pipe)
 	if _, err := pipe.Exec(ctx); hasNoScript(err) {
-		loadScripts(ctx, l.e.c)
-		pipe = l.e.c.Pipeline()
+		loadScripts(ctx, a.e.c)
+		pipe = a.e.c.Pipeline()
 		if queued {
-			l.leaveCmd(ctx, pipe)
+			a.rel.leaveCmd(ctx, pipe)
 		}
-		l.releaseCmd(ctx, pipe)
+		a.rel.releaseCmd(ctx, pipe)
 		_, _ = pipe.Exec(ctx)
 	}
 }
 
-// releaseCmd queues this lease's release script on a pipeline.
-func (l *lease) releaseCmd(ctx context.Context, pipe goredis.Pipeliner) *goredis.Cmd {
-	return l.releaseScript().EvalSha(ctx, pipe, l.relKeys, l.relLine[3+len(l.relKeys):]...)
+// releaseCmd queues the release script on a pipeline.
+func (r *relArgs) releaseCmd(ctx context.Context, pipe goredis.Pipeliner) *goredis.Cmd {
+	return r.script().EvalSha(ctx, pipe, r.ks, r.args()...)
 }
 
-// leaveCmd queues the script that takes this lease's waiter off the queue.
-func (l *lease) leaveCmd(ctx context.Context, pipe goredis.Pipeliner) {
-	leaveQueue.EvalSha(ctx, pipe, l.relKeys, l.relLine[3+len(l.relKeys):]...)
+// leaveCmd queues the script that takes the lease's waiter off the queue.
+func (r *relArgs) leaveCmd(ctx context.Context, pipe goredis.Pipeliner) {
+	leaveQueue.EvalSha(ctx, pipe, r.ks, r.args()...)
 }
 
-func (l *lease) releaseScript() *goredis.Script {
-	if l.mode == engine.Exclusive {
+// script is the release script of r's line.
+func (r *relArgs) script() *goredis.Script {
+	if r.line[1] == shaReleaseExclusive {
 		return releaseExclusive
 	}
 	return releaseShared
 }
 
-// newLease builds a lease for req with the keys and arguments its scripts
-// take.
-func (e *Engine) newLease(req engine.Request) *lease {
+// newAttempt builds an attempt for req (a reused one where it can): its
+// lease, and the keys and arguments its scripts take.
+func (e *Engine) newAttempt(req engine.Request) *attempt {
 	var b [48]byte
-	l := &lease{
-		e: e, key: req.Key, keys: e.keysOf(req.Key), mode: req.Mode,
+	a := attempts.Get().(*attempt)
+	a.lease = &lease{
+		e: e, key: req.Key, mode: req.Mode, hasValue: req.Value != "",
 		id:  string(strconv.AppendUint(append(append(b[:0], e.id...), ':'), e.seq.Add(1), 36)),
 		ttl: req.TTL, renew: req.Renew, sig: engine.NewSignal(req.OnLost),
 	}
-	k := &l.keys
-	l.ttlMS, l.limit, l.value = ms(l.ttl), int64(req.Limit), req.Value
-	const acqCap, relCap = 3 + 8 + 10, 3 + 11 + 4
-	buf := make([]any, 0, acqCap+relCap) // both lines in one allocation
-	if l.mode == engine.Exclusive {
-		l.keyArr = [8]string{k.w, k.r, k.ww, k.q, k.f, k.h, k.x, k.wt}
-		l.acqKeys = l.keyArr[:]
-		l.acqLine = line(buf[:0:acqCap], shaAcquireExclusive, l.acqKeys, &l.id, &l.ttlMS, argFalse,
-			argFalse, e.argQueueTTL, argFalse, argFalse, &l.attempt, &l.value, &k.c)
+	a.rel.keys = e.keysOf(req.Key)
+	k := &a.rel.keys
+	a.ttlMS, a.limit, a.value = ms(a.ttl), int64(req.Limit), req.Value
+	if a.mode == engine.Exclusive {
+		a.keyArr = [8]string{k.w, k.r, k.ww, k.q, k.f, k.h, k.x, k.wt}
+		a.acqKeys = a.keyArr[:]
+		a.acqLine = line(a.acqBuf[:0], shaAcquireExclusive, a.acqKeys, &a.id, &a.ttlMS, argFalse,
+			argFalse, e.argQueueTTL, argFalse, argFalse, &a.n, &a.value, &k.c)
 	} else {
-		l.keyArr = [8]string{k.w, k.r, k.ww, k.f, k.rw, k.v, k.cq, k.wt}
-		l.acqKeys = l.keyArr[:]
-		l.acqLine = line(buf[:0:acqCap], shaAcquireShared, l.acqKeys, &l.id, &l.ttlMS, argFalse,
-			e.argQueueTTL, argFalse, &l.limit, &l.value, &k.c)
+		a.keyArr = [8]string{k.w, k.r, k.ww, k.f, k.rw, k.v, k.cq, k.wt}
+		a.acqKeys = a.keyArr[:]
+		a.acqLine = line(a.acqBuf[:0], shaAcquireShared, a.acqKeys, &a.id, &a.ttlMS, argFalse,
+			e.argQueueTTL, argFalse, &a.limit, &a.value, &k.c)
 	}
-	// A writer's lease leaves out :v and :cq, which only readers use.
-	l.relArr = [11]string{k.w, k.r, k.ww, k.q, k.f, k.h, k.rw, k.x, k.wt, k.v, k.cq}
-	l.relKeys = l.relArr[:]
-	if l.mode == engine.Exclusive {
-		l.relKeys = l.relArr[:9]
-	}
-	sha := shaReleaseExclusive
-	if l.mode == engine.Shared {
-		sha = shaReleaseShared
-	}
-	l.relLine = line(buf[acqCap:acqCap:acqCap+relCap], sha, l.relKeys, &l.id, &k.c, e.argWake,
-		flag(l.value != ""))
-	return l
+	a.rel.init(a.lease)
+	return a
 }
 
 // Release gives the key up with a compare-and-delete on this lease's id.
@@ -258,7 +319,12 @@ func (l *lease) Release(ctx context.Context) error {
 	l.e.forget(l)
 	rctx, cancel := l.e.roundTrip(ctx)
 	defer cancel()
-	n, err := l.e.run(rctx, l.releaseScript(), l.relLine, l.relKeys).Int64()
+	r := rels.Get().(*relArgs)
+	r.keys = l.e.keysOf(l.key)
+	r.init(l)
+	n, err := l.e.run(rctx, r.script(), r.line, r.ks).Int64()
+	*r = relArgs{}
+	rels.Put(r)
 	switch {
 	case err != nil:
 		// Unknown whether it still holds; it is no longer renewed, so it

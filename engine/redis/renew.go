@@ -202,10 +202,10 @@ func (e *Engine) renewPipeline(ctx context.Context, batch []*lease) ([]*goredis.
 	cmds := make([]*goredis.Cmd, len(batch))
 	for i, l := range batch {
 		if l.mode == engine.Exclusive {
-			cmds[i] = renewExclusive.EvalSha(ctx, pipe, []string{l.keys.w, l.keys.x}, l.id, ms(l.ttl),
-				flag(l.value != ""))
+			cmds[i] = renewExclusive.EvalSha(ctx, pipe, e.renewKeys(l.key, l.mode), l.id, ms(l.ttl),
+				flag(l.hasValue))
 		} else {
-			cmds[i] = renewShared.EvalSha(ctx, pipe, []string{l.keys.r, l.keys.v}, l.id, ms(l.ttl))
+			cmds[i] = renewShared.EvalSha(ctx, pipe, e.renewKeys(l.key, l.mode), l.id, ms(l.ttl))
 		}
 	}
 	_, err := pipe.Exec(ctx)

@@ -347,18 +347,18 @@ func (h *hub) granted(w *waiter) (*grant, bool) {
 }
 
 // handedOff completes an Acquire whose key a release handed to it: the
-// grant counts from l.handOffAt (never later than the grant on the
+// grant counts from a.handOffAt (never later than the grant on the
 // server, see the package doc), so a message delivered late shortens the
 // lease and never lengthens it; one that comes after the lease's life has
 // run out is refused and the key given back.
-func (e *Engine) handedOff(l *lease, g *grant) (engine.Lease, error) {
-	l.at = l.handOffAt(g.attempt, g.d)
-	if time.Since(l.at) >= l.life() {
-		e.frame.RunUpTo(engine.UndoWait, func() { l.undo(true) })
+func (e *Engine) handedOff(a *attempt, g *grant) (engine.Lease, error) {
+	a.at = a.handOffAt(g.attempt, g.d)
+	if time.Since(a.at) >= a.life() {
+		e.undoUpTo(a, true)
 		return nil, fmt.Errorf("%w: %q: the hand-off arrived after its %v TTL had run out",
-			engine.ErrNotAcquired, l.key, l.ttl)
+			engine.ErrNotAcquired, a.key, a.ttl)
 	}
-	return e.granted(l, g.token, l.at)
+	return e.granted(a, g.token, a.at)
 }
 
 // poke wakes w; wake-ups merge, none is lost.
