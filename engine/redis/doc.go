@@ -56,8 +56,9 @@
 //     hand-off grants);
 //   - eviction under maxmemory with an allkeys-* policy:
 //     TestTokensAfterEviction;
-//   - a promoted replica that lacked the last grants (Sentinel's failover
-//     or an operator's REPLICAOF NO ONE): TestTokensAfterReplicaPromotion;
+//   - a promoted replica that lacked the last grants: an operator's
+//     REPLICAOF NO ONE (TestTokensAfterReplicaPromotion) or Sentinel's
+//     failover (TestSentinelTokensAfterFailover);
 //   - a Redis Cluster master restarted empty (each key's counter is on its
 //     slot's master): TestClusterTokensAfterMasterRestart;
 //   - Redlock nodes restarted together: TestRedlockTokensAfterMajorityRestart.
@@ -79,7 +80,9 @@
 // Tokens fit in 48 bits until about 2096 (2^48 ticks of 8µs are about 71
 // years), as the Failover's epoch<<48 | token needs. The counter is
 // written as an integer string and Lua's numbers (doubles) hold it
-// exactly. Scripts call redis.replicate_commands first, so that Redis 3.2
+// exactly; past 10^14 (about 2050) Lua would write a number in exponent
+// form, so the scripts format tokens with string.format('%d')
+// (TestTokensBeyondFourteenDigits). Scripts call redis.replicate_commands first, so that Redis 3.2
 // to 4.x replicates the writes of a script that read TIME; from Redis 5 on
 // that is the default.
 //

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -290,4 +293,188 @@ func TestClusterTokensAfterMasterRestart(t *testing.T) {
 	}
 	cl.Nodes[owner].Restart()
 	cycles(t, e, key, 1, last)
+}
+
+// TestTokensBeyondFourteenDigits: a counter past 10^14 (the clock gets
+// there about 2050; Lua writes a number of more than 14 digits in exponent
+// form) still gives exact tokens to exclusive, shared and hand-off grants,
+// in the counter, the readers' holder entries and the hand-off's message.
+func TestTokensBeyondFourteenDigits(t *testing.T) {
+	srv := startServer(t)
+	admin := newClient(t, srv.addr)
+	e := mustEngine(t, newClient(t, srv.addr))
+	const start = 1<<48 - 1000 // 281474976709656, 15 digits
+	key := "digits"
+	if err := admin.Set(ctxT(t), e.keysOf(key).f, start, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := uint64(start)
+	check := func(l engine.Lease, what string) {
+		t.Helper()
+		want++
+		if l.Token() != want {
+			t.Errorf("%s: token %d, want %d", what, l.Token(), want)
+		}
+		if c, err := admin.Get(ctxT(t), e.keysOf(key).f).Result(); err != nil || c != fmt.Sprint(want) {
+			t.Errorf("%s: counter %q (%v), want %d", what, c, err, want)
+		}
+		hs, err := e.Holders(ctxT(t), key)
+		if err != nil || len(hs) != 1 || hs[0].Token != want {
+			t.Errorf("%s: Holders = %+v, %v; want one holder with token %d", what, hs, err, want)
+		}
+	}
+	a := grantOnce(t, e, once(key, 5*time.Second))
+	check(a, "exclusive grant")
+	got := make(chan engine.Lease, 1)
+	go func() {
+		l, err := mustEngine(t, newClient(t, srv.addr)).Acquire(ctxT(t), hold(key, 5*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitFor(t, "the writer to wait", func() bool {
+		return admin.Exists(context.Background(), e.keysOf(key).h).Val() == 1
+	})
+	if err := a.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if l := <-got; l != nil {
+		check(l, "hand-off")
+		if err := l.Release(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := once(key, 5*time.Second)
+	s.Mode = engine.Shared
+	r := grantOnce(t, e, s)
+	defer r.Release(context.Background())
+	check(r, "shared grant")
+}
+
+// gate is a TCP proxy of a test's own between a replica and its primary:
+// while it is shut, what the primary sends is dropped, so the replica
+// falls behind without knowing it.
+type gate struct {
+	ln   net.Listener
+	shut atomic.Bool
+}
+
+// newGate listens on loopback and forwards every connection to backend
+// until the test ends.
+func newGate(t *testing.T, backend string) *gate {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gate{ln: ln}
+	var conns []net.Conn
+	var mu sync.Mutex
+	closed := false
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		closed = true
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", backend)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			mu.Lock()
+			if closed {
+				mu.Unlock()
+				_, _ = c.Close(), s.Close()
+				return
+			}
+			conns = append(conns, c, s)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(s, c) }()
+			go g.forward(c, s)
+		}
+	}()
+	return g
+}
+
+// forward copies from src to dst, dropping what arrives while the gate is
+// shut.
+func (g *gate) forward(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !g.shut.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = dst.Close()
+			return
+		}
+	}
+}
+
+// TestSentinelTokensAfterFailover: Sentinel promotes a replica that missed
+// the primary's last grants (its replication link drops them); the next
+// grant through Sentinel, on the promoted replica, is above them.
+func TestSentinelTokensAfterFailover(t *testing.T) {
+	primary := startServer(t)
+	g := newGate(t, primary.addr)
+	host, port, _ := net.SplitHostPort(g.ln.Addr().String())
+	replica := testenv.StartRedis(t, "--replicaof", host, port)
+	pc, rc := newClient(t, primary.addr), newClient(t, replica.Addr)
+	waitFor(t, "the replica to link", func() bool {
+		return strings.Contains(rc.Info(context.Background(), "replication").Val(), "master_link_status:up")
+	})
+	sentinel := testenv.StartRedisSentinel(t, primary.addr)
+	sc := goredis.NewSentinelClient(&goredis.Options{Addr: sentinel.Addr})
+	t.Cleanup(func() { _ = sc.Close() })
+	// The sentinel learns of replicas from the master's INFO (every 10s).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		rs, err := sc.Replicas(ctxT(t), testenv.SentinelMaster).Result()
+		if err == nil && len(rs) == 1 && rs[0]["flags"] == "slave" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sentinel does not report the replica: %v (%v)", rs, err)
+		}
+	}
+	pe := mustEngine(t, pc)
+	key := "sentinel/failover"
+	cycles(t, pe, key, 10, 0)
+	if n, err := pc.Wait(ctxT(t), 1, 5000).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1: %d replicas acknowledged (%v)", n, err)
+	}
+	g.shut.Store(true)
+	last := cycles(t, pe, key, 10, 0)
+	if c := counter(t, rc, pe, key); c == 0 || c >= last {
+		t.Fatalf("the replica's counter is %d; want the replicated one, below the last token %d", c, last)
+	}
+	if err := sc.Failover(ctxT(t), testenv.SentinelMaster).Err(); err != nil {
+		t.Fatalf("SENTINEL FAILOVER: %v", err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		got, err := sc.GetMasterAddrByName(ctxT(t), testenv.SentinelMaster).Result()
+		if err == nil && len(got) == 2 && net.JoinHostPort(got[0], got[1]) == replica.Addr {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sentinel did not promote the replica %s: master %v (%v)", replica.Addr, got, err)
+		}
+	}
+	fc := goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: testenv.SentinelMaster,
+		SentinelAddrs: []string{sentinel.Addr}})
+	t.Cleanup(func() { _ = fc.Close() })
+	cycles(t, mustEngine(t, fc), key, 1, last)
 }
