@@ -147,7 +147,9 @@ var ErrUnknownEngine = errors.New("cerberus: unknown engine")
 // issued them. Engine tokens must fit in 48 bits (a grant whose token does
 // not is refused and released); every cerberus engine's does in practice
 // (ZooKeeper's czxid carries the ensemble epoch in its high 32 bits, which
-// would need 2^16 leader elections to overflow).
+// would need 2^16 leader elections to overflow; Redis tokens follow the
+// server's clock in 8µs units from 2025, which fit in 48 bits until about
+// 2096).
 //
 // Epochs are per process. Processes that switch together (an operator's
 // flip through shared configuration, Epoch set alike) keep equal epochs.

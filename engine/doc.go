@@ -84,7 +84,10 @@
 //   - Loss is visible: Lease.Done closes and Lease.Err says why as soon as the
 //     engine can know, and Request.OnLost is called once.
 //   - Fencing: Lease.Token strictly increases over successive grants of one
-//     key on one engine, across expiry and client restarts.
+//     key on one engine, across expiry and client restarts. The README's
+//     "What a token survives" says, per engine, what else tokens survive
+//     (a server's restart or lost writes, a failover, a flush) and which
+//     test shows it.
 //   - Waiting is notified where the server can notify, with a bounded
 //     re-check so a missed notification costs a delay, never a hang.
 //   - Bad input is refused before any I/O, and a failed or cancelled Acquire

@@ -10,7 +10,7 @@
 //	<prefix>{k:K}:r   sorted set of shared holders, scored by expiry (server time)
 //	<prefix>{k:K}:ww  sorted set of waiting writers, scored by a waiter deadline
 //	<prefix>{k:K}:q   list: arrival order of queued writers (see Waiting)
-//	<prefix>{k:K}:f   the fencing counter (INCR); it is kept forever
+//	<prefix>{k:K}:f   the fencing counter (see Fencing tokens); it is kept forever
 //	<prefix>{k:K}:h   hash: each waiting writer's registration (see Hand-off)
 //	<prefix>{k:K}:rw  sorted set of waiting readers, scored by a waiter deadline
 //	<prefix>{k:K}:c   the channel a release wakes waiting readers and watchers on
@@ -27,10 +27,64 @@
 // # Scripts
 //
 // Acquire, release and renew are each one Lua script, run with EVALSHA and
-// falling back to EVAL after NOSCRIPT. Acquire increments the fencing
-// counter and returns it as Token. Release and renew compare the stored
-// lease id first: a stale lease changes nothing. Reader expiry uses the
-// server's clock (TIME), never the client's.
+// falling back to EVAL after NOSCRIPT. Every grant raises the fencing
+// counter (see Fencing tokens) and returns it as Token. Release and renew
+// compare the stored lease id first: a stale lease changes nothing.
+// Reader expiry uses the server's clock (TIME), never the client's.
+//
+// # Fencing tokens
+//
+// Every grant (an acquire, a release's hand-off, a reader's grant) sets
+// the key's counter :f, in the script that grants, to
+//
+//	max(counter + 1, clock)
+//
+// and that is the lease's Token. clock is the server's clock (TIME) in
+// units of 8µs since 2025-01-01T00:00:00Z: floor((sec*1e6 + usec -
+// 1735689600*1e6) / 8), about 7.5e12 in 2026. Each grant of a key needs a
+// round trip of its client after the previous holder's release, and no
+// key is granted 125,000 times a second (one key takes about 8,000
+// uncontended cycles a second on the 2-core test machine), so the counter
+// does not run ahead of the clock: it is the clock at each grant, or just
+// above it. A counter the server forgets therefore starts again above
+// every token granted before:
+//
+//   - a restart without persistence: TestTokensAfterRestartWithoutPersistence;
+//   - a crash (kill -9) that loses the writes since the last snapshot:
+//     TestTokensAfterSnapshotRestore;
+//   - FLUSHALL or FLUSHDB: TestTokensAfterFlush (exclusive, shared and
+//     hand-off grants);
+//   - eviction under maxmemory with an allkeys-* policy:
+//     TestTokensAfterEviction;
+//   - a promoted replica that lacked the last grants: an operator's
+//     REPLICAOF NO ONE (TestTokensAfterReplicaPromotion) or Sentinel's
+//     failover (TestSentinelTokensAfterFailover);
+//   - a Redis Cluster master restarted empty (each key's counter is on its
+//     slot's master): TestClusterTokensAfterMasterRestart;
+//   - Redlock nodes restarted together: TestRedlockTokensAfterMajorityRestart.
+//
+// A new client or engine continues from the counter as it is (the
+// conformance suite's TokensIncrease closes an engine and goes on with a
+// fresh one), and TestTokenIsServerClock checks the unit.
+//
+// This rests on one assumption: the clock of the server that makes the
+// first grant after the loss is not behind the clock of the server that
+// made the last grant before it, by more than the time between the two
+// grants. A restarted server's clock must not step back across the
+// restart, and a promoted replica's clock must not be behind the old
+// primary's by more than the failover took. A clock set back further (a
+// large NTP step, a wrong clock on a new machine) can give a smaller token
+// once the counter is lost; while the counter is kept, tokens increase
+// whatever the clock does.
+//
+// Tokens fit in 48 bits until about 2096 (2^48 ticks of 8µs are about 71
+// years), as the Failover's epoch<<48 | token needs. The counter is
+// written as an integer string and Lua's numbers (doubles) hold it
+// exactly; past 10^14 (about 2050) Lua would write a number in exponent
+// form, so the scripts format tokens with string.format('%d')
+// (TestTokensBeyondFourteenDigits). Scripts call redis.replicate_commands first, so that Redis 3.2
+// to 4.x replicates the writes of a script that read TIME; from Redis 5 on
+// that is the default.
 //
 // # Renewal
 //
@@ -215,9 +269,10 @@
 // factor, and no process paused longer than the lease's validity.
 //
 // In that window the fencing token is what protects a resource: B's token
-// is larger than A's unless every node of B's majority lost its counter
-// after A's grant raised it (see Redlock), so a resource that keeps the
-// largest token it has seen refuses the older holder's writes.
+// is larger than A's, even when every node of B's majority lost its
+// counter after A's grant raised it (then the nodes' clocks carry it; see
+// Fencing tokens and Redlock), so a resource that keeps the largest token
+// it has seen refuses the older holder's writes.
 //
 // Healing costs nothing while every node holds every lease. Re-taking a
 // node is two round trips for each lease (the acquire script, then the

@@ -95,12 +95,15 @@ func WithNodeOptions(opts ...Option) RedlockOption {
 // not, is raised to it; a node re-taken later counts only once its counter
 // has been raised to the token too. The token never changes during the
 // lease. Any two majorities share a node, so the next grant increments a
-// counter that already holds the previous token: tokens strictly increase
-// unless every node of the next majority lost its counter (restarted
-// without persistence, or failed over to a replica that had not caught up)
-// after this lease raised it, or never answered it. Then a later grant can
-// carry a smaller token, and a fenced resource refuses its writes. Redis
-// Cluster or a single node with AOF gives a firmer guarantee.
+// counter that already holds the previous token. Should every node of the
+// next majority have lost its counter since (restarted without
+// persistence, flushed, or failed over to a replica that had not caught
+// up), their counters start again from their clocks (see "Fencing tokens"
+// in the package documentation), above the previous token as long as
+// their clocks are not behind the clock of the node whose counter gave it
+// by more than the time between the two grants: tokens strictly increase.
+// TestRedlockTokensAfterMajorityRestart restarts three nodes of five and
+// has them alone grant the next lease.
 //
 // Two holders can still overlap when nodes lose their keys: see "Redlock"
 // in the package documentation for the window and its bound.

@@ -143,7 +143,8 @@ func TestRedlockHealsRestartedNodes(t *testing.T) {
 // Healed: A took the two nodes that refused its grant as soon as they were
 // free, so B finds A on four of five nodes and is refused, before and
 // after A takes the restarted node again. Fencing: A's nodes' counters are
-// ahead of the others' (100), and after A releases, B is granted exactly
+// ahead of the others' (and of the clock, which every grant's token is at
+// least), and after A releases, B is granted exactly
 // nodes 0, 3 and 4, the restarted node and the two A never got at its
 // grant; B's token must still be above A's.
 func TestRedlockIssue186(t *testing.T) {
@@ -153,7 +154,7 @@ func TestRedlockIssue186(t *testing.T) {
 	const ttl = 900 * time.Millisecond
 	key := "issue186/healed"
 	for i := range 3 {
-		if err := admins[i].Set(ctx, a.nodes[0].keysOf(key).f, 100, 0).Err(); err != nil {
+		if err := admins[i].Set(ctx, a.nodes[0].keysOf(key).f, ticks(time.Now())+1e9, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -137,8 +137,9 @@ func TestRedlockTokensAcrossMajorities(t *testing.T) {
 	ctx := ctxT(t)
 	key := "tokens/majorities"
 	k := r.nodes[0].keysOf(key)
-	// Skew the counters first: one node far ahead of the rest.
-	if err := admins[4].Set(ctx, k.f, 1000, 0).Err(); err != nil {
+	// Skew the counters first: one node far ahead of the rest (and of the
+	// clock, which every grant's token is at least: see luaFence).
+	if err := admins[4].Set(ctx, k.f, ticks(time.Now())+1e9, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	var last uint64

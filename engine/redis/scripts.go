@@ -2,6 +2,44 @@ package redis
 
 import goredis "github.com/redis/go-redis/v9"
 
+// tokenEpoch is 2025-01-01T00:00:00Z in Unix seconds: the fencing clock
+// counts from it.
+const tokenEpoch = 1735689600
+
+// tokenTick is the fencing clock's unit in microseconds. A token is at most
+// 48 bits (the Failover puts its epoch above them), and 2^48 ticks of 8µs
+// last about 71 years from tokenEpoch, until about 2096; no key is granted
+// 125,000 times a second, so the counter does not run ahead of the clock.
+const tokenTick = 8
+
+// luaEffects makes Redis 3.2 to 4.x replicate a script's writes rather
+// than the script itself, which the scripts that read TIME before they
+// write need; from Redis 5 on that is the default and the call does
+// nothing.
+const luaEffects = `
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+`
+
+// luaFence sets the local tok to the next fencing token of the counter
+// key F: max(counter + 1, clock), where clock is the server's TIME in
+// tokenTick units since tokenEpoch (the literals below), and stores it in
+// the counter. So a counter the server has lost (a restart without
+// persistence, a crash that lost recent writes, a flush, an eviction, a
+// promoted replica that lacked the last grants) starts again above every
+// token granted before, provided the server's clock is not behind the
+// clock of the server that made those grants. The counter is written as
+// an integer string (string.format), never in a Lua number's exponent
+// form.
+const luaFence = `
+local tok = redis.call('INCR', F)
+local ft = redis.call('TIME')
+local fc = math.floor(((tonumber(ft[1]) - 1735689600) * 1000000 + tonumber(ft[2])) / 8)
+if tok < fc then
+  tok = fc
+  redis.call('SET', F, string.format('%d', fc))
+end
+`
+
 // luaNow is the server's clock: t as TIME returned it, now in
 // milliseconds.
 const luaNow = `
@@ -65,7 +103,7 @@ if nextw then
   if s and redis.call('ZCOUNT', R, '(' .. now, '+inf') == 0 then
     local d = (tonumber(t[1]) - tonumber(s)) * 1000000 + tonumber(t[2]) - tonumber(us)
     if d < 0 then d = 0 end
-    local tok = redis.call('INCR', F)
+` + luaFence + `
     redis.call('SET', W, nextw, 'PX', ttl)
     if val ~= '' then redis.call('SET', X, nextw .. ' ' .. val, 'PX', ttl) end
     redis.call('ZREM', WW, nextw)
@@ -113,17 +151,17 @@ if redis.call('EXISTS', WT) == 1 then redis.call('PUBLISH', CHAN, 'w') end
 // lease's TTL. A watched key (:wt exists) takes the second, slower path,
 // whose grant tells the watchers (luaTell), so the fast path costs no
 // command more than before for a key nobody watches.
-var acquireExclusive = goredis.NewScript(`
-local WT, CHAN = KEYS[8], ARGV[10]
+var acquireExclusive = goredis.NewScript(luaEffects + `
+local WT, CHAN, F = KEYS[8], ARGV[10], KEYS[5]
 if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[4], WT) == 0 then
   if ARGV[6] == '1' then
     redis.call('ZREM', KEYS[3], ARGV[1])
     redis.call('HDEL', KEYS[6], ARGV[1])
   end
-  local token = redis.call('INCR', KEYS[5])
+` + luaFence + `
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if ARGV[9] ~= '' then redis.call('SET', KEYS[7], ARGV[1] .. ' ' .. ARGV[9], 'PX', ARGV[2]) end
-  return {1, token}
+  return {1, tok}
 end
 if ARGV[6] == '1' and redis.call('GET', KEYS[1]) == ARGV[1] then
   local g = redis.call('HGET', KEYS[6], ARGV[1])
@@ -147,11 +185,11 @@ if redis.call('EXISTS', KEYS[1]) == 0 and redis.call('ZCARD', KEYS[2]) == 0 and 
   redis.call('ZREM', KEYS[3], ARGV[1])
   redis.call('HDEL', KEYS[6], ARGV[1])
   if head then redis.call('LREM', KEYS[4], 0, ARGV[1]) end
-  local token = redis.call('INCR', KEYS[5])
+` + luaFence + `
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if ARGV[9] ~= '' then redis.call('SET', KEYS[7], ARGV[1] .. ' ' .. ARGV[9], 'PX', ARGV[2]) end
 ` + luaTell + `
-  return {1, token}
+  return {1, tok}
 end
 if ARGV[4] == '1' then
   local added = redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), ARGV[1])
@@ -190,8 +228,8 @@ return {0, redis.call('PTTL', KEYS[1])}
 // the time until the earliest reader expires instead of the writer's
 // PTTL. A grant stores "<token> <value>" in :v under the lease id, which
 // Holders reads, and tells the key's watchers.
-var acquireShared = goredis.NewScript(luaNow + `
-local WT, CHAN = KEYS[8], ARGV[8]
+var acquireShared = goredis.NewScript(luaEffects + luaNow + `
+local WT, CHAN, F = KEYS[8], ARGV[8], KEYS[4]
 local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
 if #gone > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
@@ -240,14 +278,14 @@ if ARGV[5] == '1' then
   redis.call('ZREM', KEYS[5], ARGV[1])
   if limit > 0 then redis.call('LREM', KEYS[7], 0, ARGV[1]) end
 end
-local token = redis.call('INCR', KEYS[4])
+` + luaFence + `
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
-redis.call('HSET', KEYS[6], ARGV[1], token .. ' ' .. ARGV[7])
+redis.call('HSET', KEYS[6], ARGV[1], string.format('%d', tok) .. ' ' .. ARGV[7])
 local top = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', KEYS[2], top[2])
 redis.call('PEXPIREAT', KEYS[6], top[2])
 ` + luaTell + `
-return {1, token}
+return {1, tok}
 `)
 
 // The release and leave scripts take the same keys and arguments, KEYS w r
@@ -261,7 +299,7 @@ const luaReleaseNames = `
 // releaseExclusive: compare-and-delete (and the value in :x, if the lease
 // has one), then serve the waiters (luaHandOff) and tell the watchers, if
 // any: one EXISTS when there are none.
-var releaseExclusive = goredis.NewScript(`
+var releaseExclusive = goredis.NewScript(luaEffects + `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 if ARGV[4] == '1' then redis.call('DEL', KEYS[8]) end
@@ -277,7 +315,7 @@ return 1
 // waiters (a writer once the last live reader leaves, waiting readers at
 // any reader's release: a counted reader may wait for a permit) and tells
 // the watchers.
-var releaseShared = goredis.NewScript(`
+var releaseShared = goredis.NewScript(luaEffects + `
 local s = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if not s then return 0 end
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -320,7 +358,7 @@ return 1
 // registration, the reader set and the counted queue; if it was a writer,
 // or a counted reader, and the key is free of writers, the waiters it held
 // back are served (luaHandOff).
-var leaveQueue = goredis.NewScript(`
+var leaveQueue = goredis.NewScript(luaEffects + `
 local gone = redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('LREM', KEYS[4], 0, ARGV[1])
 redis.call('HDEL', KEYS[6], ARGV[1])
