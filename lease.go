@@ -19,9 +19,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 type hold struct {
 	c     *Client
 	key   string
-	mode  engine.Mode
-	owner uint64 // 0: no reentrancy
-	count int
+	owner uint64        // 0: no reentrancy
 	ready chan struct{} // closed once acquire settled
 	lease engine.Lease
 	sig   *engine.Signal
@@ -29,6 +27,8 @@ type hold struct {
 	// granter names the engine that granted the lease, for the observer;
 	// atomic because the engine may report a loss before Acquire returns.
 	granter atomic.Pointer[string]
+	count   int32 // the nested leases (beside mode: a held lock keeps less)
+	mode    engine.Mode
 }
 
 func (h *hold) acquire(ctx context.Context, req engine.Request) error {
@@ -109,8 +109,12 @@ func (h *hold) release(ctx context.Context) error {
 type Lease struct {
 	h        *hold
 	unlocked atomic.Bool
+	all      *allLease // set only for LockAll leases
+}
 
-	// set only for LockAll leases
+// allLease is what a LockAll lease has besides a Lease: the lease of each
+// key and the signal of the whole.
+type allLease struct {
 	parts []*Lease
 	multi *engine.Signal
 	once  sync.Once
@@ -118,19 +122,19 @@ type Lease struct {
 
 // Key returns the locked key (the first in sorted order for LockAll).
 func (l *Lease) Key() string {
-	if l.parts != nil {
-		return l.parts[0].Key()
+	if l.all != nil {
+		return l.all.parts[0].Key()
 	}
 	return l.h.key
 }
 
 // Keys returns every key the lease covers, sorted.
 func (l *Lease) Keys() []string {
-	if l.parts == nil {
+	if l.all == nil {
 		return []string{l.h.key}
 	}
-	keys := make([]string, len(l.parts))
-	for i, p := range l.parts {
+	keys := make([]string, len(l.all.parts))
+	for i, p := range l.all.parts {
 		keys[i] = p.Key()
 	}
 	return keys
@@ -140,15 +144,15 @@ func (l *Lease) Keys() []string {
 // the lease itself. Use their tokens to fence each resource; unlock the
 // LockAll lease, not its parts.
 func (l *Lease) Parts() []*Lease {
-	if l.parts == nil {
+	if l.all == nil {
 		return []*Lease{l}
 	}
-	return append([]*Lease(nil), l.parts...)
+	return append([]*Lease(nil), l.all.parts...)
 }
 
 // Shared reports whether the lease is a shared (read) lease.
 func (l *Lease) Shared() bool {
-	if l.parts != nil {
+	if l.all != nil {
 		return false
 	}
 	return l.h.mode == engine.Shared
@@ -160,7 +164,7 @@ func (l *Lease) Shared() bool {
 // lease (ask its Parts). held is 0 once the lease has ended. For metrics:
 // a lease with held < total survives one node failure fewer than it could.
 func (l *Lease) Nodes() (held, total int, ok bool) {
-	if l.parts != nil {
+	if l.all != nil {
 		return 0, 0, false
 	}
 	n, ok := l.h.lease.(interface{ Nodes() (held, total int) })
@@ -176,8 +180,8 @@ func (l *Lease) Nodes() (held, total int, ok bool) {
 // outer lease's token. A fenced resource accepts a write only if its token
 // is at least the largest it has seen.
 func (l *Lease) Token() uint64 {
-	if l.parts != nil {
-		return l.parts[0].Token()
+	if l.all != nil {
+		return l.all.parts[0].Token()
 	}
 	return l.h.lease.Token()
 }
@@ -186,9 +190,9 @@ func (l *Lease) Token() uint64 {
 // reentrant holds), expired, lost, or switched away. Check it before acting
 // on the lock, and fence writes with Token, since the loss may be learnt late.
 func (l *Lease) Done() <-chan struct{} {
-	if l.parts != nil {
+	if l.all != nil {
 		l.watchParts()
-		return l.multi.Done()
+		return l.all.multi.Done()
 	}
 	return l.h.sig.Done()
 }
@@ -196,9 +200,9 @@ func (l *Lease) Done() <-chan struct{} {
 // Err is nil while the lease is held and says why it ended after Done
 // closes: ErrReleased, ErrLeaseLost, ErrEngineSwitched or ErrClosed.
 func (l *Lease) Err() error {
-	if l.parts != nil {
+	if l.all != nil {
 		l.watchParts()
-		return l.multi.Err()
+		return l.all.multi.Err()
 	}
 	return l.h.sig.Err()
 }
@@ -216,38 +220,38 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if l.unlocked.Swap(true) {
 		return fmt.Errorf("%w: lease of %q was already unlocked", engine.ErrNotHeld, l.Key())
 	}
-	if l.parts == nil {
+	if l.all == nil {
 		return l.h.release(ctx)
 	}
 	var errs []error
-	for i := len(l.parts) - 1; i >= 0; i-- {
-		errs = append(errs, l.parts[i].Unlock(ctx))
+	for i := len(l.all.parts) - 1; i >= 0; i-- {
+		errs = append(errs, l.all.parts[i].Unlock(ctx))
 	}
 	l.watchParts()
-	l.multi.Close(engine.ErrReleased)
+	l.all.multi.Close(engine.ErrReleased)
 	return errors.Join(errs...)
 }
 
 func newMulti(parts []*Lease) *Lease {
 	sortByKey(parts)
-	return &Lease{parts: parts, multi: engine.NewSignal(nil)}
+	return &Lease{all: &allLease{parts: parts, multi: engine.NewSignal(nil)}}
 }
 
 // watchParts starts, once, the goroutine that ends a LockAll lease when any
 // part ends. It exits when the lease ends.
 func (l *Lease) watchParts() {
-	l.once.Do(func() {
-		cases := make([]reflect.SelectCase, 0, len(l.parts)+1)
+	l.all.once.Do(func() {
+		cases := make([]reflect.SelectCase, 0, len(l.all.parts)+1)
 		cases = append(cases,
-			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(l.multi.Done())})
-		for _, p := range l.parts {
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(l.all.multi.Done())})
+		for _, p := range l.all.parts {
 			cases = append(cases,
 				reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.h.sig.Done())})
 		}
 		go func() {
 			i, _, _ := reflect.Select(cases)
 			if i > 0 {
-				l.multi.Close(l.parts[i-1].Err())
+				l.all.multi.Close(l.all.parts[i-1].Err())
 			}
 		}()
 	})

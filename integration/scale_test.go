@@ -60,6 +60,7 @@ func TestScale(t *testing.T) {
 		{"redis", []string{testenv.RedisAddr(t)}, ""},
 		{"zookeeper", []string{testenv.ZooKeeperAddr(t)}, ""},
 		{"consul", []string{testenv.ConsulAddr(t)}, ""},
+		{"etcd", []string{testenv.EtcdAddr(t)}, ""},
 		{"mysql", []string{dsn}, table},
 		{"mysql-row", []string{dsn}, rowTable},
 		{"postgres-lease", []string{pgDSN}, pgTable},

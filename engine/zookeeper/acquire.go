@@ -333,6 +333,9 @@ func (q *queued) await(ctx context.Context, w wait, child <-chan zk.Event) (head
 // engine closed or the session's epoch ended meanwhile.
 func (e *Engine) grant(req engine.Request, own, parent string, token uint64,
 	ep epochState) (*lease, error) {
+	if len(own) > len(parent) && own[len(parent)] == '/' && strings.HasPrefix(own, parent) {
+		parent = own[:len(parent)] // the node's path holds it: keep one string, not two
+	}
 	l := &lease{
 		eng: e, key: req.Key, mode: req.Mode, token: token,
 		path: own, parent: parent, sid: ep.sid,
