@@ -236,6 +236,7 @@ func (fl *fleet) apply(v keyValue, idx uint64) {
 	if same {
 		return
 	}
+	defer fl.publish() // the views of the active engine show the new value
 	before, epoch := fl.f.Active(), fl.f.Epoch()
 	reason := cmp.Or(v.Reason, "operator")
 	if err := fl.f.Follow(v.Engine, v.Epoch, reason); err != nil {
@@ -287,8 +288,12 @@ func (fl *fleet) publish() {
 	if note == "" {
 		note = fl.note
 	}
+	keyErr := fl.keyErr
+	if keyErr == "" && !fl.read {
+		keyErr = "engine key not read yet"
+	}
 	s := cerberus.FleetStatus{Scope: cerberus.ScopeFleet, Key: fl.k.Key, Engine: fl.value.Engine,
-		Epoch:   fl.value.Epoch,
+		Epoch: fl.value.Epoch, KeyError: keyErr,
 		Members: slices.Clone(fl.members), Note: note, Updated: time.Now()}
 	logIt := note != fl.logged
 	fl.logged = note
