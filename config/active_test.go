@@ -186,3 +186,42 @@ func activeGauge(t *testing.T, reg *prometheus.Registry, engine string) float64 
 	}
 	return -1
 }
+
+// TestEmptyKeyMeansTheFirstEngine: under an engine key that no one has
+// written, a Service whose file pins b is on a (the first engine), as
+// ReadFleet (cerberusctl status) says, whatever each process's file pins:
+// two processes started before and after an edit of the file would
+// otherwise resolve the empty key to two engines.
+func TestEmptyKeyMeansTheFirstEngine(t *testing.T) {
+	key := fmt.Sprintf("cerberus-test/empty-key/%d", time.Now().UnixNano())
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	body := fmt.Sprintf(`engines: [{name: a, kind: memory}, {name: b, kind: memory}]
+engine: b
+engine_key: {consul: %q, key: %q}
+`, testenv.ConsulAddr(t), key)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(context.Background(), path, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for deadline := time.Now().Add(10 * time.Second); s.Failover.ActiveEngine().Name == ""; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the key was never read: %+v", s.Failover.ActiveEngine())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cfg, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl, err := ReadFleet(ctx, cfg)
+	if a := s.Failover.ActiveEngine(); err != nil || s.Failover.Active() != "a" || a.Name != "a" || fl.Engine != "a" {
+		t.Fatalf("empty key, file pins b: process on %s, its view %+v, ReadFleet %q (%v); want a everywhere",
+			s.Failover.Active(), a, fl.Engine, err)
+	}
+}

@@ -60,8 +60,9 @@ type Config struct {
 	// Empty means the first healthy engine in order. A name that matches no
 	// configured engine is not an error: the first healthy engine is used
 	// and Warnings reports it. With EngineKey set it moves no process (the
-	// key decides); it only names the engine an empty key means, and
-	// PinWarning says so.
+	// key decides, an empty key meaning the first engine); PinWarning says
+	// so. It is then only where a process starts when the key cannot be
+	// read at its start.
 	Active string `mapstructure:"engine"`
 	// Health configures the health checks.
 	Health Health `mapstructure:"health"`
@@ -117,7 +118,8 @@ const (
 // with epoch N, so tokens stay ordered across the whole fleet. A value
 // that is a bare engine name (written by hand) is followed too, with each
 // process counting its own epoch. An empty or absent value means the
-// file's engine setting, or the first engine in order.
+// first engine in order (never the file's engine setting, which moves no
+// process under an engine key).
 //
 // Each process registers under "<key>/fleet/" (tied to a Consul session
 // with MemberTTL, so a dead process drops out by itself) with its host,
@@ -425,7 +427,7 @@ func (c *Config) PinWarning(path string) string {
 		path = "<this file>"
 	}
 	return fmt.Sprintf("engine: %q in the file moves no process while engine_key %s decides "+
-		"(it only names the engine the key means while the key is empty); move the fleet with "+
+		"(an empty key means the first engine); move the fleet with "+
 		"`cerberusctl use -config %s %s`", c.Active, c.EngineKey.Key, path, c.Active)
 }
 

@@ -156,12 +156,11 @@ func newFleet(cfg *Config, f *cerberus.Failover, kv *api.Client, log *slog.Logge
 	return fl
 }
 
-// defaultEngine is the engine an empty engine key means: the file's
-// engine setting, or the first engine in order.
+// defaultEngine is the engine an empty engine key means: the first engine
+// in order, in every process. Not the file's engine setting: processes
+// started before and after an edit of it would resolve an empty key to two
+// engines, and status would name one of them.
 func (c *Config) defaultEngine() string {
-	if c.Active != "" && c.Find(c.Active) != nil {
-		return c.Active
-	}
 	return c.Engines[0].Name
 }
 
