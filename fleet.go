@@ -30,6 +30,11 @@ type FleetStatus struct {
 	// fleet is on, and the epoch every process uses on it.
 	Engine string `json:"engine,omitempty"`
 	Epoch  uint64 `json:"epoch,omitempty"`
+	// KeyError says why the key's value is not known now: its server
+	// cannot be reached, or it was not read yet. Engine and Epoch are then
+	// the last value read, if any, and may be stale; ActiveEngine names no
+	// engine meanwhile.
+	KeyError string `json:"key_error,omitempty"`
 	// Members are the live processes of the fleet, this one included.
 	Members []FleetMember `json:"members,omitempty"`
 	// Note says why the fleet did not follow this process's health view

@@ -13,7 +13,7 @@ import (
 // authentication (a switch loses every lock held on the old engine; see
 // the example with a bearer token).
 //
-//	GET                        200, JSON: {"active","epoch","scope","engines":[...],"fleet"}
+//	GET                        200, JSON: {"active","active_from","epoch","scope","engines":[...],"fleet"}
 //	POST ?engine=NAME[&wait=D] switch, then 200 with {"switch": report, ...status}
 //	                           (202 if processes of the fleet have not
 //	                           followed within D); 400 without a name or
@@ -26,6 +26,11 @@ import (
 // to follow; the report lists who followed and who did not. Without one,
 // a POST moves this process only (SetActive), and the report's scope is
 // "process" to say so.
+//
+// "active" is ActiveEngine's answer, the one every view gives: under an
+// engine key the key's engine, or "" (with "active_unknown" saying why)
+// while the key cannot be read; "active_from" says which rule decided.
+// "process_engine" is the engine this process's calls go to (Active).
 //
 // Any other method gets 405.
 func (f *Failover) Handler(allowSwitch bool) http.Handler {
@@ -125,12 +130,15 @@ func (f *Failover) has(name string) bool {
 // statusDoc is the JSON form of Status and Fleet. Scope is "process" when
 // a switch here moves this process only.
 type statusDoc struct {
-	Active  string          `json:"active"`
-	Epoch   uint64          `json:"epoch"`
-	Scope   string          `json:"scope"`
-	Engines []engineDocItem `json:"engines"`
-	Fleet   *FleetStatus    `json:"fleet,omitempty"`
-	Switch  *SwitchReport   `json:"switch,omitempty"`
+	Active        string          `json:"active"`
+	ActiveFrom    string          `json:"active_from"`
+	ActiveUnknown string          `json:"active_unknown,omitempty"`
+	Process       string          `json:"process_engine"`
+	Epoch         uint64          `json:"epoch"`
+	Scope         string          `json:"scope"`
+	Engines       []engineDocItem `json:"engines"`
+	Fleet         *FleetStatus    `json:"fleet,omitempty"`
+	Switch        *SwitchReport   `json:"switch,omitempty"`
 }
 
 type engineDocItem struct {
@@ -143,7 +151,9 @@ type engineDocItem struct {
 }
 
 func (f *Failover) statusDoc() statusDoc {
-	doc := statusDoc{Active: f.Active(), Epoch: f.Epoch()}
+	a := f.ActiveEngine()
+	doc := statusDoc{Active: a.Name, ActiveFrom: a.Source(), ActiveUnknown: a.Unknown,
+		Process: f.Active(), Epoch: f.Epoch()}
 	fl := f.Fleet()
 	doc.Scope = fl.Scope
 	if fl.Scope == ScopeFleet {
@@ -151,7 +161,7 @@ func (f *Failover) statusDoc() statusDoc {
 	}
 	for _, s := range f.Status() {
 		doc.Engines = append(doc.Engines,
-			engineDocItem{Name: s.Name, Active: s.Active, Healthy: s.Healthy,
+			engineDocItem{Name: s.Name, Active: s.Name == a.Name, Healthy: s.Healthy,
 				Failures: s.Failures, LatencyMS: float64(s.Latency.Microseconds()) / 1000,
 				LastError: s.LastErr})
 	}

@@ -59,7 +59,10 @@ type Config struct {
 	// Active pins the active engine by name (the YAML key engine).
 	// Empty means the first healthy engine in order. A name that matches no
 	// configured engine is not an error: the first healthy engine is used
-	// and Warnings reports it.
+	// and Warnings reports it. With EngineKey set it moves no process (the
+	// key decides, an empty key meaning the first engine); PinWarning says
+	// so. It is then only where a process starts when the key cannot be
+	// read at its start.
 	Active string `mapstructure:"engine"`
 	// Health configures the health checks.
 	Health Health `mapstructure:"health"`
@@ -115,7 +118,8 @@ const (
 // with epoch N, so tokens stay ordered across the whole fleet. A value
 // that is a bare engine name (written by hand) is followed too, with each
 // process counting its own epoch. An empty or absent value means the
-// file's engine setting, or the first engine in order.
+// first engine in order (never the file's engine setting, which moves no
+// process under an engine key).
 //
 // Each process registers under "<key>/fleet/" (tied to a Consul session
 // with MemberTTL, so a dead process drops out by itself) with its host,
@@ -384,6 +388,9 @@ func (c *Config) Warnings() []string {
 		w = append(w, fmt.Sprintf("engine: %q names no configured engine; the first healthy engine in "+
 			"order is used", c.Active))
 	}
+	if pw := c.PinWarning(""); pw != "" {
+		w = append(w, pw)
+	}
 	if c.EngineKey.Quorum == 1 && c.Auto {
 		w = append(w, "engine_key.quorum: 1 lets one process that alone loses an engine move the whole "+
 			"fleet")
@@ -405,6 +412,23 @@ func (c *Config) Warnings() []string {
 		w = append(w, "failback: \"auto\" has no effect while auto is false")
 	}
 	return w
+}
+
+// PinWarning says, when the file pins an engine (engine) while an engine
+// key decides, that the pin moves no process and which command does;
+// otherwise it returns "". path is the file's, for the command ("": a
+// placeholder). Warnings includes it, Open logs it at start and at every
+// reload that finds it, and cerberusctl status prints it.
+func (c *Config) PinWarning(path string) string {
+	if c.Active == "" || !c.EngineKey.Set() {
+		return ""
+	}
+	if path == "" {
+		path = "<this file>"
+	}
+	return fmt.Sprintf("engine: %q in the file moves no process while engine_key %s decides "+
+		"(an empty key means the first engine); move the fleet with "+
+		"`cerberusctl use -config %s %s`", c.Active, c.EngineKey.Key, path, c.Active)
 }
 
 // zkFloor bounds how long a silent holder keeps its keys on a zookeeper

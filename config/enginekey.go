@@ -45,7 +45,7 @@ func (k *EngineKey) scrub(err error) error {
 }
 
 // SetEngineKey writes name (an engine of cfg, or "" for the default: the
-// file's engine setting, or the first engine in order) to cfg's Consul
+// first engine in order) to cfg's Consul
 // engine key, which every process that Opened the configuration follows.
 // The value carries the next fleet epoch (above the key's and every live
 // process's), and is written with a check-and-set, retried when another

@@ -156,12 +156,11 @@ func newFleet(cfg *Config, f *cerberus.Failover, kv *api.Client, log *slog.Logge
 	return fl
 }
 
-// defaultEngine is the engine an empty engine key means: the file's
-// engine setting, or the first engine in order.
+// defaultEngine is the engine an empty engine key means: the first engine
+// in order, in every process. Not the file's engine setting: processes
+// started before and after an edit of it would resolve an empty key to two
+// engines, and status would name one of them.
 func (c *Config) defaultEngine() string {
-	if c.Active != "" && c.Find(c.Active) != nil {
-		return c.Active
-	}
 	return c.Engines[0].Name
 }
 
@@ -236,6 +235,7 @@ func (fl *fleet) apply(v keyValue, idx uint64) {
 	if same {
 		return
 	}
+	defer fl.publish() // the views of the active engine show the new value
 	before, epoch := fl.f.Active(), fl.f.Epoch()
 	reason := cmp.Or(v.Reason, "operator")
 	if err := fl.f.Follow(v.Engine, v.Epoch, reason); err != nil {
@@ -287,8 +287,12 @@ func (fl *fleet) publish() {
 	if note == "" {
 		note = fl.note
 	}
+	keyErr := fl.keyErr
+	if keyErr == "" && !fl.read {
+		keyErr = "engine key not read yet"
+	}
 	s := cerberus.FleetStatus{Scope: cerberus.ScopeFleet, Key: fl.k.Key, Engine: fl.value.Engine,
-		Epoch:   fl.value.Epoch,
+		Epoch: fl.value.Epoch, KeyError: keyErr,
 		Members: slices.Clone(fl.members), Note: note, Updated: time.Now()}
 	logIt := note != fl.logged
 	fl.logged = note

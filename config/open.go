@@ -76,8 +76,9 @@ type Service struct {
 // an edited pinned engine, health check, auto, failback or fence setting
 // applies without a restart (Failover.Configure). With engine_key set, the
 // Consul key's value decides the engine instead of the file's engine
-// setting, so a whole fleet flips together, and the process registers in
-// the fleet and takes part in its automatic decisions (see EngineKey).
+// setting (a reload that finds that setting logs PinWarning), so a whole
+// fleet flips together, and the process registers in the fleet and takes
+// part in its automatic decisions (see EngineKey).
 // Changes to the engine
 // list or to lease defaults need a restart; they are logged to log (nil:
 // slog.Default()) and not applied, as is a file that no longer validates.
@@ -117,6 +118,7 @@ func Open(ctx context.Context, path string, log *slog.Logger,
 	var wg sync.WaitGroup
 	if cfg.EngineKey.Set() {
 		p := newFleet(cfg, f, kv, log)
+		p.publish() // under the key from the start: see Failover.ActiveEngine
 		fl.Store(p)
 		wg.Add(2)
 		go func() { defer wg.Done(); p.follow(wctx) }()
@@ -188,6 +190,11 @@ func watchFile(ctx context.Context, path string, started *Config, f *cerberus.Fa
 			// The fleet's engine key decides the engine, not the file.
 			opts.Active = p.f.Active()
 			p.setPolicy(next.fleetPolicy())
+			if pw := next.PinWarning(path); pw != "" {
+				log.Warn("cerberus config: the file's engine is not applied; the engine key decides",
+					slog.String("path", path), slog.String("key", next.EngineKey.Key),
+					slog.String("warning", pw))
+			}
 		}
 		if err := f.Configure(opts); err != nil {
 			log.Warn("cerberus config reload", slog.String("path", path), slog.String("err", err.Error()))

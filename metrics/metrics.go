@@ -13,7 +13,8 @@
 //	acquisitions_total{engine,mode}  granted leases
 //	acquire_failures_total{engine,reason}  not_acquired, context, error
 //	leases_lost_total{engine,reason}       lease_lost, engine_switched, closed
-//	active_engine{engine}            1 for the active engine, 0 for the others
+//	active_engine{engine}            1 for the active engine (Failover.ActiveEngine: under an engine
+//	                                 key the key's engine), 0 for the others; all 0 while unknown
 //	engine_healthy{engine}           1 while the manager sees the engine healthy
 //	switches_total{from,to,reason}   engine switches
 //	fleet_processes{engine}          live processes of the fleet on each engine (with engine_key)
@@ -69,7 +70,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cerberus_leases_lost_total",
 			Help: "Leases that ended without Unlock."}, []string{"engine", "reason"}),
 		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cerberus_active_engine",
-			Help: "1 for the engine the manager uses, 0 for the others."}, []string{"engine"}),
+			Help: "1 for the active engine (under an engine key, the key's), 0 for the others."}, []string{"engine"}),
 		healthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cerberus_engine_healthy",
 			Help: "1 while the manager sees the engine healthy."}, []string{"engine"}),
 		switches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cerberus_switches_total",
@@ -131,10 +132,13 @@ func (m *Metrics) Switched(ev cerberus.SwitchEvent) {
 }
 
 // Update sets the active-engine and health gauges from f's status; call it
-// when scraping, or use Watch.
+// when scraping, or use Watch. The active engine is f.ActiveEngine(), the
+// one every view shows: under an engine key the key's engine, and no
+// engine at all while the key cannot be read.
 func (m *Metrics) Update(f *cerberus.Failover) {
+	active := f.ActiveEngine().Name
 	for _, s := range f.Status() {
-		m.active.WithLabelValues(s.Name).Set(b2f(s.Active))
+		m.active.WithLabelValues(s.Name).Set(b2f(s.Name == active))
 		m.healthy.WithLabelValues(s.Name).Set(b2f(s.Healthy))
 	}
 }

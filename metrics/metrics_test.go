@@ -78,7 +78,7 @@ func TestMetricsFollowLocksAndSwitches(t *testing.T) {
 		t.Errorf("acquire histogram series: %d (%v), want 3 (granted, not_acquired, context)", n, err)
 	}
 	want := `
-# HELP cerberus_active_engine 1 for the engine the manager uses, 0 for the others.
+# HELP cerberus_active_engine 1 for the active engine (under an engine key, the key's), 0 for the others.
 # TYPE cerberus_active_engine gauge
 cerberus_active_engine{engine="a"} 0
 cerberus_active_engine{engine="b"} 1

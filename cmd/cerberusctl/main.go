@@ -1,11 +1,13 @@
 // Command cerberusctl is the operators' tool for cerberus: it shows the
-// health of a configuration's engines, pins the active engine for every
-// process that watches the configuration file, and runs the seckill demo.
+// health of a configuration's engines and which one is active (with
+// engine_key, the one the key names), switches every process (through the
+// engine key when the configuration has one, else by pinning the engine
+// in the file they watch), and runs the seckill demo.
 //
 // Usage:
 //
-//	cerberusctl status [-config cerberus.yaml]
-//	cerberusctl use [-config cerberus.yaml] ENGINE
+//	cerberusctl status [-config cerberus.yaml] [-timeout 2s]
+//	cerberusctl use [-config cerberus.yaml] [-wait 10s] ENGINE
 //	cerberusctl demo [-engine memory] [-buyers 1000] [-products 2] [-stock 10000]
 //	                 [-procs 1] [-failover]
 //
@@ -56,8 +58,10 @@ func usage(w io.Writer) {
 commands:
   demo    run the seckill demo: concurrent buyers decrement stock under a lock
           (cerberusctl demo -h lists its flags; -failover shows a switch)
-  status  ping every engine of a configuration and show which one is active
-          (cerberusctl status -config cerberus.yaml)
-  use     pin the active engine in a configuration file; every process
-          watching it switches (cerberusctl use -config cerberus.yaml NAME)`)
+  status  ping every engine of a configuration and show which one is active:
+          with engine_key the key's engine, else the pinned or first healthy
+          one (cerberusctl status -config cerberus.yaml)
+  use     switch every process: through engine_key when configured, else by
+          pinning the engine in the file they watch
+          (cerberusctl use -config cerberus.yaml NAME)`)
 }

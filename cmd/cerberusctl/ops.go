@@ -17,13 +17,20 @@ import (
 	"github.com/cerberus-go/cerberus/config"
 )
 
-// statusMain pings every configured engine and says which one is active.
+// statusMain pings every configured engine and says which one is active,
+// by cerberus.DecideActive: the engine key's engine when one is
+// configured (none, and why, when the key cannot be read), else the
+// file's pin, else the first healthy engine.
 func statusMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "cerberus.yaml", "configuration file")
 	timeout := fs.Duration("timeout", 2*time.Second, "per-engine ping timeout")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 0 || *timeout <= 0 {
+		fmt.Fprintln(stderr, "usage: cerberusctl status [-config FILE] [-timeout D]   (D above 0, no arguments)")
 		return 2
 	}
 	cfg, err := config.Load(*path)
@@ -37,24 +44,61 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	res := pingAll(named, *timeout)
-	active := ""
-	if cfg.Active != "" && cfg.Find(cfg.Active) != nil {
-		active = cfg.Active
-	} else {
-		for i, r := range res {
-			if r.err == nil {
-				active = named[i].Name
-				break
-			}
-		}
-	}
+	fl, flErr := readFleet(cfg, *timeout)
+	active := decideActive(cfg, res, fl, flErr)
+	printActive(stdout, cfg, *path, active)
 	printStatus(stdout, cfg, res, active)
-	printFleet(stdout, cfg, *timeout)
-	if active == "" {
-		fmt.Fprintln(stdout, "no engine is healthy")
+	printFleet(stdout, cfg, fl, flErr)
+	if active.Name == "" {
 		return 1
 	}
 	return 0
+}
+
+// readFleet reads the engine key and the fleet's registrations, when the
+// configuration has an engine key.
+func readFleet(cfg *config.Config, timeout time.Duration) (cerberus.FleetStatus, error) {
+	if !cfg.EngineKey.Set() {
+		return cerberus.FleetStatus{}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return config.ReadFleet(ctx, cfg)
+}
+
+// decideActive applies cerberus.DecideActive to what status saw: the
+// pings, the file's pin and, with an engine key, the key's value or why
+// it could not be read.
+func decideActive(cfg *config.Config, res []pingResult, fl cerberus.FleetStatus,
+	flErr error) cerberus.ActiveEngine {
+	in := cerberus.ActiveFacts{Pin: cfg.Active}
+	for i, r := range res {
+		in.Engines = append(in.Engines, cerberus.EngineStatus{Name: cfg.Engines[i].Name,
+			Healthy: r.err == nil})
+	}
+	if cfg.EngineKey.Set() {
+		in.Key = cfg.EngineKey.Key
+		if flErr != nil {
+			in.KeyErr = flErr.Error()
+		} else {
+			in.KeyEngine = fl.Engine
+		}
+	}
+	return cerberus.DecideActive(in)
+}
+
+// printActive says which engine is active and what decided it, above the
+// table, and warns about a pin in the file that an engine key overrides.
+func printActive(stdout io.Writer, cfg *config.Config, path string, a cerberus.ActiveEngine) {
+	if a.Name == "" {
+		fmt.Fprintf(stdout, "active engine: unknown, no engine marked: %s\n", a.Unknown)
+	} else {
+		fmt.Fprintf(stdout, "active engine: %s (%s)\n", a.Name, a.Source())
+	}
+	if w := cfg.PinWarning(path); w != "" {
+		fmt.Fprintf(stdout, "warning: %s\n", w)
+	}
+	fmt.Fprintln(stdout)
 }
 
 // pingResult is what one engine's Ping returned, and how long it took.
@@ -83,8 +127,9 @@ func pingAll(named []config.Named, timeout time.Duration) []pingResult {
 }
 
 // printStatus writes the table of engines: kind, health, ping time, which
-// one is active (and whether the configuration pins it), and any error.
-func printStatus(stdout io.Writer, cfg *config.Config, res []pingResult, active string) {
+// one is active (marked "*", with what decided it: the engine key or the
+// file's pin), and any error.
+func printStatus(stdout io.Writer, cfg *config.Config, res []pingResult, active cerberus.ActiveEngine) {
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ENGINE\tKIND\tHEALTH\tPING\tACTIVE\tERROR")
 	for i, r := range res {
@@ -94,10 +139,14 @@ func printStatus(stdout io.Writer, cfg *config.Config, res []pingResult, active 
 			health, ping, msg = "down", "-", r.err.Error()
 		}
 		mark := ""
-		if e.Name == active {
-			mark = "*"
-			if cfg.Active == e.Name {
+		if e.Name == active.Name {
+			switch active.From {
+			case cerberus.FromEngineKey:
+				mark = "* (engine key)"
+			case cerberus.FromPin:
 				mark = "* (pinned)"
+			default:
+				mark = "*"
 			}
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.Kind, health, ping, mark, msg)
@@ -107,15 +156,12 @@ func printStatus(stdout io.Writer, cfg *config.Config, res []pingResult, active 
 
 // printFleet lists the fleet's live processes under the engine table:
 // what each running service is on, not what this process would pick.
-func printFleet(stdout io.Writer, cfg *config.Config, timeout time.Duration) {
+func printFleet(stdout io.Writer, cfg *config.Config, fl cerberus.FleetStatus, err error) {
 	fmt.Fprintln(stdout)
 	if !cfg.EngineKey.Set() {
 		fmt.Fprintln(stdout, "fleet: not shown; the fleet view needs engine_key in the configuration")
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	fl, err := config.ReadFleet(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stdout, "fleet: %v\n", err)
 		return
