@@ -26,11 +26,11 @@ type overrun struct {
 	err  error
 }
 
-// deadlineLoad runs goroutines that lock, campaign, take permits (if the
-// engine counts) and try locks on two contended keys, each call with a
-// deadline drawn from [minD, maxD), until stop, at most ops calls each,
-// and returns how far each call returned past its deadline. A lease
-// obtained is given back at once.
+// deadlineLoad runs goroutines that lock, campaign and take permits (if
+// the engine counts) on two contended keys, and try locks on free keys,
+// each call with a deadline drawn from [minD, maxD), until stop, at most
+// ops calls each, and returns how far each call returned past its
+// deadline. A lease obtained is given back at once.
 func deadlineLoad(c *cerberus.Client, prefix string, goroutines, ops int, minD, maxD time.Duration,
 	stop time.Time) []overrun {
 	kinds := []string{"lock", "campaign", "trylock"}
@@ -46,7 +46,13 @@ func deadlineLoad(c *cerberus.Client, prefix string, goroutines, ops int, minD, 
 			defer wg.Done()
 			for n := 0; n < ops && time.Now().Before(stop); n++ {
 				op := kinds[(g+n)%len(kinds)]
-				o, l := deadlineCall(c, op, fmt.Sprintf("%s/%d", prefix, rand.IntN(2)), minD+rand.N(maxD-minD))
+				key := fmt.Sprintf("%s/%d", prefix, rand.IntN(2))
+				if op == "trylock" {
+					// A key of its own, free: the grant is answered, and
+					// what follows it may meet the deadline.
+					key = fmt.Sprintf("%s/free-%d-%d", prefix, g, n)
+				}
+				o, l := deadlineCall(c, op, key, minD+rand.N(maxD-minD))
 				mu.Lock()
 				out = append(out, o)
 				mu.Unlock()
@@ -125,7 +131,7 @@ func deadlinePhases(t *testing.T, c *cerberus.Client, px *faultProxy, srv pausab
 	// answered too, a round trip later.
 	undo = px.toxic(t, "latency", map[string]any{"latency": 400})
 	checkOverruns(t, "latency 400ms", deadlineLoad(c, prefix, 12, 200, 500*time.Millisecond,
-		2*time.Second, time.Now().Add(5*time.Second)))
+		2500*time.Millisecond, time.Now().Add(5*time.Second)))
 	undo()
 	for _, f := range []struct {
 		name string
