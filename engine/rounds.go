@@ -12,15 +12,18 @@ import (
 
 // RenewRounds runs the single renewal loop of an engine that renews all
 // its leases in rounds (the SQL engines: one UPDATE renews a batch of
-// rows). Each round comes interval() after the start of the last one,
-// interval being read again every time (a third of the shortest renewed
-// TTL, say); while interval() is 0 there is nothing to renew, and the loop
-// waits for kick, which the engine signals (without blocking) when it
-// grants a renewed lease, so that the new lease's interval is taken into
-// account at once. round renews what the engine holds and returns how
-// many leases it renewed; pace then records whether the round kept up.
+// rows). Each round comes interval() after the start of the last one, or
+// at once if the last one took longer, interval being read again every
+// time (a third of the shortest renewed TTL, say); while interval() is 0
+// there is nothing to renew, and the loop waits for kick, which the engine
+// signals (without blocking) when it grants a renewed lease, so that the
+// new lease's interval is taken into account at once. round renews what
+// the engine holds and returns how many leases it renewed and the earliest
+// end of validity of the renewed leases it still holds (zero if none);
+// pace then records whether the next round can land in time (Pace.Record).
 // RenewRounds returns when closing closes.
-func RenewRounds(closing, kick <-chan struct{}, interval func() time.Duration, round func() int, pace *Pace) {
+func RenewRounds(closing, kick <-chan struct{}, interval func() time.Duration,
+	round func() (n int, validUntil time.Time), pace *Pace) {
 	last := time.Now()
 	idle := true
 	t := time.NewTimer(time.Hour)
@@ -44,8 +47,11 @@ func RenewRounds(closing, kick <-chan struct{}, interval func() time.Duration, r
 		select {
 		case <-t.C:
 			last = time.Now()
-			n := round()
-			pace.Record(n, time.Since(last), every)
+			n, validUntil := round()
+			took := time.Since(last)
+			// The next round starts when this one is due to, or now if
+			// it is already late.
+			pace.Record(n, took, last.Add(max(every, took)), validUntil)
 		case <-kick:
 			if !t.Stop() {
 				<-t.C
@@ -56,30 +62,54 @@ func RenewRounds(closing, kick <-chan struct{}, interval func() time.Duration, r
 	}
 }
 
-// Pace records whether an engine's renewal rounds keep up. A round that
-// took longer than its interval means the server cannot renew that many
-// leases that often; until a round keeps up again the engine refuses new
-// grants (with Err) rather than letting held leases lapse. The zero value
-// is ready to use.
+// Pace records whether an engine's renewal keeps its leases valid, and
+// refuses new grants while it does not. The rule is about the leases'
+// remaining validity, not about how long a round took: after each round,
+// the renewal of the lease with the least room is projected to land at
+// the time its next renewal can start plus as long as this round took
+// (the server answers about as fast as it just did); if that is later than
+// the end of the lease's validity (which already stops a Margin short of
+// its TTL), the lease is at risk of expiring before its renewal lands, and
+// until a round leaves every lease that slack the engine refuses new
+// grants (with Err) rather than add leases that a server this slow cannot
+// keep. A round slower than the interval between rounds but with validity
+// to spare (a slow network that still renews every lease in time) is not
+// refused: refusing then would turn latency into an outage. A round in
+// which a renewal went unanswered (it timed out: Unanswered) refuses too,
+// since when its renewal would land is unknown. The zero value is ready to
+// use.
 type Pace struct {
 	behind atomic.Pointer[error]
 }
 
-// Record notes a round that renewed n leases in took, against the
-// interval it had.
-func (p *Pace) Record(n int, took, interval time.Duration) {
-	if took <= interval {
+// Record notes a round that renewed n leases in took. next and validUntil
+// are those of the lease with the least room between them: when its next
+// renewal can start, and when its validity (after this round) ends. A
+// zero validUntil (no lease left) clears the refusal.
+func (p *Pace) Record(n int, took time.Duration, next, validUntil time.Time) {
+	landing := next.Add(took)
+	if validUntil.IsZero() || !landing.After(validUntil) {
 		p.behind.Store(nil)
 		return
 	}
-	err := fmt.Errorf("%w: renewal is falling behind: renewing %d leases took %v, over the %v "+
-		"between rounds; new leases are refused until it keeps up",
-		ErrUnavailable, n, took.Round(time.Millisecond), interval.Round(time.Millisecond))
+	err := fmt.Errorf("%w: renewal is falling behind: renewing %d leases took %v, so the next renewal "+
+		"would land %v after a lease's validity ends; new leases are refused until a round leaves them slack",
+		ErrUnavailable, n, took.Round(time.Millisecond), landing.Sub(validUntil).Round(time.Millisecond))
+	p.behind.Store(&err)
+}
+
+// Unanswered notes a round of n leases, took long, in which some renewal
+// timed out unanswered: new grants are refused until a round is recorded
+// that leaves every lease slack.
+func (p *Pace) Unanswered(n int, took time.Duration) {
+	err := fmt.Errorf("%w: renewal is falling behind: a round for %d leases took %v and a renewal "+
+		"timed out unanswered; new leases are refused until a round leaves them slack",
+		ErrUnavailable, n, took.Round(time.Millisecond))
 	p.behind.Store(&err)
 }
 
 // Err is nil while renewal keeps up, and otherwise an error wrapping
-// ErrUnavailable that says by how much the last round fell behind.
+// ErrUnavailable that says how the last round fell behind.
 func (p *Pace) Err() error {
 	if err := p.behind.Load(); err != nil {
 		return *err

@@ -3,24 +3,54 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 )
 
+// TestPace: the refusal follows the leases' remaining validity, not the
+// length of a round against its interval.
 func TestPace(t *testing.T) {
 	var p Pace
 	if err := p.Err(); err != nil {
 		t.Fatalf("a new Pace: %v", err)
 	}
-	p.Record(500, 300*time.Millisecond, 100*time.Millisecond)
-	if err := p.Err(); !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("after a round over its interval: %v, want ErrUnavailable", err)
-	}
-	p.Record(500, 50*time.Millisecond, 100*time.Millisecond)
+	s := time.Now() // a round's start
+	ttl := time.Second
+	life := ttl - Margin(ttl) // 900ms
+	// A 1s lease renewed in a round of 400ms against an interval of
+	// 333ms: the next round starts at once and lands 800ms after s, 100ms
+	// before the validity this round gave (s+900ms) ends.
+	p.Record(1, 400*time.Millisecond, s.Add(400*time.Millisecond), s.Add(life))
 	if err := p.Err(); err != nil {
-		t.Fatalf("after a round that kept up: %v", err)
+		t.Fatalf("after a slow round that leaves the lease 100ms of slack: %v", err)
+	}
+	// The round of the issue: 567ms. The next one, as slow, would land at
+	// s+1134ms, after the validity ends.
+	p.Record(1, 567*time.Millisecond, s.Add(567*time.Millisecond), s.Add(life))
+	err := p.Err()
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "renewal is falling behind") {
+		t.Fatalf("after a round that leaves a lease at risk: %v, want ErrUnavailable, falling behind", err)
+	}
+	p.Record(1, 50*time.Millisecond, s.Add(333*time.Millisecond), s.Add(life))
+	if err := p.Err(); err != nil {
+		t.Fatalf("after a round that landed with slack: %v", err)
+	}
+	// A quick round (under its interval) that leaves a lease whose
+	// renewal failed 400ms of validity, less than the next round needs.
+	p.Record(2, 100*time.Millisecond, s.Add(333*time.Millisecond), s.Add(400*time.Millisecond))
+	if err := p.Err(); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("after a quick round that leaves a lease at risk: %v, want ErrUnavailable", err)
+	}
+	p.Record(0, 100*time.Millisecond, s.Add(333*time.Millisecond), time.Time{})
+	if err := p.Err(); err != nil {
+		t.Fatalf("after a round with no lease left: %v", err)
+	}
+	p.Unanswered(3, 200*time.Millisecond)
+	if err := p.Err(); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("after a round with an unanswered renewal: %v, want ErrUnavailable", err)
 	}
 }
 
@@ -96,8 +126,9 @@ func TestBackoffPause(t *testing.T) {
 }
 
 // TestRenewRounds: no rounds while the interval is 0; a kick starts them;
-// rounds follow the interval; a slow round is recorded in the pace; the
-// loop returns when closing closes.
+// rounds follow the interval; a round that leaves too little validity for
+// the next one is recorded in the pace; the loop returns when closing
+// closes.
 func TestRenewRounds(t *testing.T) {
 	var every atomic.Int64 // nanoseconds; 0: nothing to renew
 	var rounds atomic.Int32
@@ -106,12 +137,14 @@ func TestRenewRounds(t *testing.T) {
 	closing, kick, done := make(chan struct{}), make(chan struct{}, 1), make(chan struct{})
 	go func() {
 		defer close(done)
-		RenewRounds(closing, kick, func() time.Duration { return time.Duration(every.Load()) }, func() int {
+		RenewRounds(closing, kick, func() time.Duration { return time.Duration(every.Load()) }, func() (int, time.Time) {
 			rounds.Add(1)
 			if slow.Load() {
 				time.Sleep(30 * time.Millisecond)
 			}
-			return 3
+			// Valid 20ms after the round: enough for the next round, due
+			// 10ms after this one began, unless this one took 30ms.
+			return 3, time.Now().Add(20 * time.Millisecond)
 		}, &pace)
 	}()
 	time.Sleep(50 * time.Millisecond)

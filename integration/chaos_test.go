@@ -285,6 +285,7 @@ func runChaos(t *testing.T, tg chaosTarget, p chaosParams) checker.Result {
 		t.Log(ex)
 	}
 	logErrors(t, calls)
+	logRefused(t, tg.name, calls)
 	if r.Sections == 0 {
 		t.Errorf("%s: no critical section completed: the run tested nothing", tg.name)
 	}
@@ -374,6 +375,22 @@ func logErrors(t *testing.T, calls []checker.Call) {
 	for _, m := range msgs[:min(len(msgs), 4)] {
 		t.Logf("%5d x %s", count[m], m)
 	}
+}
+
+// logRefused prints how many of the run's calls the engine's renewal
+// back-pressure refused ("renewal is falling behind"), and of which ops.
+func logRefused(t *testing.T, name string, calls []checker.Call) {
+	byOp := map[string]int{}
+	n := 0
+	for _, c := range calls {
+		if strings.Contains(c.Err, "renewal is falling behind") {
+			byOp[c.Op]++
+			n++
+		}
+	}
+	line := fmt.Sprintf("REFUSED %s falling_behind=%d of %d calls %v", name, n, len(calls), byOp)
+	t.Log(line)
+	fmt.Println(line)
 }
 
 func readRecords(t *testing.T, path string) ([]checker.Section, []checker.Call, int64) {

@@ -154,7 +154,12 @@
 // alone would close the socket and leave the request queued until its lock
 // wait timeout). A lock wait timeout surfaces as engine.ErrNotAcquired. The
 // server user needs the right to kill its own connections, which every
-// user has.
+// user has. The statements around the lock (session settings, START
+// TRANSACTION, and after the grant the token draw and the holder record)
+// are bounded by ctx as well as the op timeout: a grant answered just
+// before ctx's deadline that cannot be finished in time is given up (the
+// connection is dropped, which rolls back and frees the row), so Acquire
+// returns within engine.UndoWait of ctx's end.
 //
 // The fencing token is the key's counter in "<table>_fences", raised by
 // one autocommit INSERT ... ON DUPLICATE KEY UPDATE on another connection

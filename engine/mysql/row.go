@@ -113,9 +113,12 @@ func (e *Engine) discard(rc *rowConn) {
 	<-e.pins
 }
 
-// exec runs a statement on rc that does not wait for locks.
-func (e *Engine) exec(rc *rowConn, q string, args ...any) error {
-	ctx, cancel := e.opCtx()
+// exec runs a statement on rc that does not wait for locks, bounded by
+// ctx and the op timeout. A statement that ctx cuts short breaks rc's
+// connection (the driver closes it), so the caller discards rc, which
+// rolls back whatever it held.
+func (e *Engine) exec(ctx context.Context, rc *rowConn, q string, args ...any) error {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
 	defer cancel()
 	_, err := rc.conn.ExecContext(ctx, q, args...)
 	return err
@@ -191,7 +194,7 @@ func (e *Engine) sessionFor(ctx context.Context, rc *rowConn, req engine.Request
 	if len(set) == 0 {
 		return nil
 	}
-	if err := e.exec(rc, "SET SESSION "+strings.Join(set, ", ")); err != nil {
+	if err := e.exec(ctx, rc, "SET SESSION "+strings.Join(set, ", ")); err != nil {
 		return err
 	}
 	rc.lockWait, rc.idleMax = lw, idle
@@ -202,14 +205,25 @@ func (e *Engine) sessionFor(ctx context.Context, rc *rowConn, req engine.Request
 // session the server has ended: the statement, sent at asked, took at
 // least the session's wait_timeout, so its answer may have waited unread
 // that long (a stopped process), and the server ends a session that idle.
-// Then a ping decides, on the same connection.
-func (e *Engine) sessionOutlived(rc *rowConn, asked time.Time) bool {
+// Then a ping decides, on the same connection, within ctx and the op
+// timeout (a ping that ctx cuts short counts as a lost session).
+func (e *Engine) sessionOutlived(ctx context.Context, rc *rowConn, asked time.Time) bool {
 	if rc.idleMax == 0 || time.Since(asked) < time.Duration(rc.idleMax)*time.Second {
 		return false
 	}
-	ctx, cancel := e.opCtx()
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
 	defer cancel()
 	return rc.conn.PingContext(ctx) != nil
+}
+
+// acquireErr is the error of an Acquire whose statement failed with err:
+// ErrNotAcquired with ctx's error if ctx has ended (the statement was cut
+// short for it), else err classified.
+func (e *Engine) acquireErr(ctx context.Context, req engine.Request, err error) error {
+	if ctx.Err() != nil {
+		return errors.Join(engine.ErrNotAcquired, ctx.Err())
+	}
+	return e.opErr(ctx, "acquire", req.Key, err)
 }
 
 // stopErr is the error of an Acquire stopped by its ctx or by Close.
@@ -263,11 +277,11 @@ func (e *Engine) tryRow(ctx context.Context, rc *rowConn, req engine.Request,
 	}
 	if err := e.sessionFor(ctx, rc, req); err != nil {
 		e.discard(rc)
-		return nil, nil, e.opErr(ctx, "acquire", req.Key, err)
+		return nil, nil, e.acquireErr(ctx, req, err)
 	}
-	if err := e.exec(rc, "START TRANSACTION"); err != nil {
+	if err := e.exec(ctx, rc, "START TRANSACTION"); err != nil {
 		e.discard(rc)
-		return nil, nil, e.opErr(ctx, "acquire", req.Key, err)
+		return nil, nil, e.acquireErr(ctx, req, err)
 	}
 	var version uint64
 	asked := time.Now()
@@ -280,16 +294,16 @@ func (e *Engine) tryRow(ctx context.Context, rc *rowConn, req engine.Request,
 		// leaves no queued request behind.
 		return nil, nil, e.stopErr(ctx)
 	}
-	if err == nil && !e.sessionOutlived(rc, asked) {
-		l, err := e.grantedRow(req, rc)
+	if err == nil && !e.sessionOutlived(ctx, rc, asked) {
+		l, err := e.grantedRow(ctx, req, rc)
 		return l, nil, err
 	}
 	if err == nil {
 		return e.renewConn(ctx, rc, req)
 	}
-	if rerr := e.exec(rc, "ROLLBACK"); rerr != nil {
+	if rerr := e.exec(ctx, rc, "ROLLBACK"); rerr != nil {
 		e.discard(rc)
-		return nil, nil, e.opErr(ctx, "acquire", req.Key, rerr)
+		return nil, nil, e.acquireErr(ctx, req, rerr)
 	}
 	if err := e.rowRefused(ctx, rc, req, err); err != nil {
 		return nil, nil, err
@@ -353,16 +367,21 @@ func (e *Engine) rowRefused(ctx context.Context, rc *rowConn, req engine.Request
 // is granted. The row lock orders the draws of one key, and the commit
 // makes each durable, so the next holder gets a larger token even after a
 // killed holder or a server crash. It costs one log flush per grant.
-func (e *Engine) grantedRow(req engine.Request, rc *rowConn) (engine.Lease, error) {
+//
+// Both statements are bounded by ctx as well as the op timeout, so that a
+// grant that came just before ctx's deadline does not keep the caller past
+// it: if ctx ends first, rc is discarded, which rolls back and frees the
+// row (a token drawn meanwhile is skipped).
+func (e *Engine) grantedRow(ctx context.Context, req engine.Request, rc *rowConn) (engine.Lease, error) {
 	fail := func(err error) (engine.Lease, error) {
 		e.discard(rc)
-		return nil, e.opErr(context.Background(), "acquire", req.Key, err)
+		return nil, e.acquireErr(ctx, req, err)
 	}
-	token, err := e.drawToken(req.Key)
+	token, err := e.drawToken(ctx, req.Key)
 	if err != nil {
 		return fail(err)
 	}
-	if err := e.markRow(rc, req, token); err != nil {
+	if err := e.markRow(ctx, rc, req, token); err != nil {
 		return fail(err)
 	}
 	l := &rowLease{e: e, key: req.Key, mode: req.Mode, token: token, rc: rc, period: req.TTL,
@@ -391,11 +410,11 @@ func (e *Engine) grantedRow(req engine.Request, rc *rowConn) (engine.Lease, erro
 // it has locked; a shared one adds a row to "<table>_readers". Nothing is
 // committed: the release's ROLLBACK (or the end of the session) takes the
 // record away with the lock, and Holders reads it uncommitted.
-func (e *Engine) markRow(rc *rowConn, req engine.Request, token uint64) error {
+func (e *Engine) markRow(ctx context.Context, rc *rowConn, req engine.Request, token uint64) error {
 	if req.Mode == engine.Shared {
-		return e.exec(rc, e.q.rowMarkShared, req.Key, e.owner(), token, req.Value)
+		return e.exec(ctx, rc, e.q.rowMarkShared, req.Key, e.owner(), token, req.Value)
 	}
-	return e.exec(rc, e.q.rowMark, e.owner(), token, req.Value, req.Key)
+	return e.exec(ctx, rc, e.q.rowMark, e.owner(), token, req.Value, req.Key)
 }
 
 // drawToken raises key's counter in "<table>_fences" on a connection of its
@@ -404,8 +423,8 @@ func (e *Engine) markRow(rc *rowConn, req engine.Request, token uint64) error {
 // connection given back to the pool at once could be pinned meanwhile by a
 // waiter blocked on the very row lock this holder has, which would
 // deadlock the two until the lock wait timeout.
-func (e *Engine) drawToken(key string) (uint64, error) {
-	ctx, cancel := e.opCtx()
+func (e *Engine) drawToken(ctx context.Context, key string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
 	defer cancel()
 	c, err := e.db.Conn(ctx)
 	if err != nil {
@@ -512,7 +531,7 @@ func (l *rowLease) Release(ctx context.Context) error {
 	if rc == nil {
 		return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
 	}
-	err := l.e.exec(rc, "ROLLBACK")
+	err := l.e.exec(context.Background(), rc, "ROLLBACK")
 	l.forget()
 	if err != nil {
 		l.e.discard(rc)
@@ -527,7 +546,7 @@ func (l *rowLease) Release(ctx context.Context) error {
 // end rolls the transaction back and closes the lease with err.
 func (l *rowLease) end(err error) {
 	if rc := l.take(); rc != nil {
-		if l.e.exec(rc, "ROLLBACK") == nil {
+		if l.e.exec(context.Background(), rc, "ROLLBACK") == nil {
 			l.e.putConn(rc)
 		} else {
 			l.e.discard(rc)

@@ -97,7 +97,9 @@
 // the grant have raced the cancel. Acquire returns after at most
 // engine.UndoWait; the rest goes on in the background, and Close waits for
 // it. A server that answers neither within the op timeout gets the
-// connection's socket closed.
+// connection's socket closed. The statement that follows a grant (the
+// token draw and holder record) is bounded by ctx as well: if ctx ends
+// during it, the connection is closed, which frees the lock.
 //
 // # Liveness of the session strategy
 //

@@ -40,8 +40,9 @@ func (e *Engine) renewInterval() time.Duration {
 
 // renewAll renews every renewed lease of the engine, the ones whose
 // validity runs out first first, renewParallel statements at a time, and
-// returns how many it renewed.
-func (e *Engine) renewAll() int {
+// returns how many it renewed and the earliest end of validity of those
+// still held (for engine.Pace).
+func (e *Engine) renewAll() (int, time.Time) {
 	var writers, readers []*lease
 	e.mu.Lock()
 	for x := range e.frame.AllLocked() {
@@ -63,7 +64,28 @@ func (e *Engine) renewAll() int {
 	engine.InBatches(renewBatch, renewParallel, [][]*lease{writers, readers}, func(set int, batch []*lease) {
 		e.renewSome(batch, queries[set])
 	})
-	return len(writers) + len(readers)
+	return len(writers) + len(readers), validUntil(writers, readers)
+}
+
+// validUntil is the earliest end of validity of the leases of sets that
+// are still held and renewed (not ended, no release on the wire), or zero
+// if none is.
+func validUntil(sets ...[]*lease) time.Time {
+	var first time.Time
+	for _, ls := range sets {
+		for _, l := range ls {
+			l.mu.Lock()
+			v, releasing := l.validFrom.Add(life(l.ttl)), l.releasing
+			l.mu.Unlock()
+			if releasing || l.sig.Closed() {
+				continue
+			}
+			if first.IsZero() || v.Before(first) {
+				first = v
+			}
+		}
+	}
+	return first
 }
 
 // validSince is when the lease's current validity began.

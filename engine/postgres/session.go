@@ -87,7 +87,7 @@ func (e *Engine) acquireSession(ctx context.Context, req engine.Request) (engine
 			e.unpin(c, true)
 			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
 		}
-		l, err := e.grantSession(c, req, h)
+		l, err := e.grantSession(ctx, c, req, h)
 		if err != nil && sqlState(err) == "57P05" && req.Wait && ctx.Err() == nil && try < 100 {
 			// The session was cut for idling past the lease period
 			// between the grant and the token draw: this process was
@@ -187,18 +187,27 @@ func (e *Engine) lockOn(ctx context.Context, c *pgxpool.Conn, req engine.Request
 // "<table>_fences" (committed on its own, so durable) and records the
 // holder in "<table>_holders". The lease is valid until the statement's
 // send time plus the lease period: the server's idle clock for the
-// session starts only once the statement has completed.
-func (e *Engine) grantSession(c *pgxpool.Conn, req engine.Request, h int64) (engine.Lease, error) {
+// session starts only once the statement has completed. The statement is
+// bounded by ctx as well as the op timeout, so that a grant that came
+// just before ctx's deadline does not keep the caller past it: if ctx
+// ends first, the connection is closed, which frees the lock (a drawn
+// token is skipped, and a holder row whose session holds no lock does not
+// count).
+func (e *Engine) grantSession(ctx context.Context, c *pgxpool.Conn, req engine.Request,
+	h int64) (engine.Lease, error) {
 	owner := e.owner()
-	ctx, cancel := e.opCtx()
+	sctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
 	defer cancel()
 	sent := time.Now()
 	var token uint64
 	classid, objid := lockParts(h)
-	err := c.QueryRow(ctx, e.q.sessionGrant, req.Key, owner, int(req.Mode), req.Value,
+	err := c.QueryRow(sctx, e.q.sessionGrant, req.Key, owner, int(req.Mode), req.Value,
 		classid, objid).Scan(&token)
 	if err != nil {
 		e.unpin(c, false)
+		if ctx.Err() != nil {
+			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
+		}
 		return nil, e.opErr(context.Background(), "acquire", req.Key, err)
 	}
 	if time.Since(sent) >= life(req.TTL) {

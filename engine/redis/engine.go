@@ -104,12 +104,12 @@ type Engine struct {
 	// Script arguments every lease sends, boxed once.
 	argWake, argQueueTTL any
 
-	mu       sync.Mutex          // guards frame, wakeAt and the leases' renewal state
-	frame    engine.Base[*lease] // the leases this engine holds; undos that callers do not wait for
-	renewNow chan struct{}       // pokes the renewal loop
-	wakeAt   time.Time           // when the renewal loop next wakes; guarded by mu
-	loopDone chan struct{}
-	behind   atomic.Pointer[error] // set while renewal cannot keep up (pace)
+	mu        sync.Mutex          // guards frame, wakeAt and the leases' renewal state
+	frame     engine.Base[*lease] // the leases this engine holds; undos that callers do not wait for
+	renewNow  chan struct{}       // pokes the renewal loop
+	wakeAt    time.Time           // when the renewal loop next wakes; guarded by mu
+	loopDone  chan struct{}
+	renewPace engine.Pace // refuses new leases while renewal cannot keep up (pace)
 }
 
 var (
@@ -245,8 +245,8 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	if err := e.frame.Begin(ctx, e.Validate(req)); err != nil {
 		return nil, err
 	}
-	if err := e.behind.Load(); err != nil {
-		return nil, &engine.OpError{Engine: "redis", Op: "acquire", Key: req.Key, Err: *err}
+	if err := e.renewPace.Err(); err != nil {
+		return nil, &engine.OpError{Engine: "redis", Op: "acquire", Key: req.Key, Err: err}
 	}
 	a := e.newAttempt(req)
 	defer e.putAttempt(a)

@@ -104,30 +104,36 @@ func (e *Engine) renewDue() (slow bool) {
 	return timedOut.Load()
 }
 
-// pace records whether renewal keeps up: a round with a pipeline that
-// timed out, or that took longer than a third of the shortest renewed
-// lease's TTL, means the server cannot renew this many leases this often
-// now, and until a round keeps up again Acquire refuses new leases (see
-// Engine.behind) rather than let held ones lapse.
+// pace records whether renewal keeps up, by engine.Pace's rule: a round
+// with a pipeline that timed out, or after which some renewed lease's
+// next renewal, starting when it is due and taking as long as this round
+// took, would land after the lease's validity ends, means the server
+// cannot keep these leases now, and until a round leaves every lease slack
+// Acquire refuses new leases (see Engine.renewPace) rather than add more.
 func (e *Engine) pace(slow bool, took time.Duration) {
+	now := time.Now()
+	n := 0
+	var next, valid time.Time // of the lease with the least room
 	e.mu.Lock()
-	n, shortest := 0, time.Duration(0)
 	for l := range e.frame.AllLocked() {
-		if l.renew {
-			n++
-			if shortest == 0 || l.ttl < shortest {
-				shortest = l.ttl
-			}
+		if !l.renew {
+			continue
+		}
+		n++
+		start := l.due
+		if start.Before(now) {
+			start = now
+		}
+		if valid.IsZero() || l.valid.Sub(start) < valid.Sub(next) {
+			next, valid = start, l.valid
 		}
 	}
 	e.mu.Unlock()
-	if !slow && (shortest == 0 || took <= shortest/3) {
-		e.behind.Store(nil)
+	if slow {
+		e.renewPace.Unanswered(n, took)
 		return
 	}
-	err := fmt.Errorf("%w: renewal is falling behind: a round for %d leases took %v (a pipeline timed out: %t); new leases are refused until it keeps up",
-		engine.ErrUnavailable, n, took.Round(time.Millisecond), slow)
-	e.behind.Store(&err)
+	e.renewPace.Record(n, took, next, valid)
 }
 
 // renew extends a batch of leases in one pipeline. A lease whose renewal
