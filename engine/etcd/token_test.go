@@ -1,0 +1,128 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/etcd"
+	"github.com/cerberus-go/cerberus/internal/testenv"
+)
+
+// The tests of this file check DESIGN.md's contract 5 on etcd: a key's
+// token (the create revision of its queue entry) is above every token
+// granted before, after the client restarts, after the server is killed
+// with SIGKILL and restarted from its data directory, and after a
+// cluster's leader is killed.
+
+// grantOnce acquires req on e, trying again for up to 20 seconds while the
+// engine reports the server unavailable (it may be restarting or electing).
+func grantOnce(t *testing.T, e engine.Engine, req engine.Request) engine.Lease {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(hang); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var l engine.Lease
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		l, err = e.Acquire(ctx, req)
+		cancel()
+		if err == nil {
+			return l
+		}
+		if !errors.Is(err, engine.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+	}
+	t.Fatalf("acquire %s: %v", req.Key, err)
+	return nil
+}
+
+// once is a request in mode that does not wait and is not renewed.
+func once(key string, mode engine.Mode) engine.Request {
+	return engine.Request{Key: key, Mode: mode, TTL: 10 * time.Second}
+}
+
+// cycles grants key on e n times, releasing each lease, and returns the
+// largest token seen; each token must be above the one before, the first
+// above after. A token that is not fails the test and ends the cycles.
+func cycles(t *testing.T, e engine.Engine, key string, n int, after uint64) uint64 {
+	t.Helper()
+	for i := range n {
+		mode := engine.Exclusive
+		if i%3 == 2 {
+			mode = engine.Shared
+		}
+		l := grantOnce(t, e, once(key, mode))
+		if err := l.Release(bounded(t)); err != nil {
+			t.Fatal(err)
+		}
+		if l.Token() <= after {
+			t.Errorf("grant %d (%v) of %s: token %d after %d; tokens must strictly increase", i+1, mode, key,
+				l.Token(), after)
+			return after
+		}
+		after = l.Token()
+	}
+	return after
+}
+
+// engineOn dials an engine on endpoints, closed when the test ends.
+func engineOn(t *testing.T, endpoints ...string) *etcd.Engine {
+	t.Helper()
+	e, err := dial(clientv3.Config{Endpoints: endpoints, DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+// TestTokensAfterClientRestart: three engines in turn on one private
+// server, each closed before the next opens, as a restarted client would
+// be; each continues above the last token of the one before.
+func TestTokensAfterClientRestart(t *testing.T) {
+	srv := testenv.StartEtcd(t)
+	var last uint64
+	for range 3 {
+		e := engineOn(t, srv.Addr)
+		last = cycles(t, e, "client-restart", 10, last)
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestTokensAfterServerKill: grants, then the server is killed with
+// SIGKILL and restarted from its data directory; the same engine and a
+// fresh one continue above the last token.
+func TestTokensAfterServerKill(t *testing.T) {
+	srv := testenv.StartEtcd(t)
+	e := engineOn(t, srv.Addr)
+	last := cycles(t, e, "kill", 20, 0)
+	srv.Kill()
+	srv.Restart()
+	last = cycles(t, e, "kill", 3, last)
+	srv.Kill()
+	srv.Restart()
+	cycles(t, engineOn(t, srv.Addr), "kill", 3, last)
+}
+
+// TestTokensAfterLeaderKill: a three-member cluster grants, its leader is
+// killed with SIGKILL, and the grants on the new leader continue above the
+// last token; so do those after the old leader is back.
+func TestTokensAfterLeaderKill(t *testing.T) {
+	c := testenv.StartEtcdCluster(t, 3)
+	e := engineOn(t, c.Addrs...)
+	last := cycles(t, e, "leader", 20, 0)
+	old := c.Leader()
+	c.Nodes[old].Kill()
+	if now := c.Leader(); now == old {
+		t.Fatalf("member %d still leads after its kill", old)
+	}
+	last = cycles(t, e, "leader", 5, last)
+	c.Nodes[old].Restart()
+	cycles(t, engineOn(t, c.Addrs[old]), "leader", 3, last)
+}
