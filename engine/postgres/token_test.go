@@ -1,0 +1,191 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/postgres"
+	"github.com/cerberus-go/cerberus/internal/testenv"
+)
+
+// The tests of this file check DESIGN.md's contract 5 on PostgreSQL, for
+// both strategies: a key's token (the lease strategy's row version in
+// "<table>", the session strategy's counter in "<table>_fences", both
+// logged tables) is above every token granted before, after the client
+// restarts and after the server is killed with SIGKILL and restarted from
+// its data directory (crash recovery replays the WAL; the session
+// strategy's holder rows are in an unlogged table, which the recovery
+// empties, and hold no token that a later grant reads). They use only the
+// package's exported API.
+
+var strategies = []postgres.Strategy{postgres.StrategyLease, postgres.StrategySession}
+
+// restartWait bounds the retries of a grant while the server restarts.
+const restartWait = 30 * time.Second
+
+// tokenTables makes a table name per strategy, migrated on dsn, and drops
+// them when the test ends.
+func tokenTables(t *testing.T, dsn string) map[postgres.Strategy]string {
+	t.Helper()
+	out := map[postgres.Strategy]string{}
+	for _, s := range strategies {
+		var b [5]byte
+		_, _ = rand.Read(b[:])
+		table := "cerberus_tok_" + hex.EncodeToString(b[:])
+		e := openOn(t, dsn, table, s)
+		ctx, cancel := context.WithTimeout(context.Background(), restartWait)
+		err := e.Migrate(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("migrate: %v", err)
+		}
+		out[s] = table
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), restartWait)
+		defer cancel()
+		pool, err := pgxpool.New(ctx, dsn)
+		if err != nil {
+			return
+		}
+		defer pool.Close()
+		for _, table := range out {
+			for _, suffix := range []string{"", "_readers", "_fences", "_holders"} {
+				_, _ = pool.Exec(ctx, `DROP TABLE IF EXISTS "`+table+suffix+`"`)
+			}
+		}
+	})
+	return out
+}
+
+// openOn opens an engine with strategy s on dsn's table, closed when the
+// test ends.
+func openOn(t *testing.T, dsn, table string, s postgres.Strategy) *postgres.Engine {
+	t.Helper()
+	e, err := postgres.Open(dsn, postgres.WithTable(table), postgres.WithStrategy(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+// grantOnce acquires req on e, trying again for up to restartWait while the
+// engine reports the server unavailable.
+func grantOnce(t *testing.T, e engine.Engine, req engine.Request) engine.Lease {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(restartWait); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var l engine.Lease
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		l, err = e.Acquire(ctx, req)
+		cancel()
+		if err == nil {
+			return l
+		}
+		if !errors.Is(err, engine.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+	}
+	t.Fatalf("acquire %s: %v", req.Key, err)
+	return nil
+}
+
+// cycles grants key on e n times (every third grant shared), releasing each
+// lease, and returns the largest token seen; each token must be above the
+// one before, the first above after. A token that is not fails the test
+// and ends the cycles.
+func cycles(t *testing.T, e engine.Engine, key string, n int, after uint64) uint64 {
+	t.Helper()
+	for i := range n {
+		req := engine.Request{Key: key, Mode: engine.Exclusive, TTL: 10 * time.Second}
+		if i%3 == 2 {
+			req.Mode = engine.Shared
+		}
+		l := grantOnce(t, e, req)
+		ctx, cancel := context.WithTimeout(context.Background(), restartWait)
+		err := l.Release(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Token() <= after {
+			t.Errorf("grant %d (%v) of %s: token %d after %d; tokens must strictly increase", i+1, req.Mode, key,
+				l.Token(), after)
+			return after
+		}
+		after = l.Token()
+	}
+	return after
+}
+
+// TestTokensAfterClientRestart: for each strategy, three engines in turn
+// on the shared server, each closed before the next opens, as a restarted
+// client would be; each continues above the last token of the one before.
+func TestTokensAfterClientRestart(t *testing.T) {
+	dsn := testenv.PostgresDSN(t)
+	tables := tokenTables(t, dsn)
+	for _, s := range strategies {
+		var last uint64
+		for range 3 {
+			e := openOn(t, dsn, tables[s], s)
+			last = cycles(t, e, "client-restart", 10, last)
+			if err := e.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestTokenTablesAreLogged: the tables that keep the tokens ("<table>" for
+// the lease strategy, "<table>_fences" for the session strategy) are
+// logged (relpersistence 'p'): crash recovery empties an unlogged table,
+// and the next token would start again from 1.
+func TestTokenTablesAreLogged(t *testing.T) {
+	dsn := testenv.PostgresDSN(t)
+	tables := tokenTables(t, dsn)
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for _, name := range []string{tables[postgres.StrategyLease], tables[postgres.StrategySession] + "_fences"} {
+		var p string
+		err := pool.QueryRow(context.Background(),
+			"SELECT relpersistence::text FROM pg_class WHERE oid = to_regclass($1)", `"`+name+`"`).Scan(&p)
+		if err != nil || p != "p" {
+			t.Errorf("table %s: relpersistence %q (%v), want \"p\" (logged)", name, p, err)
+		}
+	}
+}
+
+// TestTokensAfterServerKill: for each strategy, grants on a private
+// PostgreSQL, which is then killed with SIGKILL (every backend too) and
+// restarted from its data directory; the same engines and fresh ones
+// continue above the last tokens. The private server runs with fsync=off,
+// which loses nothing here: a killed process leaves its writes in the
+// operating system's cache; only a crash of the machine would need fsync.
+func TestTokensAfterServerKill(t *testing.T) {
+	srv := testenv.StartPostgres(t)
+	tables := tokenTables(t, srv.DSN)
+	last := map[postgres.Strategy]uint64{}
+	es := map[postgres.Strategy]*postgres.Engine{}
+	for _, s := range strategies {
+		es[s] = openOn(t, srv.DSN, tables[s], s)
+		last[s] = cycles(t, es[s], "kill", 20, 0)
+	}
+	srv.Kill()
+	srv.Restart()
+	for _, s := range strategies {
+		after := cycles(t, es[s], "kill", 3, last[s])
+		t.Logf("%s: token before the kill %d, after the restart %d", s, last[s], after)
+		cycles(t, openOn(t, srv.DSN, tables[s], s), "kill", 3, after)
+	}
+}
