@@ -123,3 +123,27 @@ func TestClusterTokensAfterLeaderKill(t *testing.T) {
 	after := cycles(t, e, key, 5, last)
 	t.Logf("index under server %d %d, under server %d %d", old+1, last, now+1, after)
 }
+
+// TestTokensAfterTreeDeleted: grants, then another engine takes a shared
+// lease, and the key's whole KV folder (its document and the holder's
+// contender key) is deleted under it, as an operator who wipes the store
+// would; the next grants continue above every token before, as no delete
+// lowers the Raft index.
+func TestTokensAfterTreeDeleted(t *testing.T) {
+	addr := testenv.ConsulAddr(t)
+	e := newEngine(t, addr, consul.WithLockDelay(0))
+	key := testKey(t)
+	last := cycles(t, e, key, 20, 0)
+	held := grantOnce(t, newEngine(t, addr, consul.WithLockDelay(0)), try(key, engine.Shared))
+	kv := newClient(t, addr).KV()
+	if keys, _, err := kv.Keys(e.KeyDir(key), "", nil); err != nil || len(keys) == 0 {
+		t.Fatalf("nothing to delete under %s: %v (%v)", e.KeyDir(key), keys, err)
+	}
+	if _, err := kv.DeleteTree(e.KeyDir(key), nil); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _, err := kv.Keys(e.KeyDir(key), "", nil); err != nil || len(keys) != 0 {
+		t.Fatalf("after the delete: %v (%v)", keys, err)
+	}
+	cycles(t, e, key, 3, max(last, held.Token()))
+}

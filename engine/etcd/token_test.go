@@ -126,3 +126,32 @@ func TestTokensAfterLeaderKill(t *testing.T) {
 	c.Nodes[old].Restart()
 	cycles(t, engineOn(t, c.Addrs[old]), "leader", 3, last)
 }
+
+// TestTokensAfterDeleteAndCompaction: grants, then another engine takes a
+// shared lease, and every key on a private server (the holder's entry
+// too) is deleted, the history compacted to the current revision and the
+// member defragmented, as an operator who wipes the store would; the next
+// grants continue above every token before, as no delete or compaction
+// lowers the revision.
+func TestTokensAfterDeleteAndCompaction(t *testing.T) {
+	srv := testenv.StartEtcd(t)
+	e := engineOn(t, srv.Addr)
+	last := cycles(t, e, "wipe", 20, 0)
+	held := grantOnce(t, engineOn(t, srv.Addr), once("wipe", engine.Shared))
+	admin := client(t, clientv3.Config{Endpoints: []string{srv.Addr}})
+	ctx := bounded(t)
+	del, err := admin.Delete(ctx, "", clientv3.WithFromKey())
+	if err != nil || del.Deleted == 0 {
+		t.Fatalf("delete every key: %v (%v)", del, err)
+	}
+	if _, err := admin.Compact(ctx, del.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Defragment(ctx, srv.Addr); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := admin.Get(ctx, "", clientv3.WithFromKey(), clientv3.WithCountOnly()); err != nil || n.Count != 0 {
+		t.Fatalf("after the wipe: %v (%v)", n, err)
+	}
+	cycles(t, e, "wipe", 3, max(last, held.Token()))
+}

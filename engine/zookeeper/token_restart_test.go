@@ -123,3 +123,29 @@ func TestTokensAfterLeaderKill(t *testing.T) {
 	after := cycles(t, e, "leader", 5, last)
 	t.Logf("czxid under the old leader %#x, under the new one %#x", last, after)
 }
+
+// TestTokensAfterTreeDeleted: grants, then another engine takes a shared
+// lease, and the whole lock tree (the holder's ephemeral node, the lock
+// nodes, the base path) is deleted under it, as an operator who wipes it
+// would; the next grants continue above every token before, as no delete
+// lowers the zxid.
+func TestTokensAfterTreeDeleted(t *testing.T) {
+	addr := testenv.ZooKeeperAddr(t)
+	admin := rawConn(t, addr)
+	base := testBase(t, admin)
+	e := engineOn(t, base, addr)
+	last := cycles(t, e, "wipe", 20, 0)
+	req := try("wipe")
+	req.Mode = engine.Shared
+	held := grantOnce(t, engineOn(t, base, addr), req)
+	parent := base + "/" + zookeeper.EscapeKey("wipe")
+	if kids := children(t, admin, parent); len(kids) != 1 {
+		t.Fatalf("queue of the held key: %v, want the holder's node", kids)
+	}
+	root := base[:len(base)-len("/locks")]
+	removeTree(admin, root)
+	if ok, _, err := admin.Exists(root); err != nil || ok {
+		t.Fatalf("%s still exists after the delete (%v)", root, err)
+	}
+	cycles(t, e, "wipe", 3, max(last, held.Token()))
+}
