@@ -2,11 +2,13 @@ package integration
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -80,6 +82,12 @@ func TestScale(t *testing.T) {
 			e, err := dialEngine(workerSpec{Engine: tc.engine, Addrs: tc.addrs, Table: tc.table, TTL: scaleWatchdog})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if strings.HasPrefix(tc.engine, "mysql") {
+				// An open question from CI: once, 15 of the row strategy's
+				// 40 first Locks waited out their 30 s. If grants stall
+				// again, the log shows what the server was doing.
+				defer stallReport(t, dsn, 20*time.Second)()
 			}
 			runScale(t, tc.engine, e, n, hold)
 		})
@@ -161,6 +169,70 @@ func runScale(t *testing.T, name string, e engine.Engine, n int, hold time.Durat
 			_ = l.Unlock(context.Background())
 		}
 	}
+}
+
+// stallReport logs, once after wait and only while the test is still in
+// its grants, what the MySQL server is doing: its sessions, and which
+// transactions wait for which InnoDB locks (read-only queries on a
+// connection of its own). The returned func stops it.
+func stallReport(t *testing.T, dsn string, wait time.Duration) func() {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-stop:
+			return
+		case <-time.After(wait):
+		}
+		t.Logf("grants still under way after %v; server state:\n%s", wait, mysqlState(dsn))
+	}()
+	return func() { close(stop); <-done }
+}
+
+// mysqlState returns the server's sessions and InnoDB lock waits as text.
+func mysqlState(dsn string) string {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return err.Error()
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var b strings.Builder
+	for _, q := range []string{
+		"SELECT ID, COMMAND, TIME, STATE, LEFT(COALESCE(INFO, ''), 120) FROM information_schema.PROCESSLIST " +
+			"WHERE COMMAND <> 'Sleep' ORDER BY TIME DESC LIMIT 40",
+		"SELECT r.trx_mysql_thread_id, LEFT(COALESCE(r.trx_query, ''), 100), b.trx_mysql_thread_id, " +
+			"LEFT(COALESCE(b.trx_query, ''), 100) FROM information_schema.INNODB_LOCK_WAITS w " +
+			"JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id " +
+			"JOIN information_schema.INNODB_TRX b ON b.trx_id = w.blocking_trx_id LIMIT 40",
+		"SHOW GLOBAL STATUS WHERE Variable_name IN ('Threads_connected', 'Max_used_connections', " +
+			"'Connection_errors_max_connections', 'Aborted_connects')",
+	} {
+		fmt.Fprintf(&b, "-- %s\n", q)
+		rows, err := db.QueryContext(ctx, q)
+		if err != nil {
+			fmt.Fprintf(&b, "%v\n", err)
+			continue
+		}
+		cols, _ := rows.Columns()
+		for rows.Next() {
+			vals := make([]sql.NullString, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err == nil {
+				for _, v := range vals {
+					fmt.Fprintf(&b, "%s\t", v.String)
+				}
+				b.WriteString("\n")
+			}
+		}
+		rows.Close()
+	}
+	return b.String()
 }
 
 func heapInUse() int64 {
