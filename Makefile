@@ -1,6 +1,6 @@
 # Everyday commands. `make test` is the one to run: it starts (or reuses) the
 # servers the integration tests need (Redis, a Redis Cluster, five Redlock
-# nodes, ZooKeeper, Consul, MySQL), exports their addresses and runs every
+# nodes, ZooKeeper, Consul, MySQL, etcd, PostgreSQL), exports their addresses and runs every
 # test with the race detector.
 
 SHELL := bash
@@ -16,7 +16,8 @@ SERVICES := scripts/services.sh
 demo:
 	$(GO) run ./cmd/cerberusctl demo
 
-## services: start (or reuse) Redis, ZooKeeper, Consul and MySQL on loopback
+## services: start (or reuse) Redis, ZooKeeper, Consul, MySQL, etcd and
+## PostgreSQL on loopback
 services:
 	$(SERVICES) up
 

@@ -2,7 +2,7 @@
 //
 // A Client hands out leases on named keys:
 //
-//	c, err := cerberus.New(memory.New())   // or a Redis, ZooKeeper, Consul or MySQL engine
+//	c, err := cerberus.New(memory.New())   // or a Redis, ZooKeeper, Consul, etcd, MySQL or PostgreSQL engine
 //	l, err := c.Lock(ctx, "order:42")      // waits; ctx's deadline bounds the wait
 //	defer l.Unlock(context.WithoutCancel(ctx))
 //	// write with l.Token() as the fence; watch l.Done() for loss

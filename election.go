@@ -27,7 +27,7 @@ var errEmptyElection = fmt.Errorf("%w: empty election name", ErrInvalidKey)
 //
 // Campaign works on every engine. Leader and Observe read the leader's
 // value from the server, which needs an engine that can list a key's
-// holders (engine.Inspector: the memory and etcd engines).
+// holders (engine.Inspector: every engine but Redlock).
 type Election struct {
 	c    *Client
 	name string

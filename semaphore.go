@@ -19,8 +19,9 @@ const semaphorePrefix = "semaphore/"
 // them. A crashed holder's permit frees itself as its lock would (the
 // lease period, or the engine's Limits().Floor).
 //
-// The engine must count natively (engine.Limits.Counted): the memory and
-// etcd engines do; on any other engine Acquire returns ErrInvalidRequest
+// The engine must count natively (engine.Limits.Counted): memory, Redis
+// (not Redlock), ZooKeeper, Consul, etcd and the MySQL and PostgreSQL lease
+// strategies do; on any other engine Acquire returns ErrInvalidRequest
 // before any I/O. Every process must give the same name the same N.
 type Semaphore struct {
 	c    *Client

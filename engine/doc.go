@@ -1,6 +1,7 @@
 // Package engine is the contract between cerberus and the servers that hold
 // its locks. An engine turns a Request into a Lease on one kind of server
-// (Redis, ZooKeeper, Consul, MySQL, or the in-process memory engine); the
+// (Redis, ZooKeeper, Consul, etcd, MySQL, PostgreSQL, or the in-process
+// memory engine); the
 // root package builds reentrancy, multi-key locks and failover on top of
 // engines and never looks inside one.
 //
@@ -53,17 +54,6 @@
 //
 // Then run the conformance suite, engine/enginetest, against a real
 // server, and the engine's own fault tests.
-//
-// What the five engines shed when Base took their frame (issue 18): the
-// lines of their non-test .go files, all of them and, in brackets, those
-// that are neither comments nor blank.
-//
-//	package            before        after
-//	engine/memory       357 (257)    329 (230)
-//	engine/redis       2152 (1482)  2095 (1427)   of which redlock.go 590 -> 559
-//	engine/zookeeper   1755 (1223)  1659 (1138)
-//	engine/consul      2393 (1666)  2355 (1629)
-//	engine/mysql       1927 (1316)  1857 (1252)
 //
 // What an engine still writes itself, besides its protocol: the contract's
 // small methods (Name, Limits, Validate, Ping), its lease type's five

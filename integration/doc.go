@@ -1,5 +1,6 @@
 // Package integration holds the tests that run against real servers: Redis,
-// ZooKeeper, Consul and MySQL, reached with their real Go clients.
+// ZooKeeper, Consul, MySQL/MariaDB, etcd and PostgreSQL, reached with their
+// real Go clients.
 //
 // smoke_test.go does one small round trip per server, so a broken test
 // environment shows up as a plain, early failure rather than as a confusing

@@ -5,7 +5,8 @@
 // It is single-process by construction. Engines that share a Store exclude
 // each other as clients of one server would, but nothing crosses a process
 // boundary, and a crash of the process takes every lock with it. Use a server
-// engine (Redis, ZooKeeper, Consul, MySQL) for locks between processes.
+// engine (Redis, ZooKeeper, Consul, etcd, MySQL, PostgreSQL) for locks
+// between processes.
 //
 // Semantics: tokens come from one counter per Store, so they strictly
 // increase for every key. Leases with Request.Renew never expire (there is no
