@@ -7,11 +7,14 @@
 //	m, err := failover.New([]failover.NamedEngine{
 //		{Name: "primary", Engine: primary},
 //		{Name: "backup", Engine: backup},
-//	}, failover.Options{Auto: true, Fence: true})
+//	}, failover.Options{Fence: true})
 //	c, err := cerberus.New(m)
 //
-// Package config builds one from a file, with a fleet's shared engine key;
-// package metrics watches one.
+// SetActive and Options.Auto move this process alone. Processes of a fleet
+// that switch one by one grant the same keys on two engines in between, so
+// a fleet switches together through a shared key: package config builds a
+// Manager from a file, with that key (engine_key), and calls Follow in
+// every process. Package metrics watches a Manager.
 //
 // The files follow the concerns: options.go (Options, Configure),
 // manager.go (Manager, New, Status, Close), acquire.go (Acquire and the
@@ -39,12 +42,12 @@
 // counts as failed). So an engine that stops answering is marked down
 // within Interval x Threshold of its failure. Calls on real traffic count
 // too: an Acquire, Release or renewal on the active engine that fails with
-// ErrUnavailable (while its caller's context is live) starts a quick probe
-// at once: the active engine is pinged, and again every QuickProbeSpacing,
-// until it answers or has failed Threshold times in a row. A busy service
-// thus notices an outage in about one round trip plus (Threshold-1) x
-// QuickProbeSpacing; one failed call on a healthy engine costs one ping and
-// changes nothing.
+// engine.ErrUnavailable (while its caller's context is live) starts a quick
+// probe at once: the active engine is pinged, and again every
+// QuickProbeSpacing, until it answers or has failed Threshold times in a
+// row. A busy service thus notices an outage in about one round trip plus
+// (Threshold-1) x QuickProbeSpacing; one failed call on a healthy engine
+// costs one ping and changes nothing.
 //
 // # Tokens across a switch
 //
