@@ -38,4 +38,10 @@
 // The engines live in subpackages of engine/; the root package knows only
 // the contract in package engine. engine/memory is the in-process default,
 // for demos and unit tests; it does not lock across processes.
+//
+// Package failover's Manager is an engine over several engines in
+// priority order: it moves to another when the active one fails or an
+// operator flips it, ends the leases held on the old one with
+// ErrEngineSwitched, and keeps tokens increasing across the switch.
+// Package config builds one, with its engines, from a file.
 package cerberus

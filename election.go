@@ -113,14 +113,14 @@ const (
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	out := make(chan Leader, 1)
 	key := electionPrefix + e.name
-	if e.name == "" || inspectorOf(e.c.eng) == nil || engine.CheckKey(key, e.c.eng.Limits().MaxKeyLen) != nil {
+	if e.name == "" || engine.InspectorOf(e.c.eng) == nil || engine.CheckKey(key, e.c.eng.Limits().MaxKeyLen) != nil {
 		close(out)
 		return out
 	}
 	octx, cancel := context.WithCancel(ctx)
 	var changes <-chan struct{}
 	interval := observePollNoWatch
-	if w := watcherOf(e.c.eng); w != nil {
+	if w := engine.WatcherOf(e.c.eng); w != nil {
 		if ch, err := w.Watch(octx, key); err == nil {
 			changes, interval = ch, observeRecheck
 		}

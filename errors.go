@@ -29,7 +29,7 @@ var (
 	// ErrInvalidTTL: a TTL outside the engine's limits.
 	ErrInvalidTTL = engine.ErrInvalidTTL
 	// ErrInvalidRequest: any other malformed request or setting, such as an
-	// unknown mode, or a Failover given no engine or a duplicate name.
+	// unknown mode, or a failover.Manager given no engine or a duplicate name.
 	ErrInvalidRequest = engine.ErrInvalidRequest
 	// ErrUnavailable: the engine is not serving now (unreachable, broken
 	// connection, shutting down, overloaded); another engine might. It is

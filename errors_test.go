@@ -12,9 +12,9 @@ import (
 // TestReexportedErrors checks that the root package's names match what the
 // library returns, so a caller needs no import of package engine.
 func TestReexportedErrors(t *testing.T) {
-	_, err := cerberus.NewFailover(nil, cerberus.FailoverOptions{})
+	_, err := cerberus.New(nil)
 	if !errors.Is(err, cerberus.ErrInvalidRequest) {
-		t.Errorf("NewFailover with no engine: %v; want cerberus.ErrInvalidRequest", err)
+		t.Errorf("New with no engine: %v; want cerberus.ErrInvalidRequest", err)
 	}
 	opErr := fmt.Errorf("lock: %w", &engine.OpError{Engine: "redis", Op: "acquire", Key: "k",
 		Err: fmt.Errorf("%w: dial tcp: refused", engine.ErrUnavailable)})

@@ -2,12 +2,8 @@ package cerberus_test
 
 import (
 	"context"
-	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"time"
 
 	"github.com/cerberus-go/cerberus"
@@ -115,56 +111,6 @@ func ExampleWithTTL() {
 	<-l.Done() // not renewed: it expires
 	fmt.Println(l.Err())
 	// Output: cerberus: lease lost
-}
-
-// ExampleFailover_Handler mounts the manager's handler behind a bearer
-// token: a switch loses every lock held on the old engine, so only an
-// operator may ask for one. (With package config's engine_key, the same
-// POST moves every process of the fleet; here, without it, only this one.)
-func ExampleFailover_Handler() {
-	f, err := cerberus.NewFailover([]cerberus.NamedEngine{
-		{Name: "primary", Engine: memory.New()}, {Name: "backup", Engine: memory.New()},
-	}, cerberus.FailoverOptions{})
-	if err != nil {
-		panic(err)
-	}
-	defer f.Close()
-	const token = "s3cret-operator-token" // in a service: from a secret store
-	auth := func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			got := []byte(r.Header.Get("Authorization"))
-			if subtle.ConstantTimeCompare(got, []byte("Bearer "+token)) != 1 {
-				http.Error(w, "unauthorized", http.StatusUnauthorized)
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
-	srv := httptest.NewServer(auth(f.Handler(true)))
-	defer srv.Close()
-
-	post := func(bearer string) {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"?engine=backup", nil)
-		if bearer != "" {
-			req.Header.Set("Authorization", "Bearer "+bearer)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			panic(err)
-		}
-		defer resp.Body.Close()
-		var doc struct {
-			Active string                 `json:"active"`
-			Switch *cerberus.SwitchReport `json:"switch"`
-		}
-		_ = json.NewDecoder(resp.Body).Decode(&doc)
-		fmt.Println(resp.StatusCode, f.Active(), doc.Switch)
-	}
-	post("")
-	post(token)
-	// Output:
-	// 401 primary <nil>
-	// 200 backup only this process switched to backup (epoch 1)
 }
 
 func ExampleClient_Semaphore() {

@@ -25,7 +25,7 @@ type Observer interface {
 
 // AcquireEvent describes one acquisition attempt.
 type AcquireEvent struct {
-	Engine   string        // the engine that answered (the active one, under a Failover)
+	Engine   string        // the engine that answered (the active one, under a failover.Manager)
 	Key      string        //
 	Shared   bool          // RLock or TryRLock
 	Wait     bool          // Lock or RLock, rather than a single attempt
@@ -46,9 +46,9 @@ type LostEvent struct {
 func WithObserver(o Observer) Option { return func(s *settings) { s.observer = o } }
 
 // engineOf names the engine that granted l (engine.Namer): under a
-// Failover, the engine that was active at the grant. With no lease (a
+// failover.Manager, the engine that was active at the grant. With no lease (a
 // refusal), it names the engine that serves now (engine.Switcher), the
-// Failover's active engine.
+// manager's active engine.
 func engineOf(e engine.Engine, l engine.Lease) string {
 	if n, ok := l.(engine.Namer); ok {
 		return n.EngineName()

@@ -93,7 +93,7 @@ func (s *Semaphore) Holders(ctx context.Context) (int, error) {
 // holders lists key's holders on c's engine, or says that the engine
 // cannot.
 func holders(ctx context.Context, c *Client, key string) ([]engine.Holder, error) {
-	in := inspectorOf(c.eng)
+	in := engine.InspectorOf(c.eng)
 	if in == nil {
 		return nil, fmt.Errorf("%w: engine %s cannot list a key's holders", ErrInvalidRequest, c.eng.Name())
 	}

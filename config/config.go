@@ -11,6 +11,7 @@ import (
 	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/failover"
 )
 
 // ErrInvalid is wrapped by every error Load, Parse and Watch report for a
@@ -43,8 +44,8 @@ const (
 // Defaults applied to keys the configuration leaves out. Those the root
 // package also has are its own: one place sets each.
 const (
-	DefaultHealthInterval   = cerberus.DefaultInterval
-	DefaultHealthThreshold  = cerberus.DefaultThreshold
+	DefaultHealthInterval   = failover.DefaultInterval
+	DefaultHealthThreshold  = failover.DefaultThreshold
 	DefaultLeaseWatchdog    = cerberus.DefaultWatchdog
 	DefaultFailback         = FailbackOff
 	DefaultZKSessionTimeout = 4 * time.Second
@@ -114,7 +115,7 @@ const (
 // The key's value is JSON, {"engine": NAME, "epoch": N, "reason": ...},
 // written with a check-and-set on its modify index by cerberusctl use,
 // SetEngineKey and the fleet's automatic decisions. Every process follows
-// it (cerberus.Failover.Follow): it moves to NAME and stamps its tokens
+// it (failover.Manager.Follow): it moves to NAME and stamps its tokens
 // with epoch N, so tokens stay ordered across the whole fleet. A value
 // that is a bare engine name (written by hand) is followed too, with each
 // process counting its own epoch. An empty or absent value means the
@@ -131,7 +132,7 @@ const (
 // majority), to the first engine in order that as many see healthy. So
 // one process that alone cannot reach the primary does not move the
 // fleet; it stays on the primary, where its calls fail with
-// ErrUnavailable, and its status (Failover.Fleet, the handler's JSON, its
+// ErrUnavailable, and its status (failover.Manager.Fleet, the handler's JSON, its
 // logs) says it was outvoted. When the key's Consul cannot be reached, no
 // automatic switch happens at all: every process stays where it is.
 type EngineKey struct {

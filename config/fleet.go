@@ -16,7 +16,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/failover"
 )
 
 // keyValue is the engine key's value: the fleet's engine and epoch.
@@ -74,7 +74,7 @@ type decision struct {
 // healthy, when a quorum sees cur down (failover) or, with failback and
 // no operator's pin, when a quorum sees an earlier engine healthy. self is
 // this process's report, used only to explain a refusal.
-func decide(order []string, cur keyValue, members []cerberus.FleetMember, self cerberus.FleetMember,
+func decide(order []string, cur keyValue, members []failover.FleetMember, self failover.FleetMember,
 	p fleetPolicy) decision {
 	n := len(members)
 	if n == 0 || !p.auto {
@@ -125,7 +125,7 @@ func decide(order []string, cur keyValue, members []cerberus.FleetMember, self c
 type fleet struct {
 	k     EngineKey
 	kv    *api.Client
-	f     *cerberus.Failover
+	f     *failover.Manager
 	log   *slog.Logger
 	order []string // engine names, primary first
 	def   string   // the engine an empty value means
@@ -139,13 +139,13 @@ type fleet struct {
 	index   uint64   // its modify index (0: absent)
 	read    bool     // value was read at least once
 	since   time.Time
-	members []cerberus.FleetMember
+	members []failover.FleetMember
 	keyErr  string // why the key could not be read, if it could not
 	note    string // the last round's note
 	logged  string // the last note logged
 }
 
-func newFleet(cfg *Config, f *cerberus.Failover, kv *api.Client, log *slog.Logger) *fleet {
+func newFleet(cfg *Config, f *failover.Manager, kv *api.Client, log *slog.Logger) *fleet {
 	host, _ := os.Hostname()
 	fl := &fleet{k: cfg.EngineKey, kv: kv, f: f, log: log, host: host, kick: make(chan struct{}, 1),
 		id:     fmt.Sprintf("%s-%d-%d", host, os.Getpid(), time.Now().UnixNano()%1e6),
@@ -201,7 +201,7 @@ func (fl *fleet) readKey(ctx context.Context,
 	return fl.resolve(parseKeyValue(pair.Value)), pair.ModifyIndex, meta, nil
 }
 
-// follow keeps the Failover on the key's engine and epoch until ctx ends,
+// follow keeps the manager on the key's engine and epoch until ctx ends,
 // with blocking queries.
 func (fl *fleet) follow(ctx context.Context) {
 	var wait uint64
@@ -279,7 +279,7 @@ func (fl *fleet) setKeyErr(e string) {
 	fl.publish()
 }
 
-// publish hands the fleet's status to the Failover, and logs its note
+// publish hands the fleet's status to the manager, and logs its note
 // when the note changes.
 func (fl *fleet) publish() {
 	fl.mu.Lock()
@@ -291,7 +291,7 @@ func (fl *fleet) publish() {
 	if keyErr == "" && !fl.read {
 		keyErr = "engine key not read yet"
 	}
-	s := cerberus.FleetStatus{Scope: cerberus.ScopeFleet, Key: fl.k.Key, Engine: fl.value.Engine,
+	s := failover.FleetStatus{Scope: failover.ScopeFleet, Key: fl.k.Key, Engine: fl.value.Engine,
 		Epoch: fl.value.Epoch, KeyError: keyErr,
 		Members: slices.Clone(fl.members), Note: note, Updated: time.Now()}
 	logIt := note != fl.logged
@@ -304,8 +304,8 @@ func (fl *fleet) publish() {
 }
 
 // self is this process's report.
-func (fl *fleet) self() cerberus.FleetMember {
-	m := cerberus.FleetMember{ID: fl.id, Host: fl.host, PID: os.Getpid(), Active: fl.f.Active(),
+func (fl *fleet) self() failover.FleetMember {
+	m := failover.FleetMember{ID: fl.id, Host: fl.host, PID: os.Getpid(), Active: fl.f.Active(),
 		Epoch: fl.f.Epoch(), Self: true}
 	fl.mu.Lock()
 	m.Since = fl.since
@@ -373,14 +373,14 @@ func (fl *fleet) round(ctx context.Context, r *registration) {
 }
 
 // list reads every live registration.
-func (fl *fleet) list(ctx context.Context) ([]cerberus.FleetMember, error) {
+func (fl *fleet) list(ctx context.Context) ([]failover.FleetMember, error) {
 	pairs, _, err := fl.kv.KV().List(fl.prefix(), (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return nil, fl.k.scrub(err)
 	}
-	var out []cerberus.FleetMember
+	var out []failover.FleetMember
 	for _, p := range pairs {
-		var m cerberus.FleetMember
+		var m failover.FleetMember
 		if p.Session == "" || json.Unmarshal(p.Value, &m) != nil {
 			continue // not held by a live session, or not a registration
 		}
@@ -394,7 +394,7 @@ func (fl *fleet) list(ctx context.Context) ([]cerberus.FleetMember, error) {
 // propose writes the decision to the key, if the key is still at idx. A
 // lost race is not an error: the follower reads whatever won.
 func (fl *fleet) propose(ctx context.Context, cur keyValue, idx uint64,
-	members []cerberus.FleetMember, d decision) {
+	members []failover.FleetMember, d decision) {
 	next := keyValue{Engine: d.to, Epoch: nextEpoch(cur, members), Reason: d.reason,
 		By: fmt.Sprintf("%s/%d", fl.host, os.Getpid()), At: time.Now().UTC()}
 	ok, err := casKey(ctx, fl.kv, &fl.k, next, idx)
@@ -410,7 +410,7 @@ func (fl *fleet) propose(ctx context.Context, cur keyValue, idx uint64,
 }
 
 // nextEpoch is above the key's epoch and every member's.
-func nextEpoch(cur keyValue, members []cerberus.FleetMember) uint64 {
+func nextEpoch(cur keyValue, members []failover.FleetMember) uint64 {
 	e := cur.Epoch
 	for _, m := range members {
 		e = max(e, m.Epoch)
@@ -445,7 +445,7 @@ type registration struct {
 
 // put writes m (when it changed) and keeps the session alive, making a
 // new session when the old one is gone.
-func (r *registration) put(ctx context.Context, m cerberus.FleetMember) error {
+func (r *registration) put(ctx context.Context, m failover.FleetMember) error {
 	ttl := cmp.Or(r.fl.k.MemberTTL, DefaultMemberTTL)
 	if r.session != "" && time.Since(r.renewed) > ttl/3 {
 		e, _, err := r.fl.kv.Session().Renew(r.session, (&api.WriteOptions{}).WithContext(ctx))

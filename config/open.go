@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/failover"
 )
 
 // FailoverOptions maps the configuration's policy onto the manager's
@@ -21,8 +22,8 @@ import (
 // applies them through the key), and the fence lasts at least the lease
 // period, since other processes' leases on the old engine are not seen
 // here.
-func (c *Config) FailoverOptions() cerberus.FailoverOptions {
-	o := cerberus.FailoverOptions{
+func (c *Config) FailoverOptions() failover.Options {
+	o := failover.Options{
 		Active:    c.Active,
 		Interval:  c.Health.Interval,
 		Threshold: c.Health.Threshold,
@@ -57,13 +58,13 @@ func (c *Config) LeaseOptions() []cerberus.Option {
 	return []cerberus.Option{cerberus.WithWatchdog(c.Lease.Watchdog)}
 }
 
-// Service is a running configuration: a Client over a Failover of the
+// Service is a running configuration: a Client over a failover.Manager of the
 // configured engines, kept in step with the configuration file.
 type Service struct {
 	// Client hands out leases.
 	Client *cerberus.Client
 	// Failover is the manager behind Client: Status, SetActive, Handler.
-	Failover *cerberus.Failover
+	Failover *failover.Manager
 
 	cfg  *Config
 	stop context.CancelFunc
@@ -71,10 +72,10 @@ type Service struct {
 	once sync.Once
 }
 
-// Open loads the file at path, builds its engines, starts a Failover with
+// Open loads the file at path, builds its engines, starts a failover.Manager with
 // its policy and a Client with its lease defaults, and watches the file:
 // an edited pinned engine, health check, auto, failback or fence setting
-// applies without a restart (Failover.Configure). With engine_key set, the
+// applies without a restart (failover.Manager.Configure). With engine_key set, the
 // Consul key's value decides the engine instead of the file's engine
 // setting (a reload that finds that setting logs PinWarning), so a whole
 // fleet flips together, and the process registers in the fleet and takes
@@ -118,7 +119,7 @@ func Open(ctx context.Context, path string, log *slog.Logger,
 	var wg sync.WaitGroup
 	if cfg.EngineKey.Set() {
 		p := newFleet(cfg, f, kv, log)
-		p.publish() // under the key from the start: see Failover.ActiveEngine
+		p.publish() // under the key from the start: see failover.Manager.ActiveEngine
 		fl.Store(p)
 		wg.Add(2)
 		go func() { defer wg.Done(); p.follow(wctx) }()
@@ -137,16 +138,16 @@ func Open(ctx context.Context, path string, log *slog.Logger,
 	return s, nil
 }
 
-// newFailover starts a Failover over the built engines with cfg's policy.
+// newFailover starts a failover.Manager over the built engines with cfg's policy.
 // With engine_key set it also makes the key's Consul client (kvDone closes
 // it): the key's value decides the engine, Switch writes it, and a change
 // of health wakes the fleet (fl, once it runs). On failure it closes the
 // engines.
 func newFailover(ctx context.Context, cfg *Config, named []Named, fl *atomic.Pointer[fleet],
-	log *slog.Logger) (f *cerberus.Failover, kv *api.Client, kvDone func(), err error) {
-	engines := make([]cerberus.NamedEngine, len(named))
+	log *slog.Logger) (f *failover.Manager, kv *api.Client, kvDone func(), err error) {
+	engines := make([]failover.NamedEngine, len(named))
 	for i, n := range named {
-		engines[i] = cerberus.NamedEngine{Name: n.Name, Engine: n.Engine}
+		engines[i] = failover.NamedEngine{Name: n.Name, Engine: n.Engine}
 	}
 	fo := cfg.FailoverOptions()
 	if cfg.EngineKey.Set() {
@@ -156,16 +157,16 @@ func newFailover(ctx context.Context, cfg *Config, named []Named, fl *atomic.Poi
 		}
 		startOnKey(ctx, cfg, kv, &fo, log)
 		fo.Switch = func(ctx context.Context, name string,
-			wait time.Duration) (cerberus.SwitchReport, error) {
+			wait time.Duration) (failover.SwitchReport, error) {
 			return Switch(ctx, cfg, name, wait, nil)
 		}
-		fo.OnHealth = func([]cerberus.EngineStatus) {
+		fo.OnHealth = func([]failover.EngineStatus) {
 			if p := fl.Load(); p != nil {
 				p.poke()
 			}
 		}
 	}
-	if f, err = cerberus.NewFailover(engines, fo); err != nil {
+	if f, err = failover.New(engines, fo); err != nil {
 		closeNamed(named)
 	}
 	return f, kv, kvDone, err
@@ -173,7 +174,7 @@ func newFailover(ctx context.Context, cfg *Config, named []Named, fl *atomic.Poi
 
 // watchFile applies each edit of the file at path to f until ctx ends (see
 // Open); started is the configuration Open started with.
-func watchFile(ctx context.Context, path string, started *Config, f *cerberus.Failover,
+func watchFile(ctx context.Context, path string, started *Config, f *failover.Manager,
 	fl *atomic.Pointer[fleet], log *slog.Logger) {
 	err := Watch(ctx, path, func(next *Config, err error) {
 		if err != nil {
@@ -212,7 +213,7 @@ func watchFile(ctx context.Context, path string, started *Config, f *cerberus.Fa
 // starts on the fleet's engine and epoch rather than switching (and
 // fencing) right after it starts. If the key cannot be read in time, the
 // process starts as the file says and the follower catches up.
-func startOnKey(ctx context.Context, cfg *Config, kv *api.Client, fo *cerberus.FailoverOptions,
+func startOnKey(ctx context.Context, cfg *Config, kv *api.Client, fo *failover.Options,
 	log *slog.Logger) {
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -237,17 +238,17 @@ func closeNamed(named []Named) {
 // Use switches engines as an operator would: with engine_key, the whole
 // fleet through the key (Switch: every process moves, and Use waits up to
 // wait for them and reports who followed); without it, this process only
-// (Failover.SetActive), and the report's scope says so. name "" means the
+// (failover.Manager.SetActive), and the report's scope says so. name "" means the
 // default engine with engine_key, and clears this process's pin without.
 func (s *Service) Use(ctx context.Context, name string,
-	wait time.Duration) (cerberus.SwitchReport, error) {
+	wait time.Duration) (failover.SwitchReport, error) {
 	if s.cfg.EngineKey.Set() {
 		return Switch(ctx, s.cfg, name, wait, nil)
 	}
 	if err := s.Failover.SetActive(name); err != nil {
-		return cerberus.SwitchReport{}, err
+		return failover.SwitchReport{}, err
 	}
-	return cerberus.SwitchReport{Scope: cerberus.ScopeProcess, Engine: s.Failover.Active(),
+	return failover.SwitchReport{Scope: failover.ScopeProcess, Engine: s.Failover.Active(),
 		Epoch: s.Failover.Epoch()}, nil
 }
 
@@ -265,7 +266,7 @@ func sameEngines(a, b *Config) bool {
 }
 
 // Close stops watching the file and closes the Client, which closes the
-// Failover and every engine.
+// failover manager and every engine.
 func (s *Service) Close() error {
 	var err error
 	s.once.Do(func() {

@@ -8,50 +8,50 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/failover"
 )
 
 // Switch moves the whole fleet of cfg to name (an engine of cfg, or "" for
 // the default engine) through the engine key, then waits up to wait (0:
-// cerberus.DefaultFleetWait; negative: no wait) until every live
+// failover.DefaultFleetWait; negative: no wait) until every live
 // registered process reports name at the new epoch. progress, if not nil,
 // is called with the first count and each change of it. The error is nil
 // when the key was written, even if stragglers remain: the report's Done
 // says whether everyone followed. Without engine_key, Switch returns an
 // error wrapping ErrInvalid: the caller switches the file (SetEngine) or
-// one process (Failover.SetActive).
+// one process (failover.Manager.SetActive).
 func Switch(ctx context.Context, cfg *Config, name string, wait time.Duration,
-	progress func(cerberus.SwitchReport)) (cerberus.SwitchReport, error) {
+	progress func(failover.SwitchReport)) (failover.SwitchReport, error) {
 	if !cfg.EngineKey.Set() {
-		return cerberus.SwitchReport{}, fmt.Errorf("%w: engine_key: not configured, so there is no "+
+		return failover.SwitchReport{}, fmt.Errorf("%w: engine_key: not configured, so there is no "+
 			"fleet to switch", ErrInvalid)
 	}
 	if name != "" && cfg.Find(name) == nil {
-		return cerberus.SwitchReport{}, fmt.Errorf("%w: engine: %q is not a configured engine",
+		return failover.SwitchReport{}, fmt.Errorf("%w: engine: %q is not a configured engine",
 			ErrInvalid, name)
 	}
 	fl, done, err := dialFleet(cfg)
 	if err != nil {
-		return cerberus.SwitchReport{}, err
+		return failover.SwitchReport{}, err
 	}
 	defer done()
 	k := &fl.k
 	v, err := writeEngineKey(ctx, fl, name)
 	if err != nil {
-		return cerberus.SwitchReport{}, err
+		return failover.SwitchReport{}, err
 	}
 	v = fl.resolve(v)
 	if wait == 0 {
-		wait = cerberus.DefaultFleetWait
+		wait = failover.DefaultFleetWait
 	}
 	deadline := time.Now().Add(max(wait, 0))
-	var last cerberus.SwitchReport
+	var last failover.SwitchReport
 	for first := true; ; first = false {
 		members, err := fl.list(ctx)
 		if err != nil {
 			return last, fmt.Errorf("engine_key: %s written; reading the fleet: %w", k.Key, err)
 		}
-		r := cerberus.SwitchReport{Scope: cerberus.ScopeFleet, Engine: v.Engine, Epoch: v.Epoch}
+		r := failover.SwitchReport{Scope: failover.ScopeFleet, Engine: v.Engine, Epoch: v.Epoch}
 		for _, m := range members {
 			if m.Active == v.Engine && (v.Epoch == 0 || m.Epoch >= v.Epoch) {
 				r.Followed = append(r.Followed, m)
@@ -112,33 +112,33 @@ func writeEngineKey(ctx context.Context, fl *fleet, name string) (keyValue, erro
 // ReadFleet reads cfg's fleet as an operator sees it from outside: the
 // engine key's value (Engine, Epoch) and every live registered process.
 // Without engine_key it returns an error wrapping ErrInvalid.
-func ReadFleet(ctx context.Context, cfg *Config) (cerberus.FleetStatus, error) {
+func ReadFleet(ctx context.Context, cfg *Config) (failover.FleetStatus, error) {
 	if !cfg.EngineKey.Set() {
-		return cerberus.FleetStatus{}, fmt.Errorf("%w: engine_key: not configured; the fleet view needs "+
+		return failover.FleetStatus{}, fmt.Errorf("%w: engine_key: not configured; the fleet view needs "+
 			"it", ErrInvalid)
 	}
 	fl, done, err := dialFleet(cfg)
 	if err != nil {
-		return cerberus.FleetStatus{}, err
+		return failover.FleetStatus{}, err
 	}
 	defer done()
 	k := &fl.k
 	v, _, _, err := fl.readKey(ctx, &api.QueryOptions{})
 	if err != nil {
-		return cerberus.FleetStatus{}, fmt.Errorf("engine_key: reading %s on %s: %w", k.Key, k.Consul,
+		return failover.FleetStatus{}, fmt.Errorf("engine_key: reading %s on %s: %w", k.Key, k.Consul,
 			err)
 	}
 	members, err := fl.list(ctx)
 	if err != nil {
-		return cerberus.FleetStatus{}, fmt.Errorf("engine_key: reading the fleet under %s: %w", k.Key,
+		return failover.FleetStatus{}, fmt.Errorf("engine_key: reading the fleet under %s: %w", k.Key,
 			err)
 	}
-	return cerberus.FleetStatus{Scope: cerberus.ScopeFleet, Key: k.Key, Engine: v.Engine,
+	return failover.FleetStatus{Scope: failover.ScopeFleet, Key: k.Key, Engine: v.Engine,
 		Epoch: v.Epoch, Members: members, Updated: time.Now()}, nil
 }
 
 // dialFleet makes a Consul client for cfg's engine key and a fleet over it
-// that reads and writes the key from outside (no Failover, no
+// that reads and writes the key from outside (no manager, no
 // registration); done closes the client's idle connections.
 func dialFleet(cfg *Config) (*fleet, func(), error) {
 	c, done, err := kvClient(&cfg.EngineKey)

@@ -2,22 +2,23 @@ package engine
 
 // Optional interfaces. An Engine or a Lease may implement these besides the
 // contract; callers find them with a type assertion, as database/sql finds
-// driver.Pinger or driver.Validator. None of them is needed to pass the
-// conformance suite. Inspector and Watcher are for semaphores and
-// elections: the suite checks them on every engine that has them.
+// driver.Pinger or driver.Validator (InspectorOf and WatcherOf also look
+// through a Wrapper). None of them is needed to pass the conformance
+// suite. Inspector and Watcher are for semaphores and elections: the suite
+// checks them on every engine that has them.
 
 import "context"
 
 // Namer is implemented by a Lease that names the engine that granted it,
-// when that is not simply the engine it was asked of: a lease of the root
-// package's Failover names the engine that was active at the grant.
+// when that is not simply the engine it was asked of: a lease of package
+// failover's Manager names the engine that was active at the grant.
 type Namer interface {
 	// EngineName returns the name of the engine that granted the lease.
 	EngineName() string
 }
 
 // Switcher is implemented by an Engine that stands for several engines,
-// one of which serves at a time, such as the root package's Failover.
+// one of which serves at a time, such as package failover's Manager.
 type Switcher interface {
 	// Active returns the name of the engine that serves now.
 	Active() string
@@ -63,4 +64,36 @@ type Watcher interface {
 	// callers still re-read on a bounded interval. The channel is closed
 	// when ctx ends or the engine closes. It validates key first.
 	Watch(ctx context.Context, key string) (<-chan struct{}, error)
+}
+
+// InspectorOf returns the Inspector of e, looking through wrappers
+// (Wrapper), or nil when e has none.
+func InspectorOf(e Engine) Inspector {
+	for e != nil {
+		if in, ok := e.(Inspector); ok {
+			return in
+		}
+		w, ok := e.(Wrapper)
+		if !ok {
+			return nil
+		}
+		e = w.Unwrap()
+	}
+	return nil
+}
+
+// WatcherOf returns the Watcher of e, looking through wrappers (Wrapper),
+// or nil when e has none.
+func WatcherOf(e Engine) Watcher {
+	for e != nil {
+		if w, ok := e.(Watcher); ok {
+			return w
+		}
+		u, ok := e.(Wrapper)
+		if !ok {
+			return nil
+		}
+		e = u.Unwrap()
+	}
+	return nil
 }

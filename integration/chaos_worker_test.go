@@ -29,6 +29,7 @@ import (
 	"github.com/cerberus-go/cerberus/engine/mysql"
 	"github.com/cerberus-go/cerberus/engine/redis"
 	"github.com/cerberus-go/cerberus/engine/zookeeper"
+	"github.com/cerberus-go/cerberus/failover"
 	"github.com/cerberus-go/cerberus/internal/checker"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
@@ -55,10 +56,10 @@ type workerSpec struct {
 	MaxOps     int           // bound on lock attempts per goroutine
 	// Config, when set, is a cerberus configuration file: the worker runs
 	// config.Open on it (engines, failover, engine key) instead of dialling
-	// Engine, and reports where its Failover ended (workerRecord.Final).
+	// Engine, and reports where its manager ended (workerRecord.Final).
 	Config string
 	// HTTP, with Config, is a loopback address where the worker serves
-	// its Failover's Handler(true).
+	// its manager's Handler(true).
 	HTTP string
 	// HoldOne makes the worker a single holder (see runHolder) instead
 	// of a locker.
@@ -77,11 +78,11 @@ type workerRecord struct {
 	Sec  *checker.Section `json:"sec,omitempty"`
 	Call *checker.Call    `json:"call,omitempty"`
 	End  int64            `json:"end,omitempty"` // the worker's last line: when it stopped
-	// Final, with Config, comes just before End: the Failover's state.
+	// Final, with Config, comes just before End: the manager's state.
 	Final *workerFinal `json:"final,omitempty"`
 }
 
-// workerFinal is what a config-run worker's Failover did.
+// workerFinal is what a config-run worker's manager did.
 type workerFinal struct {
 	Active   string   // the active engine at the end
 	Epoch    uint64   // and its epoch
@@ -91,7 +92,7 @@ type workerFinal struct {
 
 // watchFailover samples f every few milliseconds until stop closes, and
 // returns what it saw.
-func watchFailover(f *cerberus.Failover, stop <-chan struct{}) *workerFinal {
+func watchFailover(f *failover.Manager, stop <-chan struct{}) *workerFinal {
 	out := &workerFinal{}
 	first := f.Active()
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -199,7 +200,7 @@ func leasePeriod(c *cerberus.Client, ttl time.Duration) time.Duration {
 }
 
 // workerClient builds the worker's Client: over the spec's engine, or from
-// its configuration file. final, if not nil, says where the Failover
+// its configuration file. final, if not nil, says where the manager
 // ended once called.
 func workerClient(s workerSpec) (c *cerberus.Client, closer func(), final func() *workerFinal, err error) {
 	if s.Config != "" {

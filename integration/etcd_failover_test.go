@@ -13,6 +13,7 @@ import (
 	"github.com/cerberus-go/cerberus"
 	"github.com/cerberus-go/cerberus/engine/etcd"
 	"github.com/cerberus-go/cerberus/engine/redis"
+	"github.com/cerberus-go/cerberus/failover"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
@@ -41,9 +42,9 @@ func TestFailoverEtcdToRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	var switchedAt atomic.Int64
-	f, err := cerberus.NewFailover([]cerberus.NamedEngine{{Name: "etcd", Engine: ee}, {Name: "redis", Engine: re}},
-		cerberus.FailoverOptions{Auto: true, Fence: true, Interval: 200 * time.Millisecond, Threshold: 3,
-			OnSwitch: func(cerberus.SwitchEvent) { switchedAt.CompareAndSwap(0, time.Now().UnixNano()) }})
+	f, err := failover.New([]failover.NamedEngine{{Name: "etcd", Engine: ee}, {Name: "redis", Engine: re}},
+		failover.Options{Auto: true, Fence: true, Interval: 200 * time.Millisecond, Threshold: 3,
+			OnSwitch: func(failover.SwitchEvent) { switchedAt.CompareAndSwap(0, time.Now().UnixNano()) }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/cerberus-go/cerberus"
 	"github.com/cerberus-go/cerberus/engine/redis"
 	"github.com/cerberus-go/cerberus/engine/zookeeper"
+	"github.com/cerberus-go/cerberus/failover"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
@@ -52,7 +53,7 @@ func TestFailoverRedisToZooKeeper(t *testing.T) {
 	}
 }
 
-// killPrimary runs lockers on a Failover (Redis, then ZooKeeper; fence on,
+// killPrimary runs lockers on a failover.Manager (Redis, then ZooKeeper; fence on,
 // leases of the given period), kills the redis-server, and returns the
 // times from the kill to the switch and to the first grant on ZooKeeper.
 // With no lockers, one lease is taken and released before the kill (so the
@@ -73,9 +74,9 @@ func killPrimary(t *testing.T, interval time.Duration, threshold, lockers int, l
 		t.Fatal(err)
 	}
 	var switchedAt atomic.Int64
-	f, err := cerberus.NewFailover([]cerberus.NamedEngine{{Name: "redis", Engine: re}, {Name: "zookeeper", Engine: ze}},
-		cerberus.FailoverOptions{Auto: true, Fence: true, Interval: interval, Threshold: threshold,
-			OnSwitch: func(cerberus.SwitchEvent) { switchedAt.Store(time.Now().UnixNano()) }})
+	f, err := failover.New([]failover.NamedEngine{{Name: "redis", Engine: re}, {Name: "zookeeper", Engine: ze}},
+		failover.Options{Auto: true, Fence: true, Interval: interval, Threshold: threshold,
+			OnSwitch: func(failover.SwitchEvent) { switchedAt.Store(time.Now().UnixNano()) }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/cerberus-go/cerberus"
 	"github.com/cerberus-go/cerberus/engine/redis"
 	"github.com/cerberus-go/cerberus/engine/zookeeper"
+	"github.com/cerberus-go/cerberus/failover"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
@@ -64,8 +65,8 @@ func runAcrossSwitch(t *testing.T, fence bool) []section {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := cerberus.NewFailover([]cerberus.NamedEngine{{Name: "redis", Engine: re}, {Name: "zookeeper", Engine: ze}},
-		cerberus.FailoverOptions{Fence: fence})
+	f, err := failover.New([]failover.NamedEngine{{Name: "redis", Engine: re}, {Name: "zookeeper", Engine: ze}},
+		failover.Options{Fence: fence})
 	if err != nil {
 		t.Fatal(err)
 	}

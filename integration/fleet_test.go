@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/failover"
 	"github.com/cerberus-go/cerberus/internal/checker"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
@@ -38,7 +38,7 @@ type fleetRun struct {
 	viaProxy []bool // one entry a process
 	keyed    bool
 	fault    func(*fleetEnv)
-	// handlers: each worker serves Failover.Handler(true) on a loopback
+	// handlers: each worker serves Manager.Handler(true) on a loopback
 	// port of its own (fleetEnv.handlers).
 	handlers bool
 }
@@ -279,7 +279,7 @@ func TestSingleProcessSettingSplitsAFleet(t *testing.T) {
 type handlerDoc struct {
 	Active string                 `json:"active"`
 	Scope  string                 `json:"scope"`
-	Switch *cerberus.SwitchReport `json:"switch"`
+	Switch *failover.SwitchReport `json:"switch"`
 }
 
 // callHandler sends a GET or a POST to a worker's handler and decodes the
@@ -322,11 +322,11 @@ func TestHandlerPostMovesTheFleet(t *testing.T) {
 	if !res.OK() {
 		t.Errorf("%d violations, %d hung calls", res.Violations, res.Hung)
 	}
-	if code != http.StatusOK || post.Switch == nil || post.Switch.Scope != cerberus.ScopeFleet || len(post.Switch.Followed) != 3 || !post.Switch.Done() {
+	if code != http.StatusOK || post.Switch == nil || post.Switch.Scope != failover.ScopeFleet || len(post.Switch.Followed) != 3 || !post.Switch.Done() {
 		t.Fatalf("POST: %d %+v; want 200 and a fleet switch all three followed", code, post.Switch)
 	}
 	for i, d := range gets {
-		if d.Active != "backup" || d.Scope != cerberus.ScopeFleet {
+		if d.Active != "backup" || d.Scope != failover.ScopeFleet {
 			t.Errorf("GET of process %d after the POST: active %q scope %q", i, d.Active, d.Scope)
 		}
 	}
@@ -343,7 +343,7 @@ func TestHandlerPostWithoutKeyIsLocal(t *testing.T) {
 			code, post = callHandler(t, http.MethodPost, env.handlers[0]+"?engine=backup")
 			_, other = callHandler(t, http.MethodGet, env.handlers[1])
 		}})
-	if code != http.StatusOK || post.Scope != cerberus.ScopeProcess || post.Switch == nil || post.Switch.Scope != cerberus.ScopeProcess {
+	if code != http.StatusOK || post.Scope != failover.ScopeProcess || post.Switch == nil || post.Switch.Scope != failover.ScopeProcess {
 		t.Fatalf("POST: %d %+v; want 200 and a process-scoped switch", code, post)
 	}
 	if post.Active != "backup" || other.Active != "primary" || res.finals[1].Active != "primary" {

@@ -14,7 +14,7 @@ import (
 )
 
 // lockers are goroutines that lock and unlock keys of a run on a Client
-// with a Failover behind it, as a busy service would, counting what the
+// with a failover.Manager behind it, as a busy service would, counting what the
 // failover tests check.
 type lockers struct {
 	grants, overran atomic.Int64

@@ -16,6 +16,7 @@ import (
 	"github.com/cerberus-go/cerberus/engine/etcd"
 	"github.com/cerberus-go/cerberus/engine/postgres"
 	"github.com/cerberus-go/cerberus/engine/redis"
+	"github.com/cerberus-go/cerberus/failover"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
@@ -111,7 +112,7 @@ func TestFailoverPostgres(t *testing.T) {
 	}
 }
 
-// failoverPair runs 16 lockers on a Failover of two engines ("redis",
+// failoverPair runs 16 lockers on a failover.Manager of two engines ("redis",
 // "postgres", "postgres-lease" or, as the second only, "etcd") with
 // automatic failover and the fence on, kills the first engine's private
 // server, and checks the switch: every lease held at the kill ends, no
@@ -166,9 +167,9 @@ func failoverPair(t *testing.T, primary, second string) {
 	}
 	pe, se := mk(primary, true), mk(second, false)
 	var switchedAt atomic.Int64
-	f, err := cerberus.NewFailover([]cerberus.NamedEngine{{Name: "first", Engine: pe}, {Name: "second", Engine: se}},
-		cerberus.FailoverOptions{Auto: true, Fence: true, Interval: 200 * time.Millisecond, Threshold: 3,
-			OnSwitch: func(cerberus.SwitchEvent) { switchedAt.CompareAndSwap(0, time.Now().UnixNano()) }})
+	f, err := failover.New([]failover.NamedEngine{{Name: "first", Engine: pe}, {Name: "second", Engine: se}},
+		failover.Options{Auto: true, Fence: true, Interval: 200 * time.Millisecond, Threshold: 3,
+			OnSwitch: func(failover.SwitchEvent) { switchedAt.CompareAndSwap(0, time.Now().UnixNano()) }})
 	if err != nil {
 		t.Fatal(err)
 	}

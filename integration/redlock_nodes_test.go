@@ -11,11 +11,12 @@ import (
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/memory"
 	"github.com/cerberus-go/cerberus/engine/redis"
+	"github.com/cerberus-go/cerberus/failover"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
 // TestLeaseNodes: Lease.Nodes reports a Redlock lease's nodes, directly and
-// through a Failover, and says ok=false for an engine without nodes.
+// through a failover.Manager, and says ok=false for an engine without nodes.
 func TestLeaseNodes(t *testing.T) {
 	addrs := testenv.RedlockAddrs(t)
 	clients := make([]redis.Client, len(addrs))
@@ -31,7 +32,7 @@ func TestLeaseNodes(t *testing.T) {
 		}
 		return rl
 	}
-	f, err := cerberus.NewFailover([]cerberus.NamedEngine{{Name: "redlock", Engine: newRedlock()}, {Name: "memory", Engine: memory.New()}}, cerberus.FailoverOptions{})
+	f, err := failover.New([]failover.NamedEngine{{Name: "redlock", Engine: newRedlock()}, {Name: "memory", Engine: memory.New()}}, failover.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,8 @@
 // client.
 //
 //	m := metrics.New(prometheus.DefaultRegisterer)
-//	f, _ := cerberus.NewFailover(engines, cerberus.FailoverOptions{OnSwitch: m.Switched})
-//	m.Watch(f)
+//	f, _ := failover.New(engines, failover.Options{OnSwitch: m.Switched})
+//	m.Watch(prometheus.DefaultRegisterer, f)
 //	c, _ := cerberus.New(f, cerberus.WithObserver(m))
 //
 // Metrics (all prefixed cerberus_):
@@ -13,7 +13,7 @@
 //	acquisitions_total{engine,mode}  granted leases
 //	acquire_failures_total{engine,reason}  not_acquired, context, error
 //	leases_lost_total{engine,reason}       lease_lost, engine_switched, closed
-//	active_engine{engine}            1 for the active engine (Failover.ActiveEngine: under an engine
+//	active_engine{engine}            1 for the active engine (Manager.ActiveEngine: under an engine
 //	                                 key the key's engine), 0 for the others; all 0 while unknown
 //	engine_healthy{engine}           1 while the manager sees the engine healthy
 //	switches_total{from,to,reason}   engine switches
@@ -29,10 +29,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/failover"
 )
 
 // Metrics is a cerberus.Observer that records into Prometheus collectors,
-// and the OnSwitch hook of a Failover.
+// and the OnSwitch hook of a failover.Manager.
 type Metrics struct {
 	acquire  *prometheus.HistogramVec
 	granted  *prometheus.CounterVec
@@ -43,7 +44,7 @@ type Metrics struct {
 	switches *prometheus.CounterVec
 }
 
-// Fleet gauges, computed from the Failover at each scrape (see Watch).
+// Fleet gauges, computed from the manager at each scrape (see Watch).
 var (
 	membersDesc = prometheus.NewDesc("cerberus_fleet_processes",
 		"Live processes of the fleet (engine_key) on each engine, as this process last read them.",
@@ -124,8 +125,8 @@ func (m *Metrics) Lost(e cerberus.LostEvent) {
 	m.lost.WithLabelValues(e.Engine, reason).Inc()
 }
 
-// Switched records a switch; pass it as FailoverOptions.OnSwitch.
-func (m *Metrics) Switched(ev cerberus.SwitchEvent) {
+// Switched records a switch; pass it as failover.Options.OnSwitch.
+func (m *Metrics) Switched(ev failover.SwitchEvent) {
 	m.switches.WithLabelValues(ev.From, ev.To, ev.Reason).Inc()
 	m.active.WithLabelValues(ev.From).Set(0)
 	m.active.WithLabelValues(ev.To).Set(1)
@@ -135,7 +136,7 @@ func (m *Metrics) Switched(ev cerberus.SwitchEvent) {
 // when scraping, or use Watch. The active engine is f.ActiveEngine(), the
 // one every view shows: under an engine key the key's engine, and no
 // engine at all while the key cannot be read.
-func (m *Metrics) Update(f *cerberus.Failover) {
+func (m *Metrics) Update(f *failover.Manager) {
 	active := f.ActiveEngine().Name
 	for _, s := range f.Status() {
 		m.active.WithLabelValues(s.Name).Set(b2f(s.Name == active))
@@ -146,15 +147,15 @@ func (m *Metrics) Update(f *cerberus.Failover) {
 // Watch registers a collector with reg that calls Update on every scrape,
 // so the gauges are never stale, and that reports the fleet gauges
 // (fleet_processes, fleet_degraded) from f's fleet view.
-func (m *Metrics) Watch(reg prometheus.Registerer, f *cerberus.Failover) error {
+func (m *Metrics) Watch(reg prometheus.Registerer, f *failover.Manager) error {
 	return reg.Register(scrapeHook{m, f})
 }
 
-// scrapeHook refreshes the gauges from the Failover at collection time,
+// scrapeHook refreshes the gauges from the manager at collection time,
 // and computes the fleet gauges there.
 type scrapeHook struct {
 	m *Metrics
-	f *cerberus.Failover
+	f *failover.Manager
 }
 
 func (h scrapeHook) Describe(ch chan<- *prometheus.Desc) {

@@ -12,16 +12,17 @@ import (
 
 	"github.com/cerberus-go/cerberus"
 	"github.com/cerberus-go/cerberus/engine/memory"
+	"github.com/cerberus-go/cerberus/failover"
 )
 
-// TestMetricsFollowLocksAndSwitches drives a Failover over two memory
+// TestMetricsFollowLocksAndSwitches drives a failover.Manager over two memory
 // engines and reads every metric back from a real registry.
 func TestMetricsFollowLocksAndSwitches(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := New(reg)
 	a, b := memory.New(), memory.New()
-	f, err := cerberus.NewFailover([]cerberus.NamedEngine{{Name: "a", Engine: a}, {Name: "b", Engine: b}},
-		cerberus.FailoverOptions{OnSwitch: m.Switched})
+	f, err := failover.New([]failover.NamedEngine{{Name: "a", Engine: a}, {Name: "b", Engine: b}},
+		failover.Options{OnSwitch: m.Switched})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ cerberus_active_engine{engine="b"} 1
 func TestFleetGauges(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := New(reg)
-	f, err := cerberus.NewFailover([]cerberus.NamedEngine{{Name: "a", Engine: memory.New()}}, cerberus.FailoverOptions{})
+	f, err := failover.New([]failover.NamedEngine{{Name: "a", Engine: memory.New()}}, failover.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,8 +101,8 @@ func TestFleetGauges(t *testing.T) {
 	if err := m.Watch(reg, f); err != nil {
 		t.Fatal(err)
 	}
-	f.SetFleet(cerberus.FleetStatus{Scope: cerberus.ScopeFleet, Note: "outvoted: ...",
-		Members: []cerberus.FleetMember{{Active: "a"}, {Active: "b"}, {Active: "b"}}})
+	f.SetFleet(failover.FleetStatus{Scope: failover.ScopeFleet, Note: "outvoted: ...",
+		Members: []failover.FleetMember{{Active: "a"}, {Active: "b"}, {Active: "b"}}})
 	want := `
 # HELP cerberus_fleet_degraded 1 while this process is outvoted by its fleet or cannot reach the engine key's Consul.
 # TYPE cerberus_fleet_degraded gauge
@@ -114,7 +115,7 @@ cerberus_fleet_processes{engine="b"} 2
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "cerberus_fleet_degraded", "cerberus_fleet_processes"); err != nil {
 		t.Fatal(err)
 	}
-	f.SetFleet(cerberus.FleetStatus{Scope: cerberus.ScopeFleet, Members: []cerberus.FleetMember{{Active: "a"}}})
+	f.SetFleet(failover.FleetStatus{Scope: failover.ScopeFleet, Members: []failover.FleetMember{{Active: "a"}}})
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP cerberus_fleet_degraded 1 while this process is outvoted by its fleet or cannot reach the engine key's Consul.
 # TYPE cerberus_fleet_degraded gauge

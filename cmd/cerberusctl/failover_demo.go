@@ -15,6 +15,7 @@ import (
 	"github.com/cerberus-go/cerberus"
 	"github.com/cerberus-go/cerberus/engine/redis"
 	"github.com/cerberus-go/cerberus/engine/zookeeper"
+	"github.com/cerberus-go/cerberus/failover"
 )
 
 // relay forwards loopback TCP connections to a server until it is cut, so
@@ -126,12 +127,12 @@ func runFailoverDemo(ctx context.Context, cfg demoConfig,
 		return nil, nil, err
 	}
 	var (
-		switched atomic.Pointer[cerberus.SwitchEvent]
+		switched atomic.Pointer[failover.SwitchEvent]
 		switchAt atomic.Int64
 	)
-	f, err := cerberus.NewFailover(engines,
-		cerberus.FailoverOptions{Auto: true, Interval: 200 * time.Millisecond, Threshold: 3, Fence: true,
-			OnSwitch: func(ev cerberus.SwitchEvent) {
+	f, err := failover.New(engines,
+		failover.Options{Auto: true, Interval: 200 * time.Millisecond, Threshold: 3, Fence: true,
+			OnSwitch: func(ev failover.SwitchEvent) {
 				switched.Store(&ev)
 				switchAt.Store(time.Now().UnixNano())
 			}})
@@ -178,7 +179,7 @@ func runFailoverDemo(ctx context.Context, cfg demoConfig,
 // half sales, cut the time Redis was cut off, switchAt the time of the
 // switch; the leases lost and the first grant on ZooKeeper (lost); and the
 // buyers' figures.
-func reportFailover(stdout io.Writer, ev *cerberus.SwitchEvent, half int64,
+func reportFailover(stdout io.Writer, ev *failover.SwitchEvent, half int64,
 	cut, switchAt time.Time, lost *lostCounter, t *tally, elapsed time.Duration, retries int64) {
 	fmt.Fprintf(stdout, "blocked redis after %d sales; switched %s -> %s (epoch %d, reason %s) %v "+
 		"later; leases lost: %d\n",
@@ -194,7 +195,7 @@ func reportFailover(stdout io.Writer, ev *cerberus.SwitchEvent, half int64,
 
 // failoverEngines are the demo's two engines: Redis behind the relay r,
 // which the demo cuts off, and ZooKeeper.
-func failoverEngines(r *relay) ([]cerberus.NamedEngine, error) {
+func failoverEngines(r *relay) ([]failover.NamedEngine, error) {
 	// The blocked primary makes go-redis log every refused dial; the demo
 	// reports the outage itself.
 	goredis.SetLogger(quietLogger{})
@@ -212,7 +213,7 @@ func failoverEngines(r *relay) ([]cerberus.NamedEngine, error) {
 		_ = rc.Close()
 		return nil, err
 	}
-	return []cerberus.NamedEngine{{Name: "redis", Engine: owned{re, rc.Close}},
+	return []failover.NamedEngine{{Name: "redis", Engine: owned{re, rc.Close}},
 		{Name: "zookeeper", Engine: ze}}, nil
 }
 

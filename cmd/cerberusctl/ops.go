@@ -13,12 +13,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cerberus-go/cerberus"
 	"github.com/cerberus-go/cerberus/config"
+	"github.com/cerberus-go/cerberus/failover"
 )
 
 // statusMain pings every configured engine and says which one is active,
-// by cerberus.DecideActive: the engine key's engine when one is
+// by failover.DecideActive: the engine key's engine when one is
 // configured (none, and why, when the key cannot be read), else the
 // file's pin, else the first healthy engine.
 func statusMain(args []string, stdout, stderr io.Writer) int {
@@ -57,23 +57,23 @@ func statusMain(args []string, stdout, stderr io.Writer) int {
 
 // readFleet reads the engine key and the fleet's registrations, when the
 // configuration has an engine key.
-func readFleet(cfg *config.Config, timeout time.Duration) (cerberus.FleetStatus, error) {
+func readFleet(cfg *config.Config, timeout time.Duration) (failover.FleetStatus, error) {
 	if !cfg.EngineKey.Set() {
-		return cerberus.FleetStatus{}, nil
+		return failover.FleetStatus{}, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	return config.ReadFleet(ctx, cfg)
 }
 
-// decideActive applies cerberus.DecideActive to what status saw: the
+// decideActive applies failover.DecideActive to what status saw: the
 // pings, the file's pin and, with an engine key, the key's value or why
 // it could not be read.
-func decideActive(cfg *config.Config, res []pingResult, fl cerberus.FleetStatus,
-	flErr error) cerberus.ActiveEngine {
-	in := cerberus.ActiveFacts{Pin: cfg.Active}
+func decideActive(cfg *config.Config, res []pingResult, fl failover.FleetStatus,
+	flErr error) failover.ActiveEngine {
+	in := failover.ActiveFacts{Pin: cfg.Active}
 	for i, r := range res {
-		in.Engines = append(in.Engines, cerberus.EngineStatus{Name: cfg.Engines[i].Name,
+		in.Engines = append(in.Engines, failover.EngineStatus{Name: cfg.Engines[i].Name,
 			Healthy: r.err == nil})
 	}
 	if cfg.EngineKey.Set() {
@@ -84,12 +84,12 @@ func decideActive(cfg *config.Config, res []pingResult, fl cerberus.FleetStatus,
 			in.KeyEngine = fl.Engine
 		}
 	}
-	return cerberus.DecideActive(in)
+	return failover.DecideActive(in)
 }
 
 // printActive says which engine is active and what decided it, above the
 // table, and warns about a pin in the file that an engine key overrides.
-func printActive(stdout io.Writer, cfg *config.Config, path string, a cerberus.ActiveEngine) {
+func printActive(stdout io.Writer, cfg *config.Config, path string, a failover.ActiveEngine) {
 	if a.Name == "" {
 		fmt.Fprintf(stdout, "active engine: unknown, no engine marked: %s\n", a.Unknown)
 	} else {
@@ -129,7 +129,7 @@ func pingAll(named []config.Named, timeout time.Duration) []pingResult {
 // printStatus writes the table of engines: kind, health, ping time, which
 // one is active (marked "*", with what decided it: the engine key or the
 // file's pin), and any error.
-func printStatus(stdout io.Writer, cfg *config.Config, res []pingResult, active cerberus.ActiveEngine) {
+func printStatus(stdout io.Writer, cfg *config.Config, res []pingResult, active failover.ActiveEngine) {
 	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "ENGINE\tKIND\tHEALTH\tPING\tACTIVE\tERROR")
 	for i, r := range res {
@@ -141,9 +141,9 @@ func printStatus(stdout io.Writer, cfg *config.Config, res []pingResult, active 
 		mark := ""
 		if e.Name == active.Name {
 			switch active.From {
-			case cerberus.FromEngineKey:
+			case failover.FromEngineKey:
 				mark = "* (engine key)"
-			case cerberus.FromPin:
+			case failover.FromPin:
 				mark = "* (pinned)"
 			default:
 				mark = "*"
@@ -156,7 +156,7 @@ func printStatus(stdout io.Writer, cfg *config.Config, res []pingResult, active 
 
 // printFleet lists the fleet's live processes under the engine table:
 // what each running service is on, not what this process would pick.
-func printFleet(stdout io.Writer, cfg *config.Config, fl cerberus.FleetStatus, err error) {
+func printFleet(stdout io.Writer, cfg *config.Config, fl failover.FleetStatus, err error) {
 	fmt.Fprintln(stdout)
 	if !cfg.EngineKey.Set() {
 		fmt.Fprintln(stdout, "fleet: not shown; the fleet view needs engine_key in the configuration")
@@ -186,7 +186,7 @@ func printFleet(stdout io.Writer, cfg *config.Config, fl cerberus.FleetStatus, e
 
 // fleetSummary says how the processes split: "3 processes, all on
 // backup", or "3 of 5 processes on backup, 2 on primary".
-func fleetSummary(fl cerberus.FleetStatus) string {
+func fleetSummary(fl failover.FleetStatus) string {
 	by := fl.ByEngine()
 	n := len(fl.Members)
 	switch len(by) {
@@ -217,7 +217,7 @@ func useMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("use", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "cerberus.yaml", "configuration file")
-	wait := fs.Duration("wait", cerberus.DefaultFleetWait,
+	wait := fs.Duration("wait", failover.DefaultFleetWait,
 		"with engine_key: how long to wait for every live process to follow (0: do not wait)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -260,7 +260,7 @@ func useFleet(cfg *config.Config, name string, wait time.Duration, stdout, stder
 	ctx, cancel := context.WithTimeout(context.Background(), max(wait, 0)+10*time.Second)
 	defer cancel()
 	wrote := false
-	rep, err := config.Switch(ctx, cfg, name, wait, func(r cerberus.SwitchReport) {
+	rep, err := config.Switch(ctx, cfg, name, wait, func(r failover.SwitchReport) {
 		if !wrote {
 			wrote = true
 			fmt.Fprintf(stdout, "wrote %s (epoch %d) to Consul key %s: locks held on the old engine are "+

@@ -78,7 +78,7 @@
 // whatever the clock does.
 //
 // Tokens fit in 48 bits until about 2096 (2^48 ticks of 8µs are about 71
-// years), as the Failover's epoch<<48 | token needs. The counter is
+// years), as failover.Manager's epoch<<48 | token needs. The counter is
 // written as an integer string and Lua's numbers (doubles) hold it
 // exactly; past 10^14 (about 2050) Lua would write a number in exponent
 // form, so the scripts format tokens with string.format('%d')

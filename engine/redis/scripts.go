@@ -7,7 +7,7 @@ import goredis "github.com/redis/go-redis/v9"
 const tokenEpoch = 1735689600
 
 // tokenTick is the fencing clock's unit in microseconds. A token is at most
-// 48 bits (the Failover puts its epoch above them), and 2^48 ticks of 8µs
+// 48 bits (failover.Manager puts its epoch above them), and 2^48 ticks of 8µs
 // last about 71 years from tokenEpoch, until about 2096; no key is granted
 // 125,000 times a second, so the counter does not run ahead of the clock.
 const tokenTick = 8

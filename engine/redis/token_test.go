@@ -87,8 +87,8 @@ func ticks(at time.Time) uint64 {
 }
 
 // TestTokenIsServerClock: the first grant of a key takes the server's clock
-// in tokenTick units since tokenEpoch, which fits in the 48 bits a Failover
-// leaves to an engine's token.
+// in tokenTick units since tokenEpoch, which fits in the 48 bits a
+// failover.Manager leaves to an engine's token.
 func TestTokenIsServerClock(t *testing.T) {
 	srv := startServer(t)
 	e := mustEngine(t, newClient(t, srv.addr))

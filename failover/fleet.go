@@ -1,4 +1,4 @@
-package cerberus
+package failover
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ const (
 	ScopeFleet = "fleet"
 )
 
-// FleetStatus is what a Failover knows of the fleet it belongs to, as its
+// FleetStatus is what a Manager knows of the fleet it belongs to, as its
 // fleet coordinator (package config's engine_key) last reported it. The
 // zero value (Scope "") means no coordinator: switches are this
 // process's alone.
@@ -74,18 +74,18 @@ func (s FleetStatus) ByEngine() map[string]int {
 
 // SetFleet records the fleet's status, for Fleet, the Handler and
 // metrics. A fleet coordinator calls it; services do not need to.
-func (f *Failover) SetFleet(s FleetStatus) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.fleet = s
+func (m *Manager) SetFleet(s FleetStatus) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.fleet = s
 }
 
 // Fleet returns the fleet status last set by SetFleet, or one with Scope
 // ScopeProcess if none was.
-func (f *Failover) Fleet() FleetStatus {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s := f.fleet
+func (m *Manager) Fleet() FleetStatus {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.fleet
 	if s.Scope == "" {
 		s.Scope = ScopeProcess
 	}

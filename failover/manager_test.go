@@ -1,4 +1,4 @@
-package cerberus_test
+package failover_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/cerberus-go/cerberus"
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/memory"
+	"github.com/cerberus-go/cerberus/failover"
 )
 
 // flaky wraps a real engine so that a test can make its Ping fail, as a
@@ -62,9 +63,9 @@ func newFleet(t *testing.T) *fleet {
 	return fl
 }
 
-func (fl *fleet) client(t *testing.T, opts cerberus.FailoverOptions) (*cerberus.Client, *cerberus.Failover) {
+func (fl *fleet) client(t *testing.T, opts failover.Options) (*cerberus.Client, *failover.Manager) {
 	t.Helper()
-	f, err := cerberus.NewFailover([]cerberus.NamedEngine{{Name: "a", Engine: fl.a}, {Name: "b", Engine: fl.b}}, opts)
+	f, err := failover.New([]failover.NamedEngine{{Name: "a", Engine: fl.a}, {Name: "b", Engine: fl.b}}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,9 +101,9 @@ func freeOn(c *cerberus.Client, key string) bool {
 
 func TestSwitchEndsLeasesAndRaisesTokens(t *testing.T) {
 	fl := newFleet(t)
-	var events []cerberus.SwitchEvent
+	var events []failover.SwitchEvent
 	var mu sync.Mutex
-	c, f := fl.client(t, cerberus.FailoverOptions{OnSwitch: func(e cerberus.SwitchEvent) {
+	c, f := fl.client(t, failover.Options{OnSwitch: func(e failover.SwitchEvent) {
 		mu.Lock()
 		events = append(events, e)
 		mu.Unlock()
@@ -149,7 +150,7 @@ func TestSwitchEndsLeasesAndRaisesTokens(t *testing.T) {
 	}
 	mu.Unlock()
 	_ = next.Unlock(ctx)
-	if err := f.SetActive("nope"); !errors.Is(err, cerberus.ErrUnknownEngine) || f.Active() != "b" {
+	if err := f.SetActive("nope"); !errors.Is(err, failover.ErrUnknownEngine) || f.Active() != "b" {
 		t.Fatalf("SetActive(unknown): %v, active %s", err, f.Active())
 	}
 }
@@ -157,7 +158,7 @@ func TestSwitchEndsLeasesAndRaisesTokens(t *testing.T) {
 func TestAutoFailoverAndFailback(t *testing.T) {
 	for _, failback := range []bool{false, true} {
 		fl := newFleet(t)
-		c, f := fl.client(t, cerberus.FailoverOptions{Auto: true, Failback: failback, Interval: 10 * time.Millisecond, Threshold: 3})
+		c, f := fl.client(t, failover.Options{Auto: true, Failback: failback, Interval: 10 * time.Millisecond, Threshold: 3})
 		ctx := ctxT(t)
 		l := must(t)(c.Lock(ctx, "k"))
 		fl.a.down.Store(true)
@@ -196,7 +197,7 @@ func TestAutoFailoverAndFailback(t *testing.T) {
 
 func TestWaiterMovesToNewEngine(t *testing.T) {
 	fl := newFleet(t)
-	c, f := fl.client(t, cerberus.FailoverOptions{})
+	c, f := fl.client(t, failover.Options{})
 	ctx := ctxT(t)
 	blocker := must(t)(fl.outA.Lock(ctx, "k")) // held on server a by someone else
 	defer blocker.Unlock(ctx)
@@ -230,7 +231,7 @@ func TestWaiterMovesToNewEngine(t *testing.T) {
 // expired, so a holder that never learns of the switch cannot overlap.
 func TestFenceKeepsHoldersApart(t *testing.T) {
 	fl := newFleet(t)
-	c, f := fl.client(t, cerberus.FailoverOptions{Fence: true})
+	c, f := fl.client(t, failover.Options{Fence: true})
 	ctx := ctxT(t)
 	const ttl = 300 * time.Millisecond
 	granted := time.Now()
@@ -250,29 +251,29 @@ func TestFenceKeepsHoldersApart(t *testing.T) {
 	_ = old.Unlock(ctx)
 }
 
-func TestFailoverRefusesBadSetups(t *testing.T) {
+func TestNewRefusesBadSetups(t *testing.T) {
 	m := memory.New()
 	defer m.Close()
 	for _, tc := range []struct {
-		engines []cerberus.NamedEngine
-		opts    cerberus.FailoverOptions
+		engines []failover.NamedEngine
+		opts    failover.Options
 	}{
-		{nil, cerberus.FailoverOptions{}},
-		{[]cerberus.NamedEngine{{Name: "", Engine: m}}, cerberus.FailoverOptions{}},
-		{[]cerberus.NamedEngine{{Name: "a", Engine: m}, {Name: "a", Engine: m}}, cerberus.FailoverOptions{}},
-		{[]cerberus.NamedEngine{{Name: "a"}}, cerberus.FailoverOptions{}},
-		{[]cerberus.NamedEngine{{Name: "a", Engine: m}}, cerberus.FailoverOptions{Interval: -time.Second}},
-		{[]cerberus.NamedEngine{{Name: "a", Engine: m}}, cerberus.FailoverOptions{Epoch: 1 << 16}},
+		{nil, failover.Options{}},
+		{[]failover.NamedEngine{{Name: "", Engine: m}}, failover.Options{}},
+		{[]failover.NamedEngine{{Name: "a", Engine: m}, {Name: "a", Engine: m}}, failover.Options{}},
+		{[]failover.NamedEngine{{Name: "a"}}, failover.Options{}},
+		{[]failover.NamedEngine{{Name: "a", Engine: m}}, failover.Options{Interval: -time.Second}},
+		{[]failover.NamedEngine{{Name: "a", Engine: m}}, failover.Options{Epoch: 1 << 16}},
 	} {
-		if _, err := cerberus.NewFailover(tc.engines, tc.opts); !errors.Is(err, engine.ErrInvalidRequest) {
-			t.Errorf("NewFailover(%v, %+v): want ErrInvalidRequest, got %v", tc.engines, tc.opts, err)
+		if _, err := failover.New(tc.engines, tc.opts); !errors.Is(err, engine.ErrInvalidRequest) {
+			t.Errorf("New(%v, %+v): want ErrInvalidRequest, got %v", tc.engines, tc.opts, err)
 		}
 	}
 }
 
-func TestFailoverCloseEndsLeases(t *testing.T) {
+func TestCloseEndsLeases(t *testing.T) {
 	fl := newFleet(t)
-	c, _ := fl.client(t, cerberus.FailoverOptions{})
+	c, _ := fl.client(t, failover.Options{})
 	l := must(t)(c.Lock(ctxT(t), "k"))
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -290,21 +291,21 @@ func TestFailoverCloseEndsLeases(t *testing.T) {
 // flips the active engine, raises the epoch, and survives an unknown name.
 func TestConfigureAppliesWithoutRestart(t *testing.T) {
 	fl := newFleet(t)
-	c, f := fl.client(t, cerberus.FailoverOptions{Interval: 10 * time.Millisecond})
+	c, f := fl.client(t, failover.Options{Interval: 10 * time.Millisecond})
 	ctx := ctxT(t)
 	fl.a.down.Store(true)
 	eventually(t, "a to be marked down", func() bool { return !f.Status()[0].Healthy })
 	if f.Active() != "a" {
 		t.Fatal("switched without Auto")
 	}
-	if err := f.Configure(cerberus.FailoverOptions{Interval: 10 * time.Millisecond, Auto: true}); err != nil {
+	if err := f.Configure(failover.Options{Interval: 10 * time.Millisecond, Auto: true}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the switch once Auto is on", func() bool { return f.Active() == "b" })
 	fl.a.down.Store(false)
 	before := must(t)(c.Lock(ctx, "k"))
 	_ = before.Unlock(ctx)
-	if err := f.Configure(cerberus.FailoverOptions{Interval: 10 * time.Millisecond, Epoch: 7}); err != nil {
+	if err := f.Configure(failover.Options{Interval: 10 * time.Millisecond, Epoch: 7}); err != nil {
 		t.Fatal(err)
 	}
 	after := must(t)(c.Lock(ctx, "k"))
@@ -312,16 +313,16 @@ func TestConfigureAppliesWithoutRestart(t *testing.T) {
 		t.Fatalf("epoch %d, tokens %d then %d: raising the epoch must raise tokens", f.Epoch(), before.Token(), after.Token())
 	}
 	_ = after.Unlock(ctx)
-	if err := f.Configure(cerberus.FailoverOptions{Epoch: 3}); err != nil || f.Epoch() != 7 {
+	if err := f.Configure(failover.Options{Epoch: 3}); err != nil || f.Epoch() != 7 {
 		t.Fatalf("a lower epoch: %v, epoch %d; want it ignored", err, f.Epoch())
 	}
-	if err := f.Configure(cerberus.FailoverOptions{Active: "a"}); err != nil || f.Active() != "a" {
+	if err := f.Configure(failover.Options{Active: "a"}); err != nil || f.Active() != "a" {
 		t.Fatalf("Active a: %v, active %s", err, f.Active())
 	}
-	if err := f.Configure(cerberus.FailoverOptions{Active: "nope"}); !errors.Is(err, cerberus.ErrUnknownEngine) {
+	if err := f.Configure(failover.Options{Active: "nope"}); !errors.Is(err, failover.ErrUnknownEngine) {
 		t.Fatalf("unknown Active: %v", err)
 	}
-	if err := f.Configure(cerberus.FailoverOptions{Interval: -time.Second}); !errors.Is(err, engine.ErrInvalidRequest) {
+	if err := f.Configure(failover.Options{Interval: -time.Second}); !errors.Is(err, engine.ErrInvalidRequest) {
 		t.Fatalf("negative interval: %v", err)
 	}
 }
@@ -333,7 +334,7 @@ func TestFollowTakesTheFleetsEpoch(t *testing.T) {
 	fl := newFleet(t)
 	var reasons []string
 	var mu sync.Mutex
-	c, f := fl.client(t, cerberus.FailoverOptions{OnSwitch: func(e cerberus.SwitchEvent) {
+	c, f := fl.client(t, failover.Options{OnSwitch: func(e failover.SwitchEvent) {
 		mu.Lock()
 		reasons = append(reasons, e.Reason)
 		mu.Unlock()
@@ -369,7 +370,7 @@ func TestFollowTakesTheFleetsEpoch(t *testing.T) {
 	if f.Active() != "a" || f.Epoch() != 10 {
 		t.Fatalf("after Follow(a, 3): active %s epoch %d, want a 10", f.Active(), f.Epoch())
 	}
-	if err := f.Follow("nope", 11, "operator"); !errors.Is(err, cerberus.ErrUnknownEngine) || f.Epoch() != 10 {
+	if err := f.Follow("nope", 11, "operator"); !errors.Is(err, failover.ErrUnknownEngine) || f.Epoch() != 10 {
 		t.Fatalf("Follow(nope): %v, epoch %d", err, f.Epoch())
 	}
 	mu.Lock()
@@ -385,7 +386,7 @@ func TestFollowTakesTheFleetsEpoch(t *testing.T) {
 func TestMinFenceWithoutLocalLeases(t *testing.T) {
 	fl := newFleet(t)
 	const fence = 300 * time.Millisecond
-	c, f := fl.client(t, cerberus.FailoverOptions{Fence: true, MinFence: fence})
+	c, f := fl.client(t, failover.Options{Fence: true, MinFence: fence})
 	ctx := ctxT(t)
 	switched := time.Now()
 	if err := f.Follow("b", 1, "failover"); err != nil {
@@ -408,7 +409,7 @@ func TestMinFenceWithoutLocalLeases(t *testing.T) {
 func TestPassiveDetection(t *testing.T) {
 	fl := newFleet(t)
 	const interval = 5 * time.Second
-	c, f := fl.client(t, cerberus.FailoverOptions{Auto: true, Interval: interval, Threshold: 3})
+	c, f := fl.client(t, failover.Options{Auto: true, Interval: interval, Threshold: 3})
 	ctx := ctxT(t)
 	eventually(t, "the first health round", func() bool { return fl.a.pings.Load() >= 1 })
 
@@ -418,7 +419,7 @@ func TestPassiveDetection(t *testing.T) {
 		t.Fatalf("TryLock on a failing call: %v", err)
 	}
 	eventually(t, "the quick probe", func() bool { return fl.a.pings.Load() > before })
-	time.Sleep(3 * cerberus.QuickProbeSpacing) // the probe has answered; no more pings may follow
+	time.Sleep(3 * failover.QuickProbeSpacing) // the probe has answered; no more pings may follow
 	if n := fl.a.pings.Load() - before; n != 1 || f.Active() != "a" || f.Status()[0].Failures != 0 {
 		t.Fatalf("one failed call on a healthy engine: %d pings, active %s, failures %d; want 1, a, 0", n, f.Active(), f.Status()[0].Failures)
 	}
@@ -435,5 +436,5 @@ func TestPassiveDetection(t *testing.T) {
 	}
 }
 
-// Unwrap lets the Failover find the memory engine's Inspector and Watcher.
+// Unwrap lets the Manager find the memory engine's Inspector and Watcher.
 func (f *flaky) Unwrap() engine.Engine { return f.Engine }

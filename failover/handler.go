@@ -1,4 +1,4 @@
-package cerberus
+package failover
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 //	                           with a bad wait, 404 for an unknown engine,
 //	                           403 when switching is not allowed
 //
-// Under a fleet coordinator (FailoverOptions.Switch, set by package config
+// Under a fleet coordinator (Options.Switch, set by package config
 // when an engine key is configured), a POST moves the whole fleet through
 // the shared key and waits up to D (default 10s) for every live process
 // to follow; the report lists who followed and who did not. Without one,
@@ -33,7 +33,7 @@ import (
 // "process_engine" is the engine this process's calls go to (Active).
 //
 // Any other method gets 405.
-func (f *Failover) Handler(allowSwitch bool) http.Handler {
+func (m *Manager) Handler(allowSwitch bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var rep *SwitchReport
 		code := http.StatusOK
@@ -44,7 +44,7 @@ func (f *Failover) Handler(allowSwitch bool) http.Handler {
 				http.Error(w, "cerberus: switching is not allowed here", http.StatusForbidden)
 				return
 			}
-			sw, err := f.handleSwitch(r)
+			sw, err := m.handleSwitch(r)
 			if err != nil {
 				http.Error(w, err.Error(), switchErrCode(err))
 				return
@@ -58,7 +58,7 @@ func (f *Failover) Handler(allowSwitch bool) http.Handler {
 			http.Error(w, "cerberus: method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
-		doc := f.statusDoc()
+		doc := m.statusDoc()
 		doc.Switch = rep
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
@@ -81,13 +81,13 @@ func switchErrCode(err error) int {
 
 // handleSwitch carries out a POST: through the fleet's Switch if there is
 // one, else SetActive.
-func (f *Failover) handleSwitch(r *http.Request) (SwitchReport, error) {
+func (m *Manager) handleSwitch(r *http.Request) (SwitchReport, error) {
 	name := r.FormValue("engine")
 	if name == "" {
 		return SwitchReport{}, errors.Join(errBadSwitch,
 			errors.New("cerberus: name the engine: ?engine=NAME"))
 	}
-	if !f.has(name) {
+	if !m.has(name) {
 		return SwitchReport{}, errors.Join(ErrUnknownEngine, errors.New("cerberus: unknown engine "+name))
 	}
 	wait := time.Duration(0)
@@ -99,14 +99,14 @@ func (f *Failover) handleSwitch(r *http.Request) (SwitchReport, error) {
 		}
 		wait = d
 	}
-	f.mu.Lock()
-	sw := f.opts.Switch
-	f.mu.Unlock()
+	m.mu.Lock()
+	sw := m.opts.Switch
+	m.mu.Unlock()
 	if sw == nil {
-		if err := f.SetActive(name); err != nil {
+		if err := m.SetActive(name); err != nil {
 			return SwitchReport{}, err
 		}
-		return SwitchReport{Scope: ScopeProcess, Engine: f.Active(), Epoch: f.Epoch()}, nil
+		return SwitchReport{Scope: ScopeProcess, Engine: m.Active(), Epoch: m.Epoch()}, nil
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), max(wait, DefaultFleetWait)+5*time.Second)
 	defer cancel()
@@ -117,9 +117,9 @@ func (f *Failover) handleSwitch(r *http.Request) (SwitchReport, error) {
 // the fleet to follow when the request gives no wait.
 const DefaultFleetWait = 10 * time.Second
 
-// has reports whether name is one of f's engines.
-func (f *Failover) has(name string) bool {
-	for _, ne := range f.engines {
+// has reports whether name is one of m's engines.
+func (m *Manager) has(name string) bool {
+	for _, ne := range m.engines {
 		if ne.Name == name {
 			return true
 		}
@@ -150,16 +150,16 @@ type engineDocItem struct {
 	LastError string  `json:"last_error,omitempty"`
 }
 
-func (f *Failover) statusDoc() statusDoc {
-	a := f.ActiveEngine()
+func (m *Manager) statusDoc() statusDoc {
+	a := m.ActiveEngine()
 	doc := statusDoc{Active: a.Name, ActiveFrom: a.Source(), ActiveUnknown: a.Unknown,
-		Process: f.Active(), Epoch: f.Epoch()}
-	fl := f.Fleet()
+		Process: m.Active(), Epoch: m.Epoch()}
+	fl := m.Fleet()
 	doc.Scope = fl.Scope
 	if fl.Scope == ScopeFleet {
 		doc.Fleet = &fl
 	}
-	for _, s := range f.Status() {
+	for _, s := range m.Status() {
 		doc.Engines = append(doc.Engines,
 			engineDocItem{Name: s.Name, Active: s.Name == a.Name, Healthy: s.Healthy,
 				Failures: s.Failures, LatencyMS: float64(s.Latency.Microseconds()) / 1000,

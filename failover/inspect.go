@@ -1,4 +1,4 @@
-package cerberus
+package failover
 
 import (
 	"context"
@@ -9,23 +9,23 @@ import (
 )
 
 var (
-	_ engine.Inspector = (*Failover)(nil)
-	_ engine.Watcher   = (*Failover)(nil)
+	_ engine.Inspector = (*Manager)(nil)
+	_ engine.Watcher   = (*Manager)(nil)
 )
 
 // Holders lists key's holders on the active engine, with their tokens in
-// the Failover's epoch-carrying form (as its leases' Token); see
+// the Manager's epoch-carrying form (as its leases' Token); see
 // engine.Inspector. It returns ErrInvalidRequest when the active engine
 // cannot list holders.
-func (f *Failover) Holders(ctx context.Context, key string) ([]engine.Holder, error) {
-	f.mu.Lock()
-	if f.closed {
-		f.mu.Unlock()
+func (m *Manager) Holders(ctx context.Context, key string) ([]engine.Holder, error) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
 		return nil, engine.ErrClosed
 	}
-	ne, epoch := f.engines[f.active], f.epoch
-	f.mu.Unlock()
-	in := inspectorOf(ne.Engine)
+	ne, epoch := m.engines[m.active], m.epoch
+	m.mu.Unlock()
+	in := engine.InspectorOf(ne.Engine)
 	if in == nil {
 		return nil, fmt.Errorf("%w: engine %s cannot list a key's holders", engine.ErrInvalidRequest, ne.Name)
 	}
@@ -36,23 +36,23 @@ func (f *Failover) Holders(ctx context.Context, key string) ([]engine.Holder, er
 	return hs, err
 }
 
-// failoverWatchCheck is how often a Failover watch looks for a switch.
-const failoverWatchCheck = 250 * time.Millisecond
+// watchCheck is how often a Manager's Watch looks for a switch.
+const watchCheck = 250 * time.Millisecond
 
 // Watch reports changes to key's holders on the active engine, and every
 // switch (which ends every lease); see engine.Watcher. After a switch it
 // watches the new engine. While the active engine is no engine.Watcher it
 // reports switches only. It validates key first.
-func (f *Failover) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
-	if err := engine.CheckKey(key, f.Limits().MaxKeyLen); err != nil {
+func (m *Manager) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	if err := engine.CheckKey(key, m.Limits().MaxKeyLen); err != nil {
 		return nil, err
 	}
-	f.mu.Lock()
-	if f.closed {
-		f.mu.Unlock()
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
 		return nil, engine.ErrClosed
 	}
-	f.mu.Unlock()
+	m.mu.Unlock()
 	out := make(chan struct{}, 1)
 	notify := func() {
 		select {
@@ -62,18 +62,18 @@ func (f *Failover) Watch(ctx context.Context, key string) (<-chan struct{}, erro
 	}
 	go func() {
 		defer close(out)
-		tick := time.NewTicker(failoverWatchCheck)
+		tick := time.NewTicker(watchCheck)
 		defer tick.Stop()
 		for ctx.Err() == nil {
-			f.mu.Lock()
-			closed, ne, epoch := f.closed, f.engines[f.active], f.epoch
-			f.mu.Unlock()
+			m.mu.Lock()
+			closed, ne, epoch := m.closed, m.engines[m.active], m.epoch
+			m.mu.Unlock()
 			if closed {
 				return
 			}
 			wctx, cancel := context.WithCancel(ctx)
 			var inner <-chan struct{}
-			if w := watcherOf(ne.Engine); w != nil {
+			if w := engine.WatcherOf(ne.Engine); w != nil {
 				inner, _ = w.Watch(wctx, key)
 			}
 		follow:
@@ -87,9 +87,9 @@ func (f *Failover) Watch(ctx context.Context, key string) (<-chan struct{}, erro
 					}
 					notify()
 				case <-tick.C:
-					f.mu.Lock()
-					switched := f.epoch != epoch || f.closed
-					f.mu.Unlock()
+					m.mu.Lock()
+					switched := m.epoch != epoch || m.closed
+					m.mu.Unlock()
 					if switched {
 						notify()
 						break follow

@@ -1,24 +1,24 @@
-package cerberus_test
+package failover_test
 
 import (
 	"testing"
 
-	"github.com/cerberus-go/cerberus"
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/enginetest"
 	"github.com/cerberus-go/cerberus/engine/memory"
+	"github.com/cerberus-go/cerberus/failover"
 )
 
-// TestFailoverConformance holds a Failover to the engine contract: the
+// TestConformance holds a Manager to the engine contract: the
 // conformance suite runs on one over two memory engines as on any engine.
-// Every Failover the factory makes shares the two engines' stores, as
+// Every Manager the factory makes shares the two engines' stores, as
 // processes share servers.
-func TestFailoverConformance(t *testing.T) {
+func TestConformance(t *testing.T) {
 	primary, secondary := memory.NewStore(), memory.NewStore()
 	enginetest.Run(t, func() (engine.Engine, error) {
-		return cerberus.NewFailover([]cerberus.NamedEngine{
+		return failover.New([]failover.NamedEngine{
 			{Name: "primary", Engine: memory.New(memory.WithStore(primary))},
 			{Name: "secondary", Engine: memory.New(memory.WithStore(secondary))},
-		}, cerberus.FailoverOptions{})
+		}, failover.Options{})
 	}, enginetest.Options{})
 }

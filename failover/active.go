@@ -1,4 +1,4 @@
-package cerberus
+package failover
 
 import "fmt"
 
@@ -68,7 +68,7 @@ func (a ActiveEngine) Source() string {
 }
 
 // DecideActive is the one rule every view of the active engine applies
-// (cerberusctl status, Failover.Handler, the metrics' active-engine
+// (cerberusctl status, Manager.Handler, the metrics' active-engine
 // gauge): with an engine key the key's engine, or none when the key
 // cannot be read (never a guess from the file, which does not decide
 // then); without one, the viewing process's engine, else the pinned
@@ -109,14 +109,14 @@ func DecideActive(in ActiveFacts) ActiveEngine {
 	return ActiveEngine{From: FromHealth, Unknown: "no engine is healthy"}
 }
 
-// ActiveEngine applies DecideActive to what this Failover knows: under a
+// ActiveEngine applies DecideActive to what this Manager knows: under a
 // fleet coordinator (SetFleet with ScopeFleet), the engine key's value as
 // last read, or none while the key cannot be read; otherwise Active. Its
 // Handler and package metrics show this; Active is still the engine this
 // process's calls go to.
-func (f *Failover) ActiveEngine() ActiveEngine {
-	fl := f.Fleet()
-	in := ActiveFacts{Process: f.Active(), Engines: f.Status()}
+func (m *Manager) ActiveEngine() ActiveEngine {
+	fl := m.Fleet()
+	in := ActiveFacts{Process: m.Active(), Engines: m.Status()}
 	if fl.Scope == ScopeFleet {
 		in.Key, in.KeyEngine, in.KeyErr = fl.Key, fl.Engine, fl.KeyError
 		if in.Key == "" {
