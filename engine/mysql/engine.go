@@ -2,19 +2,17 @@ package mysql
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/internal/sqlcore"
 )
 
 // Strategy is how the engine holds locks: StrategyLease or StrategyRow.
@@ -110,19 +108,17 @@ type Engine struct {
 	db    *sql.DB
 	owned bool // Close closes db
 	q     queries
-	id    string // instance id, the prefix of every owner value
-	seq   atomic.Uint64
 
-	mu sync.Mutex // guards frame and idle
-	// frame keeps the leases of either strategy (*lease or *rowLease), the
-	// calls in progress, and the clean-ups, renewal loop and connection
+	// core is the lease strategy and the frame, shared with the
+	// PostgreSQL engine; frame and mu are its Frame and Mu. frame keeps
+	// the leases of either strategy (the core's or *rowLease), the calls
+	// in progress, and the clean-ups, renewal loop and connection
 	// watchers that Close waits for.
-	frame engine.Base[engine.Lease]
+	core  *sqlcore.Core
+	frame *engine.Base[engine.Lease]
+	mu    *sync.Mutex // guards frame and idle
 	idle  []*rowConn
 	pins  chan struct{} // one token per pinned row connection
-	turns engine.Turns  // one polling waiter per key
-	kick  chan struct{} // wakes the renewal loop
-	pace  engine.Pace   // whether renewal keeps up
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -229,19 +225,14 @@ func buildConfig(opts []Option) (config, error) {
 }
 
 func newEngine(cfg config, db *sql.DB, owned bool) *Engine {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
 	e := &Engine{
 		cfg: cfg, db: db, owned: owned, q: buildQueries(cfg.table),
-		id:   hex.EncodeToString(b[:]),
-		kick: make(chan struct{}, 1), pins: make(chan struct{}, cfg.maxConns-2),
+		pins: make(chan struct{}, cfg.maxConns-2),
 	}
-	e.frame.Init(&e.mu)
-	if cfg.strategy == StrategyLease {
-		e.frame.Go(func() {
-			engine.RenewRounds(e.frame.Closing(), e.kick, e.renewInterval, e.renewAll, &e.pace)
-		})
-	}
+	e.core = sqlcore.New(sqlcore.Config{Name: name, OpTimeout: cfg.opTimeout,
+		MinBackoff: cfg.minBackoff, MaxBackoff: cfg.maxBackoff,
+		Renew: cfg.strategy == StrategyLease}, leaseSQL{e})
+	e.frame, e.mu = &e.core.Frame, &e.core.Mu
 	return e
 }
 
@@ -278,15 +269,7 @@ func (e *Engine) Validate(req engine.Request) error {
 // timeout (WithOpTimeout); a server that does not is
 // engine.ErrUnavailable. It returns engine.ErrClosed after Close.
 func (e *Engine) Ping(ctx context.Context) error {
-	if e.frame.Closed() {
-		return engine.ErrClosed
-	}
-	pctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
-	defer cancel()
-	if err := e.db.PingContext(pctx); err != nil {
-		return e.opErr(ctx, "ping", "", err)
-	}
-	return nil
+	return e.core.Ping(ctx, e.db.PingContext)
 }
 
 // Acquire grants a lease with the engine's strategy; see engine.Engine.
@@ -300,7 +283,7 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	if e.cfg.strategy == StrategyRow {
 		return e.acquireRow(ctx, req)
 	}
-	return e.acquireLease(ctx, req)
+	return e.core.AcquireLease(ctx, req)
 }
 
 // Close releases every lease the engine holds (each release bounded by the
@@ -308,21 +291,14 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 // engine.ErrClosed and stops the renewal loop. A pool from Open is closed;
 // a *gorm.DB passed to New stays open. Close is idempotent.
 func (e *Engine) Close() error {
-	held, first := e.frame.Shut()
-	if !first {
-		return nil
-	}
-	// Each end bounds its statement by the op timeout.
-	engine.ReleaseAll(held, e.cfg.opTimeout, func(_ context.Context, l engine.Lease) {
-		switch l := l.(type) {
-		case *lease:
-			l.end(engine.ErrClosed, true)
-		case *rowLease:
+	endRow := func(l engine.Lease) {
+		if l, ok := l.(*rowLease); ok {
 			l.end(engine.ErrClosed)
 		}
-	})
-	e.frame.WaitCalls()
-	e.frame.Wait()
+	}
+	if !e.core.Close(endRow) {
+		return nil
+	}
 	e.mu.Lock()
 	idle := e.idle
 	e.idle = nil
@@ -334,18 +310,6 @@ func (e *Engine) Close() error {
 		return e.db.Close()
 	}
 	return nil
-}
-
-// owner returns a new owner value: unique per lease, at most 64 bytes.
-func (e *Engine) owner() string {
-	return fmt.Sprintf("%s-%d", e.id, e.seq.Add(1))
-}
-
-// opCtx returns a context for one statement that must not be cut short by
-// the caller's cancellation, so that the engine always learns whether a
-// grant or release happened.
-func (e *Engine) opCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), e.cfg.opTimeout)
 }
 
 // MySQL and MariaDB error numbers the engine acts on.

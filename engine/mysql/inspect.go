@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"errors"
 
 	"github.com/cerberus-go/cerberus/engine"
 )
@@ -15,23 +14,7 @@ var _ engine.Inspector = (*Engine)(nil)
 // row and its reader rows, listing only those unexpired by the server's
 // NOW(6). It returns engine.ErrClosed after Close.
 func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, error) {
-	if err := engine.CheckKey(key, e.Limits().MaxKeyLen); err != nil {
-		return nil, err
-	}
-	if err := e.frame.Enter(ctx, nil); err != nil {
-		if errors.Is(err, engine.ErrClosed) {
-			return nil, err
-		}
-		return nil, ctx.Err()
-	}
-	defer e.frame.Exit()
-	qctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
-	defer cancel()
-	out, err := e.readHolders(qctx, key)
-	if err != nil {
-		return nil, e.opErr(ctx, "holders", key, err)
-	}
-	return out, nil
+	return e.core.Holders(ctx, key, e.Limits().MaxKeyLen, e.readHolders)
 }
 
 // readHolders runs the holders query of the engine's strategy. The row

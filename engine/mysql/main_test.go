@@ -2,13 +2,10 @@ package mysql
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 
@@ -19,23 +16,15 @@ import (
 // engine's tables under it, and drops them when the test ends.
 func testTable(t *testing.T, dsn string) string {
 	t.Helper()
-	var b [5]byte
-	_, _ = rand.Read(b[:])
-	table := "cerberus_t_" + hex.EncodeToString(b[:])
-	e, err := Open(dsn, WithTable(table))
-	if err != nil {
-		t.Fatalf("open: %v", err)
+	migrate := func(ctx context.Context, table string) error {
+		e, err := Open(dsn, WithTable(table))
+		if err != nil {
+			return fmt.Errorf("open: %w", err)
+		}
+		defer func() { _ = e.Close() }()
+		return e.Migrate(ctx)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := e.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	if err := e.Migrate(ctx); err != nil {
-		t.Fatalf("second migrate: %v", err)
-	}
-	_ = e.Close()
-	t.Cleanup(func() {
+	return testenv.SQLTable(t, migrate, func(table string) {
 		db := rawDB(t, dsn)
 		for _, s := range []string{"", "_readers", "_fences"} {
 			if _, err := db.Exec("DROP TABLE IF EXISTS `" + table + s + "`"); err != nil {
@@ -43,7 +32,6 @@ func testTable(t *testing.T, dsn string) string {
 			}
 		}
 	})
-	return table
 }
 
 // rawDB is a plain database/sql pool on dsn for the tests' own statements,

@@ -125,89 +125,110 @@ func (e *Engine) addColumn(ctx context.Context, table, col, def string) error {
 
 // queries are the engine's statements with the table names filled in.
 type queries struct {
-	grant, insert, release, renew, alive                            string
+	grant, insert, release, renew, alive, undo, holders             string
 	sharedGrant, sharedInsert, readerAdd, readerTidy, readerRelease string
-	readerAddCounted, readerRenew, readerAlive, holders             string
+	readerAddCounted, readerRenew, readerAlive, readerUndo          string
 	rowLock, rowShare, rowTryLock, rowEnsure, rowToken              string
 	rowMark, rowMarkShared, rowHolders                              string
 }
 
-func buildQueries(t string) queries {
-	r := "`" + t + "_readers`"
-	k := "`" + t + "_fences`"
-	t = "`" + t + "`"
-	free := "(`owner` IS NULL OR `expires_at` IS NULL OR `expires_at` <= NOW(6))"
-	return queries{
-		// An exclusive grant: one statement, true only if the row is free
-		// or expired and no unexpired reader remains. The reader check is
-		// correlated with the locked row, so it runs after InnoDB has
-		// locked it; inside an UPDATE it is a locking read.
-		grant: "UPDATE " + t + " SET `owner` = ?, `mode` = 0, `ttl_us` = ?, `value` = ?, " +
-			"`version` = LAST_INSERT_ID(`version` + 1), `expires_at` = NOW(6) + INTERVAL ? MICROSECOND " +
-			"WHERE `lock_key` = ? AND " + free + " AND NOT EXISTS (SELECT 1 FROM " + r + " AS `r` " +
-			"WHERE `r`.`lock_key` = " + t + ".`lock_key` AND `r`.`expires_at` > NOW(6))",
-		// The first grant of a key creates its row with version 1.
-		insert: "INSERT IGNORE INTO " + t +
-			" (`lock_key`, `owner`, `mode`, `ttl_us`, `value`, `version`, `expires_at`) " +
-			"VALUES (?, ?, 0, ?, ?, 1, NOW(6) + INTERVAL ? MICROSECOND)",
-		release: "UPDATE " + t + " SET `owner` = NULL, `expires_at` = NULL " +
-			"WHERE `lock_key` = ? AND `owner` = ? AND `version` = ? AND `expires_at` > NOW(6)",
-		renew: "UPDATE " + t + " SET `expires_at` = NOW(6) + INTERVAL `ttl_us` MICROSECOND " +
-			"WHERE `lock_key` IN (%s) AND `owner` IN (%s) AND `expires_at` > NOW(6)",
-		alive: "SELECT `owner` FROM " + t +
-			" WHERE `lock_key` IN (%s) AND `owner` IN (%s) AND `expires_at` > NOW(6)",
+// buildQueries returns the statements on table and its "_readers" and
+// "_fences" tables.
+func buildQueries(table string) queries {
+	t, r, k := "`"+table+"`", "`"+table+"_readers`", "`"+table+"_fences`"
+	var q queries
+	q.exclusive(t, r)
+	q.shared(t, r)
+	q.row(t, r, k)
+	return q
+}
 
-		// A shared grant bumps the key row's version (so tokens of readers
-		// and writers interleave in one sequence) and adds a reader row.
-		sharedGrant: "UPDATE " + t + " SET `owner` = NULL, `expires_at` = NULL, `mode` = 1, `value` = NULL, " +
-			"`version` = LAST_INSERT_ID(`version` + 1) WHERE `lock_key` = ? AND " + free,
-		sharedInsert: "INSERT IGNORE INTO " + t + " (`lock_key`, `mode`, `version`) VALUES (?, 1, 1)",
-		readerAdd: "INSERT INTO " + r +
-			" (`lock_key`, `owner`, `version`, `ttl_us`, `expires_at`, `value`) VALUES (?, ?, ?, ?, NOW(6) + " +
-			"INTERVAL ? MICROSECOND, ?)",
-		// A counted reader row is added only while fewer than the limit
-		// of unexpired reader rows of the key exist: the SELECT counts
-		// them (an aggregate without GROUP BY gives one row, also for
-		// none) and HAVING drops that row when the key is full. The
-		// readers table is in the SELECT's FROM clause, as MySQL allows
-		// for INSERT ... SELECT (not in a subquery, which it refuses).
-		// The caller holds the key row's lock, which every shared grant
-		// of the key takes first, so the grants before it have committed
-		// and two grants cannot both find one permit left; the count reads
-		// committed rows (under shared locks in REPEATABLE READ, from a
-		// fresh read view in READ COMMITTED), never an older snapshot.
-		readerAddCounted: "INSERT INTO " + r +
-			" (`lock_key`, `owner`, `version`, `ttl_us`, `expires_at`, `value`) SELECT ?, ?, ?, ?, NOW(6) + " +
-			"INTERVAL ? MICROSECOND, ? FROM " + r + " AS `c` WHERE `c`.`lock_key` = ? AND " +
-			"`c`.`expires_at` > NOW(6) HAVING COUNT(*) < ?",
-		readerTidy: "DELETE FROM " + r + " WHERE `lock_key` = ? AND `expires_at` <= NOW(6)",
-		readerRelease: "DELETE FROM " + r +
-			" WHERE `lock_key` = ? AND `owner` = ? AND `version` = ? AND `expires_at` > NOW(6)",
-		readerRenew: "UPDATE " + r + " SET `expires_at` = NOW(6) + INTERVAL `ttl_us` MICROSECOND " +
-			"WHERE `lock_key` IN (%s) AND `owner` IN (%s) AND `expires_at` > NOW(6)",
-		readerAlive: "SELECT `owner` FROM " + r +
-			" WHERE `lock_key` IN (%s) AND `owner` IN (%s) AND `expires_at` > NOW(6)",
-		// The holders of a key: its unexpired writer and readers, in one
-		// statement (one read view), in token order.
-		holders: "SELECT 0, `version`, `value` FROM " + t + " WHERE `lock_key` = ? AND `owner` IS NOT NULL " +
-			"AND `expires_at` > NOW(6) UNION ALL SELECT 1, `version`, `value` FROM " + r +
-			" WHERE `lock_key` = ? AND `expires_at` > NOW(6) ORDER BY 2",
+// free holds of a key row that no unexpired writer holds.
+const free = "(`owner` IS NULL OR `expires_at` IS NULL OR `expires_at` <= NOW(6))"
 
-		rowLock:    "SELECT `version` FROM " + t + " WHERE `lock_key` = ? FOR UPDATE",
-		rowTryLock: "SELECT `version` FROM " + t + " WHERE `lock_key` = ? FOR UPDATE NOWAIT",
-		rowShare:   "SELECT `version` FROM " + t + " WHERE `lock_key` = ? LOCK IN SHARE MODE",
-		rowEnsure:  "INSERT IGNORE INTO " + t + " (`lock_key`) VALUES (?)",
-		rowToken: "INSERT INTO " + k + " (`lock_key`, `fence`) VALUES (?, 1)" +
-			" ON DUPLICATE KEY UPDATE `fence` = LAST_INSERT_ID(`fence` + 1)",
-		// A row holder's record, written in its transaction and never
-		// committed; rowHolders reads it uncommitted.
-		rowMark: "UPDATE " + t + " SET `owner` = ?, `mode` = 0, `version` = ?, `value` = ? " +
-			"WHERE `lock_key` = ?",
-		rowMarkShared: "INSERT INTO " + r +
-			" (`lock_key`, `owner`, `version`, `ttl_us`, `expires_at`, `value`) VALUES (?, ?, ?, 0, NOW(6), ?)",
-		rowHolders: "SELECT 0, `version`, `value` FROM " + t + " WHERE `lock_key` = ? AND `owner` IS NOT NULL " +
-			"UNION ALL SELECT 1, `version`, `value` FROM " + r + " WHERE `lock_key` = ? ORDER BY 2",
-	}
+// exclusive fills in the lease strategy's statements on key rows, and
+// holders; t is the quoted lock table, r the quoted readers table.
+func (q *queries) exclusive(t, r string) {
+	// An exclusive grant: one statement, true only if the row is free or
+	// expired and no unexpired reader remains. The reader check is
+	// correlated with the locked row, so it runs after InnoDB has locked
+	// it; inside an UPDATE it is a locking read.
+	q.grant = "UPDATE " + t + " SET `owner` = ?, `mode` = 0, `ttl_us` = ?, `value` = ?, " +
+		"`version` = LAST_INSERT_ID(`version` + 1), `expires_at` = NOW(6) + INTERVAL ? MICROSECOND " +
+		"WHERE `lock_key` = ? AND " + free + " AND NOT EXISTS (SELECT 1 FROM " + r + " AS `r` " +
+		"WHERE `r`.`lock_key` = " + t + ".`lock_key` AND `r`.`expires_at` > NOW(6))"
+	// The first grant of a key creates its row with version 1.
+	q.insert = "INSERT IGNORE INTO " + t +
+		" (`lock_key`, `owner`, `mode`, `ttl_us`, `value`, `version`, `expires_at`) " +
+		"VALUES (?, ?, 0, ?, ?, 1, NOW(6) + INTERVAL ? MICROSECOND)"
+	q.release = "UPDATE " + t + " SET `owner` = NULL, `expires_at` = NULL " +
+		"WHERE `lock_key` = ? AND `owner` = ? AND `version` = ? AND `expires_at` > NOW(6)"
+	q.renew = "UPDATE " + t + " SET `expires_at` = NOW(6) + INTERVAL `ttl_us` MICROSECOND " +
+		"WHERE `lock_key` IN (%s) AND `owner` IN (%s) AND `expires_at` > NOW(6)"
+	q.alive = "SELECT `owner` FROM " + t +
+		" WHERE `lock_key` IN (%s) AND `owner` IN (%s) AND `expires_at` > NOW(6)"
+	q.undo = "UPDATE " + t + " SET `owner` = NULL, `expires_at` = NULL WHERE `lock_key` = ? AND " +
+		"`owner` = ?"
+	// The holders of a key: its unexpired writer and readers, in one
+	// statement (one read view), in token order.
+	q.holders = "SELECT 0, `version`, `value` FROM " + t + " WHERE `lock_key` = ? AND `owner` IS NOT NULL " +
+		"AND `expires_at` > NOW(6) UNION ALL SELECT 1, `version`, `value` FROM " + r +
+		" WHERE `lock_key` = ? AND `expires_at` > NOW(6) ORDER BY 2"
+}
+
+// shared fills in the lease strategy's statements of shared leases; t is
+// the quoted lock table, r the quoted readers table.
+func (q *queries) shared(t, r string) {
+	// A shared grant bumps the key row's version (so tokens of readers
+	// and writers interleave in one sequence) and adds a reader row.
+	q.sharedGrant = "UPDATE " + t + " SET `owner` = NULL, `expires_at` = NULL, `mode` = 1, `value` = NULL, " +
+		"`version` = LAST_INSERT_ID(`version` + 1) WHERE `lock_key` = ? AND " + free
+	q.sharedInsert = "INSERT IGNORE INTO " + t + " (`lock_key`, `mode`, `version`) VALUES (?, 1, 1)"
+	q.readerAdd = "INSERT INTO " + r +
+		" (`lock_key`, `owner`, `version`, `ttl_us`, `expires_at`, `value`) VALUES (?, ?, ?, ?, NOW(6) + " +
+		"INTERVAL ? MICROSECOND, ?)"
+	// A counted reader row is added only while fewer than the limit of
+	// unexpired reader rows of the key exist: the SELECT counts them (an
+	// aggregate without GROUP BY gives one row, also for none) and
+	// HAVING drops that row when the key is full. The readers table is in
+	// the SELECT's FROM clause, as MySQL allows for INSERT ... SELECT (not
+	// in a subquery, which it refuses). The caller holds the key row's
+	// lock, which every shared grant of the key takes first, so the
+	// grants before it have committed and two grants cannot both find one
+	// permit left; the count reads committed rows (under shared locks in
+	// REPEATABLE READ, from a fresh read view in READ COMMITTED), never an
+	// older snapshot.
+	q.readerAddCounted = "INSERT INTO " + r +
+		" (`lock_key`, `owner`, `version`, `ttl_us`, `expires_at`, `value`) SELECT ?, ?, ?, ?, NOW(6) + " +
+		"INTERVAL ? MICROSECOND, ? FROM " + r + " AS `c` WHERE `c`.`lock_key` = ? AND " +
+		"`c`.`expires_at` > NOW(6) HAVING COUNT(*) < ?"
+	q.readerTidy = "DELETE FROM " + r + " WHERE `lock_key` = ? AND `expires_at` <= NOW(6)"
+	q.readerRelease = "DELETE FROM " + r +
+		" WHERE `lock_key` = ? AND `owner` = ? AND `version` = ? AND `expires_at` > NOW(6)"
+	q.readerRenew = "UPDATE " + r + " SET `expires_at` = NOW(6) + INTERVAL `ttl_us` MICROSECOND " +
+		"WHERE `lock_key` IN (%s) AND `owner` IN (%s) AND `expires_at` > NOW(6)"
+	q.readerAlive = "SELECT `owner` FROM " + r +
+		" WHERE `lock_key` IN (%s) AND `owner` IN (%s) AND `expires_at` > NOW(6)"
+	q.readerUndo = "DELETE FROM " + r + " WHERE `lock_key` = ? AND `owner` = ?"
+}
+
+// row fills in the row strategy's statements; t is the quoted lock table,
+// r the quoted readers table, k the quoted fences table.
+func (q *queries) row(t, r, k string) {
+	q.rowLock = "SELECT `version` FROM " + t + " WHERE `lock_key` = ? FOR UPDATE"
+	q.rowTryLock = "SELECT `version` FROM " + t + " WHERE `lock_key` = ? FOR UPDATE NOWAIT"
+	q.rowShare = "SELECT `version` FROM " + t + " WHERE `lock_key` = ? LOCK IN SHARE MODE"
+	q.rowEnsure = "INSERT IGNORE INTO " + t + " (`lock_key`) VALUES (?)"
+	q.rowToken = "INSERT INTO " + k + " (`lock_key`, `fence`) VALUES (?, 1)" +
+		" ON DUPLICATE KEY UPDATE `fence` = LAST_INSERT_ID(`fence` + 1)"
+	// A row holder's record, written in its transaction and never
+	// committed; rowHolders reads it uncommitted.
+	q.rowMark = "UPDATE " + t + " SET `owner` = ?, `mode` = 0, `version` = ?, `value` = ? " +
+		"WHERE `lock_key` = ?"
+	q.rowMarkShared = "INSERT INTO " + r +
+		" (`lock_key`, `owner`, `version`, `ttl_us`, `expires_at`, `value`) VALUES (?, ?, ?, 0, NOW(6), ?)"
+	q.rowHolders = "SELECT 0, `version`, `value` FROM " + t + " WHERE `lock_key` = ? AND `owner` IS NOT NULL " +
+		"UNION ALL SELECT 1, `version`, `value` FROM " + r + " WHERE `lock_key` = ? ORDER BY 2"
 }
 
 // placeholders returns "?, ?, ..." with n marks.

@@ -169,7 +169,7 @@ func (e *Engine) killable(ctx context.Context, rc *rowConn,
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		kctx, cancel := e.opCtx()
+		kctx, cancel := e.core.OpCtx()
 		_, _ = e.db.ExecContext(kctx, fmt.Sprintf("KILL QUERY %d", rc.id))
 		cancel()
 		<-res
@@ -412,9 +412,9 @@ func (e *Engine) grantedRow(ctx context.Context, req engine.Request, rc *rowConn
 // record away with the lock, and Holders reads it uncommitted.
 func (e *Engine) markRow(ctx context.Context, rc *rowConn, req engine.Request, token uint64) error {
 	if req.Mode == engine.Shared {
-		return e.exec(ctx, rc, e.q.rowMarkShared, req.Key, e.owner(), token, req.Value)
+		return e.exec(ctx, rc, e.q.rowMarkShared, req.Key, e.core.Owner(), token, req.Value)
 	}
-	return e.exec(ctx, rc, e.q.rowMark, e.owner(), token, req.Value, req.Key)
+	return e.exec(ctx, rc, e.q.rowMark, e.core.Owner(), token, req.Value, req.Key)
 }
 
 // drawToken raises key's counter in "<table>_fences" on a connection of its
@@ -488,7 +488,7 @@ func (l *rowLease) watch() {
 		rc := l.rc
 		var err error
 		if rc != nil {
-			ctx, cancel := l.e.opCtx()
+			ctx, cancel := l.e.core.OpCtx()
 			err = rc.conn.PingContext(ctx)
 			cancel()
 		}

@@ -2,21 +2,18 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/internal/sqlcore"
 )
 
 // Strategy is how the engine holds locks: StrategySession or StrategyLease.
@@ -118,18 +115,14 @@ type Engine struct {
 	pool  *pgxpool.Pool
 	owned bool // Close closes pool
 	q     queries
-	id    string // instance id, the prefix of every owner value
-	seq   atomic.Uint64
 
-	mu sync.Mutex // guards frame
-	// frame keeps the leases of either strategy (*lease or *sessionLease),
-	// the calls in progress, and the clean-ups, renewal loop and pingers
-	// that Close waits for.
-	frame engine.Base[engine.Lease]
+	// core is the lease strategy and the frame, shared with the MySQL
+	// engine; frame is its Frame, which keeps the leases of either
+	// strategy (the core's or *sessionLease), the calls in progress, and
+	// the clean-ups, renewal loop and pingers that Close waits for.
+	core  *sqlcore.Core
+	frame *engine.Base[engine.Lease]
 	pins  chan struct{} // one token per pinned session connection
-	turns engine.Turns  // one polling waiter per key (lease strategy)
-	kick  chan struct{} // wakes the renewal loop
-	pace  engine.Pace   // whether renewal keeps up
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -245,19 +238,14 @@ func keyHash(table, key string) int64 {
 }
 
 func newEngine(cfg config, pool *pgxpool.Pool, owned bool) *Engine {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
 	e := &Engine{
 		cfg: cfg, pool: pool, owned: owned, q: buildQueries(cfg.table),
-		id:   hex.EncodeToString(b[:]),
-		kick: make(chan struct{}, 1), pins: make(chan struct{}, max(1, cfg.maxConns-1)),
+		pins: make(chan struct{}, max(1, cfg.maxConns-1)),
 	}
-	e.frame.Init(&e.mu)
-	if cfg.strategy == StrategyLease {
-		e.frame.Go(func() {
-			engine.RenewRounds(e.frame.Closing(), e.kick, e.renewInterval, e.renewAll, &e.pace)
-		})
-	}
+	e.core = sqlcore.New(sqlcore.Config{Name: name, OpTimeout: cfg.opTimeout,
+		MinBackoff: cfg.minBackoff, MaxBackoff: cfg.maxBackoff,
+		Renew: cfg.strategy == StrategyLease}, leaseSQL{e})
+	e.frame = &e.core.Frame
 	return e
 }
 
@@ -289,15 +277,7 @@ func (e *Engine) Validate(req engine.Request) error {
 // login refused by access control engine.ErrAccessDenied. It returns
 // engine.ErrClosed after Close.
 func (e *Engine) Ping(ctx context.Context) error {
-	if e.frame.Closed() {
-		return engine.ErrClosed
-	}
-	pctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
-	defer cancel()
-	if err := e.pool.Ping(pctx); err != nil {
-		return e.opErr(ctx, "ping", "", err)
-	}
-	return nil
+	return e.core.Ping(ctx, e.pool.Ping)
 }
 
 // Acquire grants a lease with the engine's strategy; see engine.Engine. A
@@ -311,7 +291,7 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	if e.cfg.strategy == StrategySession {
 		return e.acquireSession(ctx, req)
 	}
-	return e.acquireLease(ctx, req)
+	return e.core.AcquireLease(ctx, req)
 }
 
 // Close releases every lease the engine holds (each release bounded by the
@@ -319,37 +299,15 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 // engine.ErrClosed and stops the engine's goroutines. A pool from Open is
 // closed; a pool passed to New stays open. Close is idempotent.
 func (e *Engine) Close() error {
-	held, first := e.frame.Shut()
-	if !first {
-		return nil
-	}
-	engine.ReleaseAll(held, e.cfg.opTimeout, func(_ context.Context, l engine.Lease) {
-		switch l := l.(type) {
-		case *lease:
-			l.end(engine.ErrClosed, true)
-		case *sessionLease:
+	endSession := func(l engine.Lease) {
+		if l, ok := l.(*sessionLease); ok {
 			l.end(engine.ErrClosed)
 		}
-	})
-	e.frame.WaitCalls()
-	e.frame.Wait()
-	if e.owned {
+	}
+	if e.core.Close(endSession) && e.owned {
 		e.pool.Close()
 	}
 	return nil
-}
-
-// owner returns a new owner value: unique per lease, at most 40 bytes of
-// hex digits and a dash, so that it may be quoted into a statement.
-func (e *Engine) owner() string {
-	return fmt.Sprintf("%s-%d", e.id, e.seq.Add(1))
-}
-
-// opCtx returns a context for one statement that must not be cut short by
-// the caller's cancellation, so that the engine always learns whether a
-// grant or release happened.
-func (e *Engine) opCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), e.cfg.opTimeout)
 }
 
 // sqlState returns the SQLSTATE of a server error, or "".

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,34 +19,23 @@ var _ engine.Inspector = (*Engine)(nil)
 // release (a crash, a kill, the idle cut-off) never shows. It returns
 // engine.ErrClosed after Close.
 func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, error) {
-	if err := engine.CheckKey(key, e.Limits().MaxKeyLen); err != nil {
-		return nil, err
-	}
-	if err := e.frame.Enter(ctx, nil); err != nil {
-		if errors.Is(err, engine.ErrClosed) {
-			return nil, err
-		}
-		return nil, ctx.Err()
-	}
-	defer e.frame.Exit()
-	qctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
-	defer cancel()
+	return e.core.Holders(ctx, key, e.Limits().MaxKeyLen, e.readHolders)
+}
+
+// readHolders runs the holders query of the engine's strategy.
+func (e *Engine) readHolders(ctx context.Context, key string) ([]engine.Holder, error) {
 	var rows pgx.Rows
 	var err error
 	if e.cfg.strategy == StrategyLease {
-		rows, err = e.pool.Query(qctx, e.q.holders, key)
+		rows, err = e.pool.Query(ctx, e.q.holders, key)
 	} else {
 		classid, objid := lockParts(e.cfg.hash(key))
-		rows, err = e.pool.Query(qctx, e.q.sessionHolders, key, classid, objid)
+		rows, err = e.pool.Query(ctx, e.q.sessionHolders, key, classid, objid)
 	}
 	if err != nil {
-		return nil, e.opErr(ctx, "holders", key, err)
+		return nil, err
 	}
-	out, err := scanHolders(rows)
-	if err != nil {
-		return nil, e.opErr(ctx, "holders", key, err)
-	}
-	return out, nil
+	return scanHolders(rows)
 }
 
 // scanHolders reads rows of (mode, token, value) and closes rows.

@@ -46,23 +46,15 @@ func testDSN(t *testing.T) string {
 // when the test ends.
 func testTable(t *testing.T, dsn string) string {
 	t.Helper()
-	var b [5]byte
-	_, _ = rand.Read(b[:])
-	table := "cerberus_t_" + hex.EncodeToString(b[:])
-	e, err := Open(dsn, WithTable(table))
-	if err != nil {
-		t.Fatalf("open: %v", err)
+	migrate := func(ctx context.Context, table string) error {
+		e, err := Open(dsn, WithTable(table))
+		if err != nil {
+			return fmt.Errorf("open: %w", err)
+		}
+		defer func() { _ = e.Close() }()
+		return e.Migrate(ctx)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := e.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	if err := e.Migrate(ctx); err != nil {
-		t.Fatalf("second migrate: %v", err)
-	}
-	_ = e.Close()
-	t.Cleanup(func() {
+	return testenv.SQLTable(t, migrate, func(table string) {
 		pool := rawPool(t, dsn)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -72,7 +64,6 @@ func testTable(t *testing.T, dsn string) string {
 			}
 		}
 	})
-	return table
 }
 
 // rawPool is a plain pgx pool on dsn for the tests' own statements, closed

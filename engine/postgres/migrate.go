@@ -122,95 +122,105 @@ type queries struct {
 	sessionGrant, sessionHolders, holdersTable       string
 }
 
+// buildQueries returns the statements on table and its "_readers",
+// "_fences" and "_holders" tables.
 func buildQueries(table string) queries {
-	t, r := quote(table), quote(table+"_readers")
-	f, h := quote(table+"_fences"), quote(table+"_holders")
+	var q queries
+	q.lease(quote(table), quote(table+"_readers"))
+	q.session(quote(table+"_fences"), quote(table+"_holders"))
+	return q
+}
+
+// lease fills in the lease strategy's statements; t is the quoted lock
+// table, r the quoted readers table.
+func (q *queries) lease(t, r string) {
 	// $n microseconds as an interval; float8 is exact for every TTL the
 	// engine accepts.
 	us := func(n int) string { return fmt.Sprintf("($%d::bigint::float8 * interval '1 microsecond')", n) }
 	free := "(k.owner IS NULL OR k.expires_at IS NULL OR k.expires_at <= now())"
-	// The session strategy's advisory lock of $n (classid) and $n+1
-	// (objid), held by the holder row h's backend: how pg_locks shows a
-	// pg_advisory_lock(bigint) lock.
-	heldBy := func(n int) string {
-		return fmt.Sprintf("EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted "+
-			"AND l.pid = h.pid AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "+
-			"AND l.classid::bigint = $%d AND l.objid::bigint = $%d AND l.objsubid = 1)", n, n+1)
-	}
-	return queries{
-		// The first statement of every lease-strategy grant: it creates
-		// the key's row if it is missing and locks it until the grant's
-		// transaction ends, without changing it (ON CONFLICT DO UPDATE
-		// locks the row even when its WHERE is false). The statements
-		// after it in the same transaction take their snapshots once the
-		// lock is held, so they see every grant of the key that
-		// committed before (READ COMMITTED takes a snapshot per
-		// statement).
-		lockRow: "INSERT INTO " + t + " AS k (lock_key) VALUES ($1) " +
-			"ON CONFLICT (lock_key) DO UPDATE SET version = k.version WHERE false",
-		// An exclusive grant: true only if the row is free or expired and
-		// no unexpired reader remains.
-		grant: "UPDATE " + t + " AS k SET owner = $2::text, mode = 0, ttl_us = $3::bigint, value = $4::text, " +
-			"version = k.version + 1, expires_at = now() + " + us(3) + " WHERE k.lock_key = $1 AND " + free +
-			" AND NOT EXISTS (SELECT 1 FROM " + r + " AS x WHERE x.lock_key = $1 AND x.expires_at > now()) " +
-			"RETURNING k.version",
-		sharedTidy: "DELETE FROM " + r + " WHERE lock_key = $1 AND expires_at <= now()",
-		// A shared grant adds a reader row with the key row's next
-		// version if no unexpired writer holds the key and, when $5 (the
-		// Limit) is above 0, fewer than $5 unexpired readers do.
-		sharedAdd: "INSERT INTO " + r + " (lock_key, owner, version, ttl_us, expires_at, value) " +
-			"SELECT $1::text, $2::text, k.version + 1, $3::bigint, now() + " + us(3) + ", $4::text FROM " + t + " AS k " +
-			"WHERE k.lock_key = $1 AND " + free + " AND ($5::int = 0 OR (SELECT count(*) FROM " + r +
-			" AS c WHERE c.lock_key = $1 AND c.expires_at > now()) < $5::int) RETURNING version",
-		// ... and bumps the key row's version to it, if it did (so that
-		// the tokens of readers and writers interleave in one sequence).
-		sharedBump: "UPDATE " + t + " AS k SET owner = NULL, expires_at = NULL, mode = 1, value = NULL, " +
-			"version = k.version + 1 WHERE k.lock_key = $1 AND EXISTS (SELECT 1 FROM " + r +
-			" AS x WHERE x.lock_key = $1 AND x.owner = $2)",
-		release: "UPDATE " + t + " SET owner = NULL, expires_at = NULL " +
-			"WHERE lock_key = $1 AND owner = $2 AND version = $3 AND expires_at > now()",
-		readerRelease: "DELETE FROM " + r +
-			" WHERE lock_key = $1 AND owner = $2 AND version = $3 AND expires_at > now()",
-		undo:       "UPDATE " + t + " SET owner = NULL, expires_at = NULL WHERE lock_key = $1 AND owner = $2",
-		readerUndo: "DELETE FROM " + r + " WHERE lock_key = $1 AND owner = $2",
-		renew: "UPDATE " + t + " SET expires_at = now() + (ttl_us::float8 * interval '1 microsecond') " +
-			"WHERE lock_key = ANY($1::text[]) AND owner = ANY($2::text[]) AND expires_at > now() RETURNING owner",
-		readerRenew: "UPDATE " + r + " SET expires_at = now() + (ttl_us::float8 * interval '1 microsecond') " +
-			"WHERE lock_key = ANY($1::text[]) AND owner = ANY($2::text[]) AND expires_at > now() RETURNING owner",
-		// The holders of a key: its unexpired writer and readers, in one
-		// statement (one snapshot), in token order.
-		holders: "SELECT 0::int, version, coalesce(value, '') FROM " + t +
-			" WHERE lock_key = $1 AND owner IS NOT NULL AND expires_at > now() " +
-			"UNION ALL SELECT 1, version, coalesce(value, '') FROM " + r +
-			" WHERE lock_key = $1 AND expires_at > now() ORDER BY 2",
+	// The first statement of every lease-strategy grant: it creates the
+	// key's row if it is missing and locks it until the grant's
+	// transaction ends, without changing it (ON CONFLICT DO UPDATE locks
+	// the row even when its WHERE is false). The statements after it in
+	// the same transaction take their snapshots once the lock is held, so
+	// they see every grant of the key that committed before (READ
+	// COMMITTED takes a snapshot per statement).
+	q.lockRow = "INSERT INTO " + t + " AS k (lock_key) VALUES ($1) " +
+		"ON CONFLICT (lock_key) DO UPDATE SET version = k.version WHERE false"
+	// An exclusive grant: true only if the row is free or expired and no
+	// unexpired reader remains.
+	q.grant = "UPDATE " + t + " AS k SET owner = $2::text, mode = 0, ttl_us = $3::bigint, value = $4::text, " +
+		"version = k.version + 1, expires_at = now() + " + us(3) + " WHERE k.lock_key = $1 AND " + free +
+		" AND NOT EXISTS (SELECT 1 FROM " + r + " AS x WHERE x.lock_key = $1 AND x.expires_at > now()) " +
+		"RETURNING k.version"
+	q.sharedTidy = "DELETE FROM " + r + " WHERE lock_key = $1 AND expires_at <= now()"
+	// A shared grant adds a reader row with the key row's next version if
+	// no unexpired writer holds the key and, when $5 (the Limit) is above
+	// 0, fewer than $5 unexpired readers do.
+	q.sharedAdd = "INSERT INTO " + r + " (lock_key, owner, version, ttl_us, expires_at, value) " +
+		"SELECT $1::text, $2::text, k.version + 1, $3::bigint, now() + " + us(3) + ", $4::text FROM " + t + " AS k " +
+		"WHERE k.lock_key = $1 AND " + free + " AND ($5::int = 0 OR (SELECT count(*) FROM " + r +
+		" AS c WHERE c.lock_key = $1 AND c.expires_at > now()) < $5::int) RETURNING version"
+	// ... and bumps the key row's version to it, if it did (so that the
+	// tokens of readers and writers interleave in one sequence).
+	q.sharedBump = "UPDATE " + t + " AS k SET owner = NULL, expires_at = NULL, mode = 1, value = NULL, " +
+		"version = k.version + 1 WHERE k.lock_key = $1 AND EXISTS (SELECT 1 FROM " + r +
+		" AS x WHERE x.lock_key = $1 AND x.owner = $2)"
+	q.release = "UPDATE " + t + " SET owner = NULL, expires_at = NULL " +
+		"WHERE lock_key = $1 AND owner = $2 AND version = $3 AND expires_at > now()"
+	q.readerRelease = "DELETE FROM " + r +
+		" WHERE lock_key = $1 AND owner = $2 AND version = $3 AND expires_at > now()"
+	q.undo = "UPDATE " + t + " SET owner = NULL, expires_at = NULL WHERE lock_key = $1 AND owner = $2"
+	q.readerUndo = "DELETE FROM " + r + " WHERE lock_key = $1 AND owner = $2"
+	q.renew = "UPDATE " + t + " SET expires_at = now() + (ttl_us::float8 * interval '1 microsecond') " +
+		"WHERE lock_key = ANY($1::text[]) AND owner = ANY($2::text[]) AND expires_at > now() RETURNING owner"
+	q.readerRenew = "UPDATE " + r + " SET expires_at = now() + (ttl_us::float8 * interval '1 microsecond') " +
+		"WHERE lock_key = ANY($1::text[]) AND owner = ANY($2::text[]) AND expires_at > now() RETURNING owner"
+	// The holders of a key: its unexpired writer and readers, in one
+	// statement (one snapshot), in token order.
+	q.holders = "SELECT 0::int, version, coalesce(value, '') FROM " + t +
+		" WHERE lock_key = $1 AND owner IS NOT NULL AND expires_at > now() " +
+		"UNION ALL SELECT 1, version, coalesce(value, '') FROM " + r +
+		" WHERE lock_key = $1 AND expires_at > now() ORDER BY 2"
+}
 
-		// The session strategy's lock statements on the pinned
-		// connection: $1 is the advisory key, $2 the session's
-		// idle_session_timeout in milliseconds (the lease period).
-		lockWait:       "SELECT set_config('idle_session_timeout', $2, false) FROM pg_advisory_lock($1)",
-		lockWaitShared: "SELECT set_config('idle_session_timeout', $2, false) FROM pg_advisory_lock_shared($1)",
-		// A TryLock sets the timeout only if it got the lock, so that a
-		// refused one leaves the session as it was.
-		lockTry: "SELECT g.ok, CASE WHEN g.ok THEN set_config('idle_session_timeout', $2, false) END " +
-			"FROM pg_try_advisory_lock($1) AS g(ok)",
-		lockTryShared: "SELECT g.ok, CASE WHEN g.ok THEN set_config('idle_session_timeout', $2, false) END " +
-			"FROM pg_try_advisory_lock_shared($1) AS g(ok)",
-		// Once the advisory lock is held: draw the key's next token
-		// (durably: the statement commits on its own) and record the
-		// holder, in one statement. It first removes the key's holder
-		// rows that no longer count: those of this backend (a pid
-		// reused after a crashed holder) and those whose backend does
-		// not hold the advisory lock.
-		sessionGrant: "WITH tidy AS (DELETE FROM " + h + " AS h WHERE h.lock_key = $1::text AND " +
-			"(h.pid = pg_backend_pid() OR NOT " + heldBy(5) + ")), " +
-			"t AS (INSERT INTO " + f + " AS f (lock_key, token) VALUES ($1, 1) " +
-			"ON CONFLICT (lock_key) DO UPDATE SET token = f.token + 1 RETURNING token) " +
-			"INSERT INTO " + h + " (owner, lock_key, pid, mode, token, value) " +
-			"SELECT $2::text, $1::text, pg_backend_pid(), $3::smallint, t.token, $4::text FROM t RETURNING token",
-		// The holder rows that count: those whose backend holds the
-		// advisory lock now.
-		sessionHolders: "SELECT h.mode::int, h.token, coalesce(h.value, '') FROM " + h + " AS h " +
-			"WHERE h.lock_key = $1 AND " + heldBy(2) + " ORDER BY h.token",
-		holdersTable: h,
-	}
+// heldBy is true of the holder row h whose backend holds the session
+// strategy's advisory lock of $n (classid) and $n+1 (objid): how pg_locks
+// shows a pg_advisory_lock(bigint) lock.
+func heldBy(n int) string {
+	return fmt.Sprintf("EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted "+
+		"AND l.pid = h.pid AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "+
+		"AND l.classid::bigint = $%d AND l.objid::bigint = $%d AND l.objsubid = 1)", n, n+1)
+}
+
+// session fills in the session strategy's statements; f is the quoted
+// fences table, h the quoted holders table.
+func (q *queries) session(f, h string) {
+	// The lock statements on the pinned connection: $1 is the advisory
+	// key, $2 the session's idle_session_timeout in milliseconds (the
+	// lease period).
+	q.lockWait = "SELECT set_config('idle_session_timeout', $2, false) FROM pg_advisory_lock($1)"
+	q.lockWaitShared = "SELECT set_config('idle_session_timeout', $2, false) FROM pg_advisory_lock_shared($1)"
+	// A TryLock sets the timeout only if it got the lock, so that a
+	// refused one leaves the session as it was.
+	q.lockTry = "SELECT g.ok, CASE WHEN g.ok THEN set_config('idle_session_timeout', $2, false) END " +
+		"FROM pg_try_advisory_lock($1) AS g(ok)"
+	q.lockTryShared = "SELECT g.ok, CASE WHEN g.ok THEN set_config('idle_session_timeout', $2, false) END " +
+		"FROM pg_try_advisory_lock_shared($1) AS g(ok)"
+	// Once the advisory lock is held: draw the key's next token (durably:
+	// the statement commits on its own) and record the holder, in one
+	// statement. It first removes the key's holder rows that no longer
+	// count: those of this backend (a pid reused after a crashed holder)
+	// and those whose backend does not hold the advisory lock.
+	q.sessionGrant = "WITH tidy AS (DELETE FROM " + h + " AS h WHERE h.lock_key = $1::text AND " +
+		"(h.pid = pg_backend_pid() OR NOT " + heldBy(5) + ")), " +
+		"t AS (INSERT INTO " + f + " AS f (lock_key, token) VALUES ($1, 1) " +
+		"ON CONFLICT (lock_key) DO UPDATE SET token = f.token + 1 RETURNING token) " +
+		"INSERT INTO " + h + " (owner, lock_key, pid, mode, token, value) " +
+		"SELECT $2::text, $1::text, pg_backend_pid(), $3::smallint, t.token, $4::text FROM t RETURNING token"
+	// The holder rows that count: those whose backend holds the advisory
+	// lock now.
+	q.sessionHolders = "SELECT h.mode::int, h.token, coalesce(h.value, '') FROM " + h + " AS h " +
+		"WHERE h.lock_key = $1 AND " + heldBy(2) + " ORDER BY h.token"
+	q.holdersTable = h
 }

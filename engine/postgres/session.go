@@ -166,7 +166,7 @@ func (e *Engine) lockOn(ctx context.Context, c *pgxpool.Conn, req engine.Request
 	}
 	e.frame.RunUpTo(engine.UndoWait, func() {
 		defer qcancel()
-		cctx, cancel := e.opCtx()
+		cctx, cancel := e.core.OpCtx()
 		_ = c.Conn().PgConn().CancelRequest(cctx)
 		cancel()
 		t := time.NewTimer(e.cfg.opTimeout)
@@ -195,7 +195,7 @@ func (e *Engine) lockOn(ctx context.Context, c *pgxpool.Conn, req engine.Request
 // count).
 func (e *Engine) grantSession(ctx context.Context, c *pgxpool.Conn, req engine.Request,
 	h int64) (engine.Lease, error) {
-	owner := e.owner()
+	owner := e.core.Owner()
 	sctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
 	defer cancel()
 	sent := time.Now()
@@ -352,7 +352,7 @@ func (l *sessionLease) unlock(c *pgxpool.Conn) (held bool, err error) {
 	}
 	sql := "DELETE FROM " + l.e.q.holdersTable + " WHERE owner = '" + l.owner + "'; " +
 		"SELECT " + fn + "(" + strconv.FormatInt(l.hash, 10) + "); RESET idle_session_timeout"
-	ctx, cancel := l.e.opCtx()
+	ctx, cancel := l.e.core.OpCtx()
 	defer cancel()
 	results, err := c.Conn().PgConn().Exec(ctx, sql).ReadAll()
 	if err != nil {

@@ -1,4 +1,4 @@
-package postgres
+package sqlcore
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 )
 
 // renewBatch is the most leases one renewal statement names: each
-// statement is one commit, so one WAL flush, however many rows it renews.
+// statement is one commit, so one log flush, however many rows it renews.
 const renewBatch = 2000
 
 // renewParallel is how many renewal statements run at once.
@@ -17,20 +17,20 @@ const renewParallel = 4
 
 // wakeRenewal tells the renewal loop that a renewed lease was added, so it
 // can shorten its interval.
-func (e *Engine) wakeRenewal() {
+func (c *Core) wakeRenewal() {
 	select {
-	case e.kick <- struct{}{}:
+	case c.kick <- struct{}{}:
 	default:
 	}
 }
 
 // renewInterval is a third of the shortest TTL of the renewed leases, or 0
 // if there are none.
-func (e *Engine) renewInterval() time.Duration {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (c *Core) renewInterval() time.Duration {
+	c.Mu.Lock()
+	defer c.Mu.Unlock()
 	var d time.Duration
-	for x := range e.frame.AllLocked() {
+	for x := range c.Frame.AllLocked() {
 		if l, ok := x.(*lease); ok && l.renew && (d == 0 || l.ttl/3 < d) {
 			d = l.ttl / 3
 		}
@@ -42,10 +42,10 @@ func (e *Engine) renewInterval() time.Duration {
 // validity runs out first first, renewParallel statements at a time, and
 // returns how many it renewed and the earliest end of validity of those
 // still held (for engine.Pace).
-func (e *Engine) renewAll() (int, time.Time) {
+func (c *Core) renewAll() (int, time.Time) {
 	var writers, readers []*lease
-	e.mu.Lock()
-	for x := range e.frame.AllLocked() {
+	c.Mu.Lock()
+	for x := range c.Frame.AllLocked() {
 		l, ok := x.(*lease)
 		if !ok || !l.renew {
 			continue
@@ -56,13 +56,12 @@ func (e *Engine) renewAll() (int, time.Time) {
 			writers = append(writers, l)
 		}
 	}
-	e.mu.Unlock()
+	c.Mu.Unlock()
 	byValidity := func(a, b *lease) int { return a.validSince().Compare(b.validSince()) }
 	slices.SortFunc(writers, byValidity)
 	slices.SortFunc(readers, byValidity)
-	queries := []string{e.q.renew, e.q.readerRenew}
 	engine.InBatches(renewBatch, renewParallel, [][]*lease{writers, readers}, func(set int, batch []*lease) {
-		e.renewSome(batch, queries[set])
+		c.renewSome(batch, set == 1)
 	})
 	return len(writers) + len(readers), validUntil(writers, readers)
 }
@@ -95,13 +94,13 @@ func (l *lease) validSince() time.Time {
 	return l.validFrom
 }
 
-// renewSome renews one batch with one UPDATE, whose RETURNING clause names
-// the leases it still found.
-func (e *Engine) renewSome(batch []*lease, q string) {
+// renewSome renews one batch (of reader rows if shared) with one
+// Dialect.Renew, and ends the leases it no longer found.
+func (c *Core) renewSome(batch []*lease, shared bool) {
 	// The statement may not outlast the earliest validity in the batch: a
 	// renewal still in flight when the server may have expired a row
 	// counts as failed, so that lease's Done closes in time.
-	deadline := time.Now().Add(e.cfg.opTimeout)
+	deadline := time.Now().Add(c.cfg.OpTimeout)
 	keys := make([]string, 0, len(batch))
 	owners := make([]string, 0, len(batch))
 	for _, l := range batch {
@@ -116,19 +115,18 @@ func (e *Engine) renewSome(batch []*lease, q string) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	start := time.Now()
-	alive, err := e.renewed(ctx, q, keys, owners)
+	alive, err := c.d.Renew(ctx, shared, keys, owners)
 	if err != nil {
-		e.renewFailed(batch)
+		renewFailed(batch)
 		return
 	}
 	for _, l := range batch {
-		if alive[l.owner] {
-			l.mu.Lock()
+		l.mu.Lock()
+		if alive == nil || alive[l.owner] {
 			l.validFrom = start
 			l.mu.Unlock()
 			continue
 		}
-		l.mu.Lock()
 		releasing := l.releasing
 		l.mu.Unlock()
 		if !releasing {
@@ -137,28 +135,10 @@ func (e *Engine) renewSome(batch []*lease, q string) {
 	}
 }
 
-// renewed runs a renewal statement and returns the owners it renewed.
-func (e *Engine) renewed(ctx context.Context, q string, keys, owners []string) (map[string]bool, error) {
-	rows, err := e.pool.Query(ctx, q, keys, owners)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	alive := make(map[string]bool, len(owners))
-	for rows.Next() {
-		var o string
-		if err := rows.Scan(&o); err != nil {
-			return nil, err
-		}
-		alive[o] = true
-	}
-	return alive, rows.Err()
-}
-
 // renewFailed ends the leases of a batch that could not be renewed once
 // their validity runs out: now, or, if some is left, when it does unless a
 // later renewal succeeds first. The next renewal round may come after that.
-func (e *Engine) renewFailed(batch []*lease) {
+func renewFailed(batch []*lease) {
 	for _, l := range batch {
 		l.mu.Lock()
 		from, releasing := l.validFrom, l.releasing

@@ -1,0 +1,230 @@
+package sqlcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cerberus-go/cerberus/engine"
+)
+
+// lease is a lease-strategy lease: the key's row (exclusive) or a reader
+// row (shared) that names this lease's owner value until it is cleared or
+// expires on the server's clock.
+type lease struct {
+	c     *Core
+	key   string
+	mode  engine.Mode
+	token uint64
+	owner string
+	ttl   time.Duration
+	renew bool
+	sig   *engine.Signal
+
+	mu        sync.Mutex
+	timer     *time.Timer // fixed-TTL expiry; nil with Renew
+	releasing bool        // a Release is on the wire: renewal leaves it alone
+	// validFrom is a local monotonic instant no later than the server's
+	// clock (MySQL's NOW(6), PostgreSQL's now()) in the last grant or
+	// successful renewal: the lease is surely held until validFrom+ttl,
+	// measured by elapsed time only.
+	validFrom time.Time
+}
+
+func (l *lease) Key() string           { return l.key }
+func (l *lease) Mode() engine.Mode     { return l.mode }
+func (l *lease) Token() uint64         { return l.token }
+func (l *lease) Done() <-chan struct{} { return l.sig.Done() }
+func (l *lease) Err() error            { return l.sig.Err() }
+
+// life is how long after sending a grant or renewal a lease counts as
+// held: its TTL less engine.Margin, so that Done closes ahead of the
+// server's expiry even when this process's timers run late.
+func life(ttl time.Duration) time.Duration { return ttl - engine.Margin(ttl) }
+
+// maxTransient is how many transient failures (Dialect.Transient) in a row
+// one acquisition repeats before it returns the error.
+const maxTransient = 5
+
+// AcquireLease grants req with the lease strategy, within a call the
+// engine entered in its frame. It makes grant attempts until one succeeds,
+// the request does not wait, or ctx ends. An attempt whose outcome is
+// unknown (its statement failed in flight, or ctx ended during it) is
+// undone in the background, so a grant the server made is never left
+// behind and the caller never waits past ctx for the clean-up. While
+// renewal falls behind (engine.Pace) it refuses with an OpError wrapping
+// engine.ErrUnavailable.
+func (c *Core) AcquireLease(ctx context.Context, req engine.Request) (engine.Lease, error) {
+	if err := c.pace.Err(); err != nil {
+		return nil, &engine.OpError{Engine: c.cfg.Name, Op: "acquire", Key: req.Key, Err: err}
+	}
+	owner := c.Owner()
+	delay := c.cfg.MinBackoff
+	known := false
+	transients := 0
+	var kick <-chan struct{} // set once this waiter has the key's polling turn
+	for {
+		start := time.Now()
+		token, ok, err := c.grantOnce(ctx, req, owner, &known)
+		switch {
+		case err != nil && c.d.Transient(err) && transients < maxTransient:
+			transients++
+			ok = false
+		case err != nil:
+			c.Frame.RunUpTo(engine.UndoWait, func() { c.undo(req, owner) })
+			if ctx.Err() != nil {
+				return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
+			}
+			return nil, c.d.OpErr(ctx, "acquire", req.Key, err)
+		}
+		if ok {
+			return c.grantInTime(req, owner, token, start)
+		}
+		if !req.Wait {
+			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
+		}
+		if kick == nil {
+			// Only one waiter per key and engine polls the server; the
+			// others wait here for their turn (see engine.Turns).
+			k, done, err := c.turns.Take(ctx, req.Key, c.Frame.Closing())
+			if err != nil {
+				if errors.Is(err, engine.ErrClosed) {
+					return nil, err
+				}
+				return nil, errors.Join(engine.ErrNotAcquired, err)
+			}
+			defer done()
+			kick, delay = k, c.cfg.MinBackoff
+			continue // try at once: the key may have come free meanwhile
+		}
+		if delay, err = c.backoff().Pause(ctx, c.Frame.Closing(), kick, delay); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// grantOnce makes one attempt, bounded by ctx and the op timeout.
+func (c *Core) grantOnce(ctx context.Context, req engine.Request, owner string,
+	known *bool) (uint64, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
+	defer cancel()
+	return c.d.Grant(ctx, req, owner, known)
+}
+
+// grantInTime makes the lease of a grant the server made for a request
+// sent at start, unless the answer came after the lease's TTL had run out
+// (the process was stopped, or the network held it): the row may be
+// someone else's by now.
+func (c *Core) grantInTime(req engine.Request, owner string, token uint64,
+	start time.Time) (engine.Lease, error) {
+	if time.Since(start) >= life(req.TTL) {
+		c.Frame.RunUpTo(engine.UndoWait, func() { c.undo(req, owner) })
+		return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out",
+			engine.ErrNotAcquired, req.Key, req.TTL)
+	}
+	return c.granted(req, owner, token, start)
+}
+
+// backoff is the engine's wait between grant attempts.
+func (c *Core) backoff() engine.Backoff {
+	return engine.Backoff{Min: c.cfg.MinBackoff, Max: c.cfg.MaxBackoff}
+}
+
+// undo clears a grant whose outcome is unknown because its statement
+// failed in flight. The owner value is this attempt's alone, so clearing it
+// cannot touch anyone else's lease. Best effort.
+func (c *Core) undo(req engine.Request, owner string) {
+	ctx, cancel := c.OpCtx()
+	defer cancel()
+	c.d.Undo(ctx, req, owner)
+}
+
+// granted registers a new lease, or gives it back if the engine closed
+// meanwhile. start was taken before the grant was sent, so it is no later
+// than the server's clock in the grant's statements.
+func (c *Core) granted(req engine.Request, owner string, token uint64,
+	start time.Time) (engine.Lease, error) {
+	l := &lease{
+		c: c, key: req.Key, mode: req.Mode, token: token, owner: owner,
+		ttl: req.TTL, renew: req.Renew, sig: engine.NewSignal(req.OnLost), validFrom: start,
+	}
+	if err := c.Frame.Track(l, func() error {
+		if !req.Renew {
+			// The server expires the row at its clock plus the TTL;
+			// this timer, started before the statement was sent, fires
+			// a margin before that.
+			l.mu.Lock()
+			l.timer = time.AfterFunc(life(req.TTL)-time.Since(start),
+				func() { l.end(engine.ErrLeaseLost, false) })
+			l.mu.Unlock()
+		}
+		return nil
+	}); err != nil {
+		_, _ = c.clear(l)
+		return nil, err
+	}
+	if req.Renew {
+		c.wakeRenewal()
+	}
+	return l, nil
+}
+
+// clear removes the lease from the server if it still holds it there, and
+// reports whether it did.
+func (c *Core) clear(l *lease) (bool, error) {
+	ctx, cancel := c.OpCtx()
+	defer cancel()
+	return c.d.Release(ctx, l.mode, l.key, l.owner, l.token)
+}
+
+// Release clears the lease's row (or reader row) on the server with a
+// statement conditional on its owner value and version, and still
+// unexpired by the server's clock. If that changes nothing the lease had
+// already lost the key: Release returns engine.ErrNotHeld and the lease
+// ends with engine.ErrLeaseLost. The statement runs even if ctx is
+// cancelled, bounded by the engine's op timeout.
+func (l *lease) Release(ctx context.Context) error {
+	if l.sig.Closed() {
+		return l.sig.NotHeld(l.key)
+	}
+	l.mu.Lock()
+	l.releasing = true
+	l.mu.Unlock()
+	ok, err := l.c.clear(l)
+	if err != nil {
+		// Unknown whether the row is still ours; it is no longer renewed,
+		// so it is lost either way (the server expires it by its TTL).
+		l.forget()
+		l.sig.Close(fmt.Errorf("%w: release failed: %w", engine.ErrLeaseLost, err))
+		return l.c.d.OpErr(ctx, "release", l.key, err)
+	}
+	l.forget()
+	if ok {
+		l.sig.Close(engine.ErrReleased)
+		l.c.turns.Kick(l.key)
+		return nil
+	}
+	return l.sig.NotHeld(l.key)
+}
+
+// end closes the lease with err; with release it first clears it on the
+// server (Close does, expiry does not need to).
+func (l *lease) end(err error, release bool) {
+	if release && !l.sig.Closed() {
+		_, _ = l.c.clear(l)
+	}
+	l.forget()
+	l.sig.Close(err)
+}
+
+// forget stops the expiry timer and drops the lease from its engine.
+func (l *lease) forget() {
+	l.mu.Lock()
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.mu.Unlock()
+	l.c.Frame.Forget(l)
+}
