@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -372,5 +373,42 @@ func TestWrongPassword(t *testing.T) {
 	}
 	if err := e.Ping(ctx); !errors.Is(err, engine.ErrAccessDenied) {
 		t.Errorf("Ping with a wrong password: want ErrAccessDenied, got %v", err)
+	}
+}
+
+// TestWatchSeesAChangeRightAfterIt: a grant made the moment Watch returns
+// is reported, however late the watch's own goroutine gets going (the
+// watch starts from the revision read before Watch returned).
+func TestWatchSeesAChangeRightAfterIt(t *testing.T) {
+	es := engines(t, 1)
+	// One P, and the grant on the watching engine's own connection: the
+	// grant's request is queued before the watch goroutine can run, as
+	// on a loaded machine.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for i := range 20 {
+		key := testKey(t)
+		ctx, cancel := context.WithTimeout(bounded(t), 5*time.Second)
+		ch, err := es[0].Watch(ctx, key)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		l, err := es[0].Acquire(ctx, engine.Request{Key: key, TTL: time.Minute, Renew: true})
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				t.Errorf("round %d: the watch closed instead of reporting the grant", i)
+			}
+		case <-time.After(3 * time.Second):
+			t.Errorf("round %d: the grant made right after Watch returned was not reported in 3s", i)
+		}
+		_ = l.Release(context.Background())
+		cancel()
+		for range ch {
+		}
 	}
 }

@@ -38,15 +38,24 @@ func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, erro
 
 // Watch reports changes to key's queue (grants, releases, expiries, and
 // waiters joining or leaving, which may change nothing for holders) from
-// an etcd watch on its range; see engine.Watcher. If the watch breaks it
-// is opened again, after a send on the channel. The channel is closed when
-// ctx ends or the engine closes. It returns engine.ErrClosed after Close.
+// an etcd watch on its range; see engine.Watcher. It reads the store's
+// revision before it returns and watches from the next one, so a change
+// made after Watch returns is reported even if the watch itself is set up
+// a moment later. If the watch breaks it is opened again from the last
+// revision it reported, after a send on the channel. The channel is
+// closed when ctx ends or the engine closes. It returns engine.ErrClosed
+// after Close.
 func (e *Engine) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
 	if err := engine.CheckKey(key, e.Limits().MaxKeyLen); err != nil {
 		return nil, err
 	}
 	if e.frame.Closed() {
 		return nil, engine.ErrClosed
+	}
+	queue := e.queueRange(key)
+	rev, err := e.revision(ctx, queue)
+	if err != nil {
+		return nil, e.opError(ctx, "watch", key, err)
 	}
 	wctx, cancel := e.frame.Bind(ctx)
 	out := make(chan struct{}, 1)
@@ -56,13 +65,14 @@ func (e *Engine) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 		default:
 		}
 	}
-	queue := e.queueRange(key)
 	watch := func() {
 		defer close(out)
 		defer cancel()
+		next := rev + 1
 		for wctx.Err() == nil {
 			if cli, err := e.connect(wctx); err == nil {
-				for range cli.Watch(wctx, queue, clientv3.WithPrefix()) {
+				for resp := range cli.Watch(wctx, queue, clientv3.WithPrefix(), clientv3.WithRev(next)) {
+					next = nextRevision(resp, next)
 					notify()
 				}
 			}
@@ -78,4 +88,34 @@ func (e *Engine) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 		return nil, engine.ErrClosed
 	}
 	return out, nil
+}
+
+// revision returns the store's revision, read with the range queue (a
+// count-only read, bounded like every call).
+func (e *Engine) revision(ctx context.Context, queue string) (int64, error) {
+	bctx, cancel := e.bound(ctx)
+	defer cancel()
+	cli, err := e.connect(bctx)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := cli.Get(bctx, queue, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
+}
+
+// nextRevision is where a watch that received resp goes on from: after
+// its last event, or from the oldest revision left when the one it asked
+// for was compacted away (the changes in between are lost, and the send
+// that follows resp stands for them).
+func nextRevision(resp clientv3.WatchResponse, next int64) int64 {
+	if resp.CompactRevision != 0 {
+		return resp.CompactRevision
+	}
+	if n := len(resp.Events); n > 0 {
+		return resp.Events[n-1].Kv.ModRevision + 1
+	}
+	return next
 }
