@@ -142,13 +142,20 @@ func (e *Engine) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 	if e.frame.Closed() {
 		return nil, engine.ErrClosed
 	}
+	parent := e.base + "/" + EscapeKey(key)
+	// Armed before Watch returns while the session is up, so that a change
+	// made right after is told; with the session down the loop arms it
+	// once the session is back.
+	first, err := e.armNow(ctx, parent)
+	if err != nil {
+		return nil, e.opError(ctx, "watch", key, err)
+	}
 	wctx, cancel := e.frame.Bind(ctx)
 	out := make(chan struct{}, 1)
-	parent := e.base + "/" + EscapeKey(key)
 	run := func() {
 		defer close(out)
 		defer cancel()
-		e.watchKey(wctx, parent, out)
+		e.watchKey(wctx, parent, out, first)
 	}
 	if !e.frame.Go(run) {
 		cancel()
@@ -157,8 +164,33 @@ func (e *Engine) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 	return out, nil
 }
 
-// watchKey runs one Watch until ctx ends.
-func (e *Engine) watchKey(ctx context.Context, parent string, out chan<- struct{}) {
+// armed is a watch set on a lock node while the session was up: its
+// event channel (nil if the node was created between the two calls that
+// set it) and the session's down signal at the time.
+type armed struct {
+	ch   <-chan zk.Event
+	down <-chan struct{}
+}
+
+// armNow sets the watch of Watch at once if the session is up, and
+// returns nil if it is not.
+func (e *Engine) armNow(ctx context.Context, parent string) (*armed, error) {
+	e.mu.Lock()
+	up, down := e.sess.up, e.sess.down
+	e.mu.Unlock()
+	if !up {
+		return nil, nil
+	}
+	ch, err := e.armWatch(ctx, parent)
+	if err != nil {
+		return nil, err
+	}
+	return &armed{ch: ch, down: down}, nil
+}
+
+// watchKey runs one Watch until ctx ends, starting with first if it was
+// armed already.
+func (e *Engine) watchKey(ctx context.Context, parent string, out chan<- struct{}, first *armed) {
 	notify := func() {
 		select {
 		case out <- struct{}{}:
@@ -167,11 +199,18 @@ func (e *Engine) watchKey(ctx context.Context, parent string, out chan<- struct{
 	}
 	backoff := 50 * time.Millisecond
 	for {
-		down, ok := e.waitUp(ctx)
-		if !ok {
-			return
+		var down <-chan struct{}
+		var ch <-chan zk.Event
+		var err error
+		if first != nil {
+			down, ch, first = first.down, first.ch, nil
+		} else {
+			var ok bool
+			if down, ok = e.waitUp(ctx); !ok {
+				return
+			}
+			ch, err = e.armWatch(ctx, parent)
 		}
-		ch, err := e.armWatch(ctx, parent)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -204,6 +243,7 @@ func (e *Engine) watchKey(ctx context.Context, parent string, out chan<- struct{
 				// The watch stays registered and go-zookeeper sets it
 				// again if the same session is back; a change while the
 				// connection was down may go untold, so tell once then.
+				var ok bool
 				if down, ok = e.waitUp(ctx); !ok {
 					return
 				}

@@ -1,7 +1,10 @@
 package zookeeper_test
 
 import (
+	"context"
+	"fmt"
 	"path"
+	"runtime"
 	"testing"
 	"time"
 
@@ -123,5 +126,45 @@ func TestOneWatchPerRelease(t *testing.T) {
 	}
 	if left, err := leftovers(admin, base, key); err != nil || len(left) > 0 {
 		t.Errorf("leftovers after every waiter released: %v %v", left, err)
+	}
+}
+
+// TestWatchSeesAChangeRightAfterIt: a grant made the moment Watch returns
+// is reported, however late the watch's goroutine gets going (Watch sets
+// the server's watch before it returns while the session is up).
+func TestWatchSeesAChangeRightAfterIt(t *testing.T) {
+	addr := testenv.ZooKeeperAddr(t)
+	base := testBase(t, rawConn(t, addr))
+	e := dial(t, addr, zookeeper.WithBasePath(base))
+	// One P, and the grant on the watching engine's own connection: the
+	// grant's request goes out before the watch goroutine can run, as on
+	// a loaded machine.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for i := range 20 {
+		key := fmt.Sprintf("right-after-%d", i)
+		// The key's lock node exists already (a grant made it), so only
+		// the child watch can tell the grant below.
+		if err := mustAcquire(t, e, try(key)).Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(bounded(t, time.Minute), 5*time.Second)
+		ch, err := e.Watch(ctx, key)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		l := mustAcquire(t, e, try(key))
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				t.Errorf("round %d: the watch closed instead of reporting the grant", i)
+			}
+		case <-time.After(3 * time.Second):
+			t.Errorf("round %d: the grant made right after Watch returned was not reported in 3s", i)
+		}
+		_ = l.Release(context.Background())
+		cancel()
+		for range ch {
+		}
 	}
 }
