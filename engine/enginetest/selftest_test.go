@@ -208,6 +208,39 @@ func (b *broken) Holders(ctx context.Context, key string) ([]engine.Holder, erro
 	return b.Engine.(engine.Inspector).Holders(ctx, key)
 }
 
+// Watch is the inner engine's; with the defect "late-watch" it starts
+// watching only a while after it returned, so a change right after it is
+// told only when something else changes or the watch ends.
+func (b *broken) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	inner := b.Engine.(engine.Watcher)
+	if b.defect != "late-watch" {
+		return inner.Watch(ctx, key)
+	}
+	if err := engine.CheckKey(key, engine.MaxKeyLen); err != nil {
+		return nil, err
+	}
+	out := make(chan struct{}, 1)
+	go func() {
+		defer close(out)
+		select {
+		case <-time.After(300 * time.Millisecond):
+		case <-ctx.Done():
+			return
+		}
+		ch, err := inner.Watch(ctx, key)
+		if err != nil {
+			return
+		}
+		for range ch {
+			select {
+			case out <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return out, nil
+}
+
 func (b *broken) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil && b.defect == "cancel-is-unavailable" {
 		return &engine.OpError{Engine: "broken", Op: "ping", Err: errors.Join(engine.ErrUnavailable, err)}
@@ -379,10 +412,12 @@ func TestSuiteCatchesBrokenEngines(t *testing.T) {
 		{"no-holders", "Semaphore"},
 		{"told-late", "ElectionTakeover"},
 		{"never-expires", "ElectionTakeover"},
+		{"late-watch", "WatchRightAfter"},
 	}
 	// These defects are caught only when the check's own time limit runs
 	// out (6 to 10 seconds each): too slow for a quick run.
-	slow := map[string]bool{"wait-ignores-ctx": true, "never-expires": true, "trylock-waits": true}
+	slow := map[string]bool{"wait-ignores-ctx": true, "never-expires": true, "trylock-waits": true,
+		"late-watch": true}
 	for _, c := range cases {
 		t.Run(c.defect+"/"+c.check, func(t *testing.T) {
 			if slow[c.defect] && testing.Short() {

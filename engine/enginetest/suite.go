@@ -113,6 +113,7 @@ var checks = []check{
 	{"Semaphore", checkSemaphore},
 	{"Election", checkElection},
 	{"ElectionTakeover", checkElectionTakeover},
+	{"WatchRightAfter", checkWatchRightAfter},
 	{"Unreachable", checkUnreachable},
 	{"AccessDenied", checkAccessDenied},
 }
