@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -22,7 +23,7 @@ type hold struct {
 	owner uint64        // 0: no reentrancy
 	ready chan struct{} // closed once acquire settled
 	lease engine.Lease
-	sig   *engine.Signal
+	sig   *kit.Signal
 	obs   Observer // nil: none
 	// granter names the engine that granted the lease, for the observer;
 	// atomic because the engine may report a loss before Acquire returns.
@@ -32,7 +33,7 @@ type hold struct {
 }
 
 func (h *hold) acquire(ctx context.Context, req engine.Request) error {
-	h.sig = engine.NewSignal(nil)
+	h.sig = kit.NewSignal(nil)
 	req.OnLost = h.lost
 	start := time.Now()
 	l, err := h.c.eng.Acquire(ctx, req)
@@ -116,7 +117,7 @@ type Lease struct {
 // key and the signal of the whole.
 type allLease struct {
 	parts []*Lease
-	multi *engine.Signal
+	multi *kit.Signal
 	once  sync.Once
 }
 
@@ -167,7 +168,7 @@ func (l *Lease) Nodes() (held, total int, ok bool) {
 	if l.all != nil {
 		return 0, 0, false
 	}
-	n, ok := l.h.lease.(interface{ Nodes() (held, total int) })
+	n, ok := l.h.lease.(engine.NodeCounter)
 	if !ok {
 		return 0, 0, false
 	}
@@ -234,7 +235,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 
 func newMulti(parts []*Lease) *Lease {
 	sortByKey(parts)
-	return &Lease{all: &allLease{parts: parts, multi: engine.NewSignal(nil)}}
+	return &Lease{all: &allLease{parts: parts, multi: kit.NewSignal(nil)}}
 }
 
 // watchParts starts, once, the goroutine that ends a LockAll lease when any

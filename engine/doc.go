@@ -1,23 +1,22 @@
 // Package engine is the contract between cerberus and the servers that hold
 // its locks. An engine turns a Request into a Lease on one kind of server
 // (Redis, ZooKeeper, Consul, etcd, MySQL, PostgreSQL, or the in-process
-// memory engine); the
-// root package builds reentrancy, multi-key locks and failover on top of
-// engines and never looks inside one.
+// memory engine); the root package builds reentrancy, multi-key locks,
+// semaphores and elections on top of engines, and package failover moves
+// between them, and neither looks inside one.
 //
 // The package imports only the standard library, so an engine depends on
 // nothing but this contract, the way database/sql/driver serves SQL drivers.
-// Besides the interfaces (Engine, Lease) and the sentinel errors it holds
-// the small helpers every engine would otherwise write again: request
-// validation (CheckKey, CheckRequest, Limits, Common, Margin), the error
-// rule (OpError, and Classify, which marks failures ErrUnavailable or
-// ErrAccessDenied), a close-once loss signal (Signal), bounded clean-up
-// after an ended wait (Background, WaitUpTo, UndoWait), one waiter per
-// key and engine on the server (Turns), and the frame around every
-// engine's protocol (Base, ReleaseAll). Sharing them keeps the error texts,
-// the order of checks and the meaning of ErrUnavailable identical across
-// engines, which the conformance suite in engine/enginetest and the
-// failover manager rely on.
+// It holds the interfaces (Engine, Lease), the optional capabilities an
+// engine may add (Inspector, Watcher, Namer, Switcher, NodeCounter and the
+// helpers that find them through wrappers), the sentinel errors, request
+// validation (CheckKey, CheckRequest, Limits, Common, Margin) and the
+// error rule (OpError, and Classify, which marks failures ErrUnavailable
+// or ErrAccessDenied). The helpers an engine is built from (the frame
+// Base, the loss Signal, Turns, renewal rounds, back-off) are in package
+// engine/kit. Sharing them keeps the error texts, the order of checks and
+// the meaning of ErrUnavailable identical across engines, which the
+// conformance suite in engine/enginetest and the failover manager rely on.
 //
 // # Constructors
 //
@@ -28,8 +27,10 @@
 //
 // # Writing an engine
 //
-// An engine package holds its protocol; the frame around it is Base, kept
-// in a named field of the engine type (see Base for a skeleton):
+// An engine package holds its protocol; the frame around it is kit.Base,
+// kept in a named field of the engine type (see kit.Base for a skeleton).
+// In this list Base, Signal, NewSignal, ReleaseAll and UndoWait are
+// package kit's:
 //
 //   - Acquire starts with Base.Begin(ctx, e.Validate(req)), or Enter and
 //     Exit when Close must wait for the call, so that bad input, a closed

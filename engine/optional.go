@@ -97,3 +97,18 @@ func WatcherOf(e Engine) Watcher {
 	}
 	return nil
 }
+
+// NodeCounter is implemented by a lease held on several nodes at once (a
+// Redlock engine's): Nodes reports how many of the engine's nodes hold the
+// lease now (held) and how many nodes there are (total). held is at least
+// a majority while the lease lasts, and 0 once it has ended. A lease with
+// held < total is exposed to one more node failure than it need be;
+// metrics can watch for it:
+//
+//	if nc, ok := lease.(engine.NodeCounter); ok {
+//		held, total := nc.Nodes()
+//		gauge.Set(float64(total - held))
+//	}
+type NodeCounter interface {
+	Nodes() (held, total int)
+}

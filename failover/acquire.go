@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // errSwitched cancels a wait on an engine that is no longer active.
@@ -51,7 +52,7 @@ func (m *Manager) attempt(ctx context.Context, req engine.Request) (engine.Lease
 		return nil, err
 	}
 	fl := &lease{m: m, epoch: epoch, engine: m.engines[idx].Name,
-		sig: engine.NewSignal(req.OnLost)}
+		sig: kit.NewSignal(req.OnLost)}
 	inner := req
 	inner.OnLost = fl.innerLost
 	l, err := m.engines[idx].Engine.Acquire(actx, inner)
@@ -129,7 +130,7 @@ type lease struct {
 	epoch  uint64
 	engine string
 	inner  engine.Lease
-	sig    *engine.Signal
+	sig    *kit.Signal
 }
 
 func (l *lease) Key() string           { return l.inner.Key() }
@@ -145,7 +146,7 @@ func (l *lease) Err() error         { return l.sig.Err() }
 // Nodes passes on the inner lease's node count (see Lease.Nodes); a lease
 // of an engine without nodes reports 0 of 0.
 func (l *lease) Nodes() (held, total int) {
-	if n, ok := l.inner.(interface{ Nodes() (held, total int) }); ok {
+	if n, ok := l.inner.(engine.NodeCounter); ok {
 		return n.Nodes()
 	}
 	return 0, 0

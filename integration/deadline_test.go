@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus"
-	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // deadlineBound is how long after its context's deadline a blocking call
-// may return: the clean-up wait of an ended acquisition (engine.UndoWait)
+// may return: the clean-up wait of an ended acquisition (kit.UndoWait)
 // plus room for the scheduler of a loaded machine.
-const deadlineBound = engine.UndoWait + 250*time.Millisecond
+const deadlineBound = kit.UndoWait + 250*time.Millisecond
 
 // overrun is one call and how long after its deadline it returned (0 if
 // on time).

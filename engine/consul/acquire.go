@@ -220,7 +220,7 @@ func (a *acquisition) await(ctx context.Context, st *state, out outcome) (done b
 
 // takeTurn waits for the key's turn in this engine: one waiter per key and
 // engine holds a blocking query open (or polls); the others queue here
-// (see engine.Turns). Without it, a process with hundreds of waiters runs
+// (see kit.Turns). Without it, a process with hundreds of waiters runs
 // into the agent's per-client connection limit.
 func (a *acquisition) takeTurn(ctx context.Context) error {
 	_, done, err := a.e.turns.Take(ctx, a.l.key, nil)

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // cleanupTimeout bounds every server call made on a context that is not the
@@ -31,7 +32,7 @@ type Engine struct {
 	seq    atomic.Uint64 // lease id counter
 
 	sessLock chan struct{} // one session creation at a time; a lock that honours ctx
-	turns    engine.Turns  // one blocking-query waiter per key
+	turns    kit.Turns     // one blocking-query waiter per key
 	// queueSlots bounds the default-mode writers that queue at once (each
 	// holds its own blocking query), so that they leave connections for
 	// releases; see WithStarvation.
@@ -39,11 +40,11 @@ type Engine struct {
 
 	ownTransport *http.Transport // the transport Dial built, nil with New
 
-	mu       sync.Mutex          // guards frame and sess
-	frame    engine.Base[*lease] // the leases; undos that callers do not wait for
-	sess     *session            // the current session; nil before the first grant or after a loss
-	wg       sync.WaitGroup      // session goroutines
-	expiring sync.WaitGroup      // server releases of expired leases; Add under mu while open
+	mu       sync.Mutex       // guards frame and sess
+	frame    kit.Base[*lease] // the leases; undos that callers do not wait for
+	sess     *session         // the current session; nil before the first grant or after a loss
+	wg       sync.WaitGroup   // session goroutines
+	expiring sync.WaitGroup   // server releases of expired leases; Add under mu while open
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -206,7 +207,7 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 
 	l := &lease{
 		e: e, key: req.Key, mode: req.Mode, id: e.newID(), limit: req.Limit, value: req.Value,
-		dir: e.keyDir(req.Key), sig: engine.NewSignal(req.OnLost),
+		dir: e.keyDir(req.Key), sig: kit.NewSignal(req.OnLost),
 	}
 	l.doc = l.dir + docName
 	err := e.acquire(wctx, l, req)
@@ -216,8 +217,8 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 			// A call may have reached the server, or a waiter key is
 			// queued: take back whatever is left, on a context the
 			// caller's end does not cancel, waiting for it no longer than
-			// engine.UndoWait.
-			e.frame.RunUpTo(engine.UndoWait, func() { e.undo(l) })
+			// kit.UndoWait.
+			e.frame.RunUpTo(kit.UndoWait, func() { e.undo(l) })
 		}
 		switch {
 		case ended && ctx.Err() != nil:
@@ -277,7 +278,7 @@ func (e *Engine) Close() error {
 	// One bound for the releases and the session's end together.
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	engine.ReleaseAll(held, cleanupTimeout, func(ctx context.Context, l *lease) {
+	kit.ReleaseAll(held, cleanupTimeout, func(ctx context.Context, l *lease) {
 		if l.claim() {
 			_, _ = l.releaseOnServer(ctx)
 			l.finish(engine.ErrClosed)

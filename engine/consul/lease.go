@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // lease is a Consul engine lease.
@@ -26,7 +27,7 @@ type lease struct {
 
 	token  uint64 // ModifyIndex of the granting write
 	queued bool   // a fair-mode waiter key exists for l (Acquire only)
-	sig    *engine.Signal
+	sig    *kit.Signal
 
 	mu    sync.Mutex
 	ended bool        // claimed by Release, expiry, loss or Close

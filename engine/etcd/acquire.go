@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -199,10 +200,10 @@ func (q *queued) await(ctx context.Context, w wait) (wait, error) {
 func (q *queued) counted() bool { return q.req.Mode == engine.Shared && q.req.Limit > 0 }
 
 // giveUp deletes the entry and returns err. It waits for the delete up to
-// engine.UndoWait; a slower one goes on in the background (and the entry
+// kit.UndoWait; a slower one goes on in the background (and the entry
 // goes with the etcd lease if it fails).
 func (q *queued) giveUp(err error) error {
-	q.e.frame.RunUpTo(engine.UndoWait, func() { q.e.deleteEntry(q.ep, q.name, q.rev, q.slot) })
+	q.e.frame.RunUpTo(kit.UndoWait, func() { q.e.deleteEntry(q.ep, q.name, q.rev, q.slot) })
 	return err
 }
 
@@ -244,7 +245,7 @@ func (e *Engine) deleteOwn(ctx context.Context, name string, rev int64) (bool, e
 // the epoch ended meanwhile.
 func (e *Engine) register(q *queued) (*lease, error) {
 	l := &lease{eng: e, key: q.req.Key, mode: q.req.Mode, token: uint64(q.rev), name: q.name, slot: q.slot,
-		ep: q.ep, sig: engine.NewSignal(q.req.OnLost)}
+		ep: q.ep, sig: kit.NewSignal(q.req.OnLost)}
 	if err := e.frame.Track(l, func() error {
 		if e.cur != q.ep {
 			return fmt.Errorf("%w during acquire", errLeaseGone)

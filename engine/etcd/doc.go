@@ -45,7 +45,7 @@
 // never a hang.
 //
 // A waiter whose context ends, or whose engine closes, deletes its entry
-// before it returns (waiting up to engine.UndoWait, then in the
+// before it returns (waiting up to kit.UndoWait, then in the
 // background); a TryLock that finds the key held does the same. Whatever
 // a failure leaves behind is attached to the engine's etcd lease and goes
 // with it at the latest.

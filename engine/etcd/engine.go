@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -30,7 +31,7 @@ type Engine struct {
 	grantSem chan struct{} // held while an etcd lease is being granted
 
 	mu    sync.Mutex // guards frame and cur
-	frame engine.Base[*lease]
+	frame kit.Base[*lease]
 	cur   *epoch // the live etcd lease; nil before the first grant and after a loss
 }
 

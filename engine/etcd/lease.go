@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // Lease states.
@@ -26,7 +27,7 @@ type lease struct {
 	name  string // the queue entry
 	slot  uint64 // the slot in its name
 	ep    *epoch // the etcd lease the entry is attached to
-	sig   *engine.Signal
+	sig   *kit.Signal
 
 	mu      sync.Mutex
 	state   int

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // Store is the shared state behind memory engines: what a server is to the
@@ -58,7 +59,7 @@ type Engine struct {
 	store *Store
 
 	mu    sync.Mutex // guards frame and the leases' timers
-	frame engine.Base[*lease]
+	frame kit.Base[*lease]
 }
 
 var (
@@ -110,7 +111,7 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 		return nil, err
 	}
 	l := &lease{eng: e, key: req.Key, mode: req.Mode, limit: req.Limit, value: req.Value,
-		sig: engine.NewSignal(req.OnLost)}
+		sig: kit.NewSignal(req.OnLost)}
 	s := e.store
 	s.mu.Lock()
 	ent := s.entry(req.Key)
@@ -383,7 +384,7 @@ type lease struct {
 	limit int    // Request.Limit
 	value string // Request.Value
 	token uint64
-	sig   *engine.Signal
+	sig   *kit.Signal
 	timer *time.Timer // nil for renewed leases; guarded by eng.mu
 }
 

@@ -159,7 +159,7 @@
 // are bounded by ctx as well as the op timeout: a grant answered just
 // before ctx's deadline that cannot be finished in time is given up (the
 // connection is dropped, which rolls back and frees the row), so Acquire
-// returns within engine.UndoWait of ctx's end.
+// returns within kit.UndoWait of ctx's end.
 //
 // The fencing token is the key's counter in "<table>_fences", raised by
 // one autocommit INSERT ... ON DUPLICATE KEY UPDATE on another connection

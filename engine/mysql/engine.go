@@ -13,6 +13,7 @@ import (
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/internal/sqlcore"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // Strategy is how the engine holds locks: StrategyLease or StrategyRow.
@@ -115,7 +116,7 @@ type Engine struct {
 	// in progress, and the clean-ups, renewal loop and connection
 	// watchers that Close waits for.
 	core  *sqlcore.Core
-	frame *engine.Base[engine.Lease]
+	frame *kit.Base[engine.Lease]
 	mu    *sync.Mutex // guards frame and idle
 	idle  []*rowConn
 	pins  chan struct{} // one token per pinned row connection

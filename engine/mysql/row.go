@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // maxIdleRowConns is how many pinned connections the row strategy keeps for
@@ -149,13 +150,13 @@ func lockWaitFor(ctx context.Context, wait bool) int {
 // killable runs fn on rc with a context the caller cannot cancel, so that
 // the driver never drops the connection mid-statement. If ctx ends or the
 // engine closes first, killable returns with killed set, after waiting up
-// to engine.UndoWait for the clean-up, and rc is no longer the caller's:
+// to kit.UndoWait for the clean-up, and rc is no longer the caller's:
 // KILL QUERY for rc's connection id goes out on a side connection from the
 // pool, which makes the server abandon the statement (a lock wait
 // included), and once fn has returned rc is discarded, which rolls back
 // whatever it held. A statement that never returns (its connection is cut
 // off without a reset) keeps that goroutine until the connection dies; it
-// keeps the caller no longer than engine.UndoWait.
+// keeps the caller no longer than kit.UndoWait.
 func (e *Engine) killable(ctx context.Context, rc *rowConn,
 	fn func(context.Context) error) (error, bool) {
 	res := make(chan error, 1)
@@ -175,7 +176,7 @@ func (e *Engine) killable(ctx context.Context, rc *rowConn,
 		<-res
 		e.discard(rc)
 	}()
-	engine.WaitUpTo(done, engine.UndoWait)
+	kit.WaitUpTo(done, kit.UndoWait)
 	return nil, true
 }
 
@@ -385,7 +386,7 @@ func (e *Engine) grantedRow(ctx context.Context, req engine.Request, rc *rowConn
 		return fail(err)
 	}
 	l := &rowLease{e: e, key: req.Key, mode: req.Mode, token: token, rc: rc, period: req.TTL,
-		sig: engine.NewSignal(req.OnLost), stop: make(chan struct{})}
+		sig: kit.NewSignal(req.OnLost), stop: make(chan struct{})}
 	if err := e.frame.Track(l, func() error {
 		if !req.Renew {
 			// The row strategy has no server-side expiry: a fixed TTL
@@ -454,7 +455,7 @@ type rowLease struct {
 	mode   engine.Mode
 	token  uint64
 	period time.Duration // the lease period: its session's wait_timeout
-	sig    *engine.Signal
+	sig    *kit.Signal
 	stop   chan struct{}
 
 	mu    sync.Mutex

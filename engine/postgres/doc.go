@@ -95,7 +95,7 @@
 // abandon the queued wait; once the lock statement has returned the
 // connection is closed rather than put back, which frees the lock should
 // the grant have raced the cancel. Acquire returns after at most
-// engine.UndoWait; the rest goes on in the background, and Close waits for
+// kit.UndoWait; the rest goes on in the background, and Close waits for
 // it. A server that answers neither within the op timeout gets the
 // connection's socket closed. The statement that follows a grant (the
 // token draw and holder record) is bounded by ctx as well: if ctx ends

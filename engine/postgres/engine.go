@@ -14,6 +14,7 @@ import (
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/internal/sqlcore"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // Strategy is how the engine holds locks: StrategySession or StrategyLease.
@@ -121,7 +122,7 @@ type Engine struct {
 	// strategy (the core's or *sessionLease), the calls in progress, and
 	// the clean-ups, renewal loop and pingers that Close waits for.
 	core  *sqlcore.Core
-	frame *engine.Base[engine.Lease]
+	frame *kit.Base[engine.Lease]
 	pins  chan struct{} // one token per pinned session connection
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // idleTimeout is the idle_session_timeout, in milliseconds, of a pinned
@@ -123,7 +124,7 @@ func (e *Engine) stopErr(ctx context.Context) error {
 // statement. The statement runs under a context of its own, so that pgx
 // never drops the connection mid-statement on the caller's cancellation.
 // If ctx ends or the engine closes first, lockOn returns stopped, after
-// waiting up to engine.UndoWait for the clean-up, and c is no longer the
+// waiting up to kit.UndoWait for the clean-up, and c is no longer the
 // caller's: a cancel request makes the server abandon the wait, and once
 // the statement has returned c is closed, which frees the lock should the
 // grant have come first. A server that answers neither the statement nor
@@ -164,7 +165,7 @@ func (e *Engine) lockOn(ctx context.Context, c *pgxpool.Conn, req engine.Request
 	case <-ctx.Done():
 	case <-e.frame.Closing():
 	}
-	e.frame.RunUpTo(engine.UndoWait, func() {
+	e.frame.RunUpTo(kit.UndoWait, func() {
 		defer qcancel()
 		cctx, cancel := e.core.OpCtx()
 		_ = c.Conn().PgConn().CancelRequest(cctx)
@@ -219,7 +220,7 @@ func (e *Engine) grantSession(ctx context.Context, c *pgxpool.Conn, req engine.R
 			engine.ErrNotAcquired, req.Key, req.TTL)
 	}
 	l := &sessionLease{e: e, key: req.Key, mode: req.Mode, token: token, owner: owner, hash: h,
-		ttl: req.TTL, renew: req.Renew, sig: engine.NewSignal(req.OnLost), stop: make(chan struct{}),
+		ttl: req.TTL, renew: req.Renew, sig: kit.NewSignal(req.OnLost), stop: make(chan struct{}),
 		conn: c, validFrom: sent}
 	if err := e.frame.Track(l, func() error {
 		l.mu.Lock()
@@ -252,7 +253,7 @@ type sessionLease struct {
 	hash  int64
 	ttl   time.Duration
 	renew bool
-	sig   *engine.Signal
+	sig   *kit.Signal
 	stop  chan struct{} // closed when the lease ends: stops watch
 
 	mu    sync.Mutex

@@ -247,7 +247,7 @@
 // Redlock). A renewed lease re-takes every node that does not hold it
 // (right after the grant, when a node loses it, and every TTL/3 while one
 // is missing), so it keeps as many nodes as are free and healthy instead
-// of decaying to a bare majority; the lease's Nodes method (NodeCounter)
+// of decaying to a bare majority; the lease's Nodes method (engine.NodeCounter)
 // reports held and total nodes for metrics.
 //
 // Two holders can still overlap in one case: nodes lose the key a holder

@@ -14,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // Client is the part of a go-redis client the engine uses. *redis.Client,
@@ -104,12 +105,12 @@ type Engine struct {
 	// Script arguments every lease sends, boxed once.
 	argWake, argQueueTTL any
 
-	mu        sync.Mutex          // guards frame, wakeAt and the leases' renewal state
-	frame     engine.Base[*lease] // the leases this engine holds; undos that callers do not wait for
-	renewNow  chan struct{}       // pokes the renewal loop
-	wakeAt    time.Time           // when the renewal loop next wakes; guarded by mu
+	mu        sync.Mutex       // guards frame, wakeAt and the leases' renewal state
+	frame     kit.Base[*lease] // the leases this engine holds; undos that callers do not wait for
+	renewNow  chan struct{}    // pokes the renewal loop
+	wakeAt    time.Time        // when the renewal loop next wakes; guarded by mu
 	loopDone  chan struct{}
-	renewPace engine.Pace // refuses new leases while renewal cannot keep up (pace)
+	renewPace kit.Pace // refuses new leases while renewal cannot keep up (pace)
 }
 
 var (
@@ -301,7 +302,7 @@ func (e *Engine) tryOnce(ctx context.Context, a *attempt, req engine.Request, qu
 	if err != nil {
 		// The reply is lost, not necessarily the write: undo whatever the
 		// script may have done under this lease's id, waiting for it no
-		// longer than engine.UndoWait.
+		// longer than kit.UndoWait.
 		e.undoUpTo(a, queued || req.Wait)
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, 0, errors.Join(engine.ErrNotAcquired, ctxErr)

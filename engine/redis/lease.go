@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // lease is a held Redis lease: only what its renewal, its release and
@@ -25,7 +26,7 @@ type lease struct {
 	hasValue bool // Request.Value was set: a writer keeps it in :x
 	ttl      time.Duration
 	token    uint64
-	sig      *engine.Signal
+	sig      *kit.Signal
 
 	// guarded by e.mu
 	due   time.Time   // next renewal (renewed leases)
@@ -79,10 +80,10 @@ func (e *Engine) putAttempt(a *attempt) {
 }
 
 // undoUpTo undoes a in the background, waiting for it no longer than
-// engine.UndoWait (see tryOnce).
+// kit.UndoWait (see tryOnce).
 func (e *Engine) undoUpTo(a *attempt, queued bool) {
 	a.kept = true
-	e.frame.RunUpTo(engine.UndoWait, func() { a.undo(queued) })
+	e.frame.RunUpTo(kit.UndoWait, func() { a.undo(queued) })
 }
 
 // rels are release command lines of held leases, for reuse.
@@ -294,7 +295,7 @@ func (e *Engine) newAttempt(req engine.Request) *attempt {
 	a.lease = &lease{
 		e: e, key: req.Key, mode: req.Mode, hasValue: req.Value != "",
 		id:  string(strconv.AppendUint(append(append(b[:0], e.id...), ':'), e.seq.Add(1), 36)),
-		ttl: req.TTL, renew: req.Renew, sig: engine.NewSignal(req.OnLost),
+		ttl: req.TTL, renew: req.Renew, sig: kit.NewSignal(req.OnLost),
 	}
 	a.rel.keys = e.keysOf(req.Key)
 	k := &a.rel.keys

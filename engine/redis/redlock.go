@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // RedlockOption configures a Redlock engine.
@@ -83,7 +84,7 @@ func WithNodeOptions(opts ...Option) RedlockOption {
 // keeps its validity for one re-take round (at most three node timeouts)
 // and ends with ErrLeaseLost if that round does not bring it back
 // to a majority. Fixed-TTL leases keep the nodes that granted them. The
-// lease's Nodes method (see NodeCounter) tells how many nodes hold it.
+// lease's Nodes method (see engine.NodeCounter) tells how many nodes hold it.
 //
 // When too few nodes answer, Ping and Acquire return an *engine.OpError that
 // wraps engine.ErrUnavailable if a node was unavailable or gave no answer
@@ -113,7 +114,7 @@ type Redlock struct {
 	quorum  int
 	opts    redlockOptions
 
-	frame engine.Base[*redlockLease] // the leases; re-take rounds, which Close waits for
+	frame kit.Base[*redlockLease] // the leases; re-take rounds, which Close waits for
 
 	healSlots chan struct{} // healParallel re-take rounds at most
 }
@@ -399,7 +400,7 @@ type redlockLease struct {
 	mode    engine.Mode
 	nodeReq engine.Request // what each node is asked: req without waiting
 	token   uint64
-	sig     *engine.Signal
+	sig     *kit.Signal
 
 	healMu sync.Mutex // one re-take round of this lease at a time
 
@@ -420,7 +421,7 @@ type nodeHold struct {
 func newRedlockLease(r *Redlock, req engine.Request) *redlockLease {
 	nodeReq := req
 	nodeReq.Wait, nodeReq.OnLost = false, nil
-	return &redlockLease{r: r, key: req.Key, mode: req.Mode, nodeReq: nodeReq, sig: engine.NewSignal(req.OnLost)}
+	return &redlockLease{r: r, key: req.Key, mode: req.Mode, nodeReq: nodeReq, sig: kit.NewSignal(req.OnLost)}
 }
 
 func (l *redlockLease) Key() string           { return l.key }
@@ -430,7 +431,7 @@ func (l *redlockLease) Done() <-chan struct{} { return l.sig.Done() }
 func (l *redlockLease) Err() error            { return l.sig.Err() }
 
 // Nodes reports how many nodes hold the lease now and how many there are;
-// see NodeCounter.
+// see engine.NodeCounter.
 func (l *redlockLease) Nodes() (held, total int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

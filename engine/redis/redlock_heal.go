@@ -9,21 +9,7 @@ import (
 	"github.com/cerberus-go/cerberus/engine"
 )
 
-// NodeCounter is implemented by the leases of a Redlock engine: Nodes
-// reports how many of the engine's nodes hold the lease now (held) and how
-// many nodes there are (total). held is at least a majority while the lease
-// lasts, and 0 once it has ended. A lease with held < total is exposed to
-// one more node failure than it need be; metrics can watch for it:
-//
-//	if nc, ok := lease.(redis.NodeCounter); ok {
-//		held, total := nc.Nodes()
-//		gauge.Set(float64(total - held))
-//	}
-type NodeCounter interface {
-	Nodes() (held, total int)
-}
-
-var _ NodeCounter = (*redlockLease)(nil)
+var _ engine.NodeCounter = (*redlockLease)(nil)
 
 // errShort closes the list of causes of a lease that healing could not
 // bring back to a majority.

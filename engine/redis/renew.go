@@ -104,7 +104,7 @@ func (e *Engine) renewDue() (slow bool) {
 	return timedOut.Load()
 }
 
-// pace records whether renewal keeps up, by engine.Pace's rule: a round
+// pace records whether renewal keeps up, by kit.Pace's rule: a round
 // with a pipeline that timed out, or after which some renewed lease's
 // next renewal, starting when it is due and taking as long as this round
 // took, would land after the lease's validity ends, means the server

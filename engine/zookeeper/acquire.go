@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -55,7 +56,7 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 // hand-off however many round trips it takes. The worker watches ctx
 // between calls and while it waits; when ctx ends it deletes its node (a
 // grant that raced with the end of ctx is given back too), and acquire
-// waits for that up to engine.UndoWait before it returns.
+// waits for that up to kit.UndoWait before it returns.
 func (e *Engine) acquire(ctx context.Context, req engine.Request) (*lease, error) {
 	ep, err := e.awaitSession(ctx)
 	if err != nil {
@@ -79,7 +80,7 @@ func (e *Engine) acquire(ctx context.Context, req engine.Request) (*lease, error
 	case <-ctx.Done():
 	}
 	// The worker deletes its node when it sees ctx end; wait for that no
-	// longer than engine.UndoWait, then let it finish in the background.
+	// longer than kit.UndoWait, then let it finish in the background.
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -89,7 +90,7 @@ func (e *Engine) acquire(ctx context.Context, req engine.Request) (*lease, error
 			r.l.drop()
 		}
 	}()
-	engine.WaitUpTo(done, engine.UndoWait)
+	kit.WaitUpTo(done, kit.UndoWait)
 	return nil, ctx.Err()
 }
 
@@ -339,7 +340,7 @@ func (e *Engine) grant(req engine.Request, own, parent string, token uint64,
 	l := &lease{
 		eng: e, key: req.Key, mode: req.Mode, token: token,
 		path: own, parent: parent, sid: ep.sid,
-		sig: engine.NewSignal(req.OnLost),
+		sig: kit.NewSignal(req.OnLost),
 	}
 	if err := e.frame.Track(l, func() error {
 		if e.sess.epoch != ep.epoch {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -49,7 +50,7 @@ type Engine struct {
 	authDone bool
 
 	mu    sync.Mutex // guards frame and sess
-	frame engine.Base[*lease]
+	frame kit.Base[*lease]
 	sess  session
 
 	// Counters and hooks for tests (export_test.go).
@@ -313,7 +314,7 @@ func (e *Engine) Close() error {
 	}
 	bound := e.sessionTimeout()
 	e.frame.WaitCallsUpTo(bound)
-	engine.ReleaseAll(held, bound, func(ctx context.Context, l *lease) {
+	kit.ReleaseAll(held, bound, func(ctx context.Context, l *lease) {
 		if l.markEnded() {
 			_ = e.removeNode(ctx, l.path)
 		}

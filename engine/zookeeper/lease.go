@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -27,7 +28,7 @@ type lease struct {
 	path   string // the queue node
 	parent string // the key's lock node
 	sid    int64  // the session that owns the node
-	sig    *engine.Signal
+	sig    *kit.Signal
 
 	mu      sync.Mutex
 	state   int

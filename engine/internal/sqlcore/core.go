@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // Dialect is what an SQL engine supplies to the lease strategy: one grant
@@ -58,15 +59,15 @@ type Core struct {
 	Mu sync.Mutex
 	// Frame keeps the leases of every strategy of the engine, the calls
 	// in progress, and the clean-ups and goroutines Close waits for.
-	Frame engine.Base[engine.Lease]
+	Frame kit.Base[engine.Lease]
 
 	cfg   Config
 	d     Dialect
 	id    string // instance id, the prefix of every owner value
 	seq   atomic.Uint64
-	turns engine.Turns  // one polling waiter per key
+	turns kit.Turns     // one polling waiter per key
 	kick  chan struct{} // wakes the renewal loop
-	pace  engine.Pace   // whether renewal keeps up
+	pace  kit.Pace      // whether renewal keeps up
 }
 
 // New returns a core on d; with cfg.Renew it starts the renewal loop,
@@ -78,7 +79,7 @@ func New(cfg Config, d Dialect) *Core {
 	c.Frame.Init(&c.Mu)
 	if cfg.Renew {
 		c.Frame.Go(func() {
-			engine.RenewRounds(c.Frame.Closing(), c.kick, c.renewInterval, c.renewAll, &c.pace)
+			kit.RenewRounds(c.Frame.Closing(), c.kick, c.renewInterval, c.renewAll, &c.pace)
 		})
 	}
 	return c
@@ -124,7 +125,7 @@ func (c *Core) Close(end func(engine.Lease)) bool {
 		return false
 	}
 	// Each end bounds its statement by the op timeout.
-	engine.ReleaseAll(held, c.cfg.OpTimeout, func(_ context.Context, l engine.Lease) {
+	kit.ReleaseAll(held, c.cfg.OpTimeout, func(_ context.Context, l engine.Lease) {
 		if l, ok := l.(*lease); ok {
 			l.end(engine.ErrClosed, true)
 			return

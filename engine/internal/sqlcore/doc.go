@@ -1,9 +1,9 @@
 // Package sqlcore is the lease strategy that the MySQL and PostgreSQL
 // engines share, written once: the lease of a row (exclusive) or a reader
 // row (shared) that names its owner value until it is cleared or expires
-// on the server's clock; the polling grant loop (engine.Turns,
-// engine.Backoff, transient retries, the undo of a grant whose outcome is
-// unknown); renewal in rounds (engine.RenewRounds, engine.Pace); Holders;
+// on the server's clock; the polling grant loop (kit.Turns,
+// kit.Backoff, transient retries, the undo of a grant whose outcome is
+// unknown); renewal in rounds (kit.RenewRounds, kit.Pace); Holders;
 // and the parts of the engine frame both engines put around their
 // strategies (the lease registry, Ping, Close, owner values).
 //

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // lease is a lease-strategy lease: the key's row (exclusive) or a reader
@@ -21,7 +22,7 @@ type lease struct {
 	owner string
 	ttl   time.Duration
 	renew bool
-	sig   *engine.Signal
+	sig   *kit.Signal
 
 	mu        sync.Mutex
 	timer     *time.Timer // fixed-TTL expiry; nil with Renew
@@ -54,7 +55,7 @@ const maxTransient = 5
 // unknown (its statement failed in flight, or ctx ended during it) is
 // undone in the background, so a grant the server made is never left
 // behind and the caller never waits past ctx for the clean-up. While
-// renewal falls behind (engine.Pace) it refuses with an OpError wrapping
+// renewal falls behind (kit.Pace) it refuses with an OpError wrapping
 // engine.ErrUnavailable.
 func (c *Core) AcquireLease(ctx context.Context, req engine.Request) (engine.Lease, error) {
 	if err := c.pace.Err(); err != nil {
@@ -73,7 +74,7 @@ func (c *Core) AcquireLease(ctx context.Context, req engine.Request) (engine.Lea
 			transients++
 			ok = false
 		case err != nil:
-			c.Frame.RunUpTo(engine.UndoWait, func() { c.undo(req, owner) })
+			c.Frame.RunUpTo(kit.UndoWait, func() { c.undo(req, owner) })
 			if ctx.Err() != nil {
 				return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
 			}
@@ -87,7 +88,7 @@ func (c *Core) AcquireLease(ctx context.Context, req engine.Request) (engine.Lea
 		}
 		if kick == nil {
 			// Only one waiter per key and engine polls the server; the
-			// others wait here for their turn (see engine.Turns).
+			// others wait here for their turn (see kit.Turns).
 			k, done, err := c.turns.Take(ctx, req.Key, c.Frame.Closing())
 			if err != nil {
 				if errors.Is(err, engine.ErrClosed) {
@@ -120,7 +121,7 @@ func (c *Core) grantOnce(ctx context.Context, req engine.Request, owner string,
 func (c *Core) grantInTime(req engine.Request, owner string, token uint64,
 	start time.Time) (engine.Lease, error) {
 	if time.Since(start) >= life(req.TTL) {
-		c.Frame.RunUpTo(engine.UndoWait, func() { c.undo(req, owner) })
+		c.Frame.RunUpTo(kit.UndoWait, func() { c.undo(req, owner) })
 		return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out",
 			engine.ErrNotAcquired, req.Key, req.TTL)
 	}
@@ -128,8 +129,8 @@ func (c *Core) grantInTime(req engine.Request, owner string, token uint64,
 }
 
 // backoff is the engine's wait between grant attempts.
-func (c *Core) backoff() engine.Backoff {
-	return engine.Backoff{Min: c.cfg.MinBackoff, Max: c.cfg.MaxBackoff}
+func (c *Core) backoff() kit.Backoff {
+	return kit.Backoff{Min: c.cfg.MinBackoff, Max: c.cfg.MaxBackoff}
 }
 
 // undo clears a grant whose outcome is unknown because its statement
@@ -148,7 +149,7 @@ func (c *Core) granted(req engine.Request, owner string, token uint64,
 	start time.Time) (engine.Lease, error) {
 	l := &lease{
 		c: c, key: req.Key, mode: req.Mode, token: token, owner: owner,
-		ttl: req.TTL, renew: req.Renew, sig: engine.NewSignal(req.OnLost), validFrom: start,
+		ttl: req.TTL, renew: req.Renew, sig: kit.NewSignal(req.OnLost), validFrom: start,
 	}
 	if err := c.Frame.Track(l, func() error {
 		if !req.Renew {

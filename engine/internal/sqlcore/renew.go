@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // renewBatch is the most leases one renewal statement names: each
@@ -41,7 +42,7 @@ func (c *Core) renewInterval() time.Duration {
 // renewAll renews every renewed lease of the engine, the ones whose
 // validity runs out first first, renewParallel statements at a time, and
 // returns how many it renewed and the earliest end of validity of those
-// still held (for engine.Pace).
+// still held (for kit.Pace).
 func (c *Core) renewAll() (int, time.Time) {
 	var writers, readers []*lease
 	c.Mu.Lock()
@@ -60,7 +61,7 @@ func (c *Core) renewAll() (int, time.Time) {
 	byValidity := func(a, b *lease) int { return a.validSince().Compare(b.validSince()) }
 	slices.SortFunc(writers, byValidity)
 	slices.SortFunc(readers, byValidity)
-	engine.InBatches(renewBatch, renewParallel, [][]*lease{writers, readers}, func(set int, batch []*lease) {
+	kit.InBatches(renewBatch, renewParallel, [][]*lease{writers, readers}, func(set int, batch []*lease) {
 		c.renewSome(batch, set == 1)
 	})
 	return len(writers) + len(readers), validUntil(writers, readers)

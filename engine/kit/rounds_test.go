@@ -1,8 +1,9 @@
-package engine
+package kit
 
 import (
 	"context"
 	"errors"
+	"github.com/cerberus-go/cerberus/engine"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,7 +20,7 @@ func TestPace(t *testing.T) {
 	}
 	s := time.Now() // a round's start
 	ttl := time.Second
-	life := ttl - Margin(ttl) // 900ms
+	life := ttl - engine.Margin(ttl) // 900ms
 	// A 1s lease renewed in a round of 400ms against an interval of
 	// 333ms: the next round starts at once and lands 800ms after s, 100ms
 	// before the validity this round gave (s+900ms) ends.
@@ -31,7 +32,7 @@ func TestPace(t *testing.T) {
 	// s+1134ms, after the validity ends.
 	p.Record(1, 567*time.Millisecond, s.Add(567*time.Millisecond), s.Add(life))
 	err := p.Err()
-	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "renewal is falling behind") {
+	if !errors.Is(err, engine.ErrUnavailable) || !strings.Contains(err.Error(), "renewal is falling behind") {
 		t.Fatalf("after a round that leaves a lease at risk: %v, want ErrUnavailable, falling behind", err)
 	}
 	p.Record(1, 50*time.Millisecond, s.Add(333*time.Millisecond), s.Add(life))
@@ -41,7 +42,7 @@ func TestPace(t *testing.T) {
 	// A quick round (under its interval) that leaves a lease whose
 	// renewal failed 400ms of validity, less than the next round needs.
 	p.Record(2, 100*time.Millisecond, s.Add(333*time.Millisecond), s.Add(400*time.Millisecond))
-	if err := p.Err(); !errors.Is(err, ErrUnavailable) {
+	if err := p.Err(); !errors.Is(err, engine.ErrUnavailable) {
 		t.Fatalf("after a quick round that leaves a lease at risk: %v, want ErrUnavailable", err)
 	}
 	p.Record(0, 100*time.Millisecond, s.Add(333*time.Millisecond), time.Time{})
@@ -49,7 +50,7 @@ func TestPace(t *testing.T) {
 		t.Fatalf("after a round with no lease left: %v", err)
 	}
 	p.Unanswered(3, 200*time.Millisecond)
-	if err := p.Err(); !errors.Is(err, ErrUnavailable) {
+	if err := p.Err(); !errors.Is(err, engine.ErrUnavailable) {
 		t.Fatalf("after a round with an unanswered renewal: %v, want ErrUnavailable", err)
 	}
 }
@@ -114,12 +115,12 @@ func TestBackoffPause(t *testing.T) {
 	}
 	closing := make(chan struct{})
 	close(closing)
-	if _, err := b.Pause(ctx, closing, nil, time.Hour); !errors.Is(err, ErrClosed) {
+	if _, err := b.Pause(ctx, closing, nil, time.Hour); !errors.Is(err, engine.ErrClosed) {
 		t.Errorf("Pause on a closing engine: %v, want ErrClosed", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := b.Pause(cctx, nil, nil, time.Hour); !errors.Is(err, ErrNotAcquired) ||
+	if _, err := b.Pause(cctx, nil, nil, time.Hour); !errors.Is(err, engine.ErrNotAcquired) ||
 		!errors.Is(err, context.Canceled) {
 		t.Errorf("Pause with an ended ctx: %v, want ErrNotAcquired and context.Canceled", err)
 	}

@@ -1,8 +1,9 @@
-package engine
+package kit
 
 import (
 	"context"
 	"errors"
+	"github.com/cerberus-go/cerberus/engine"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -26,7 +27,7 @@ func TestBaseBeginOrder(t *testing.T) {
 	if err := b.Begin(cancelled, invalid); err != invalid {
 		t.Fatalf("Begin with a validation error: %v", err)
 	}
-	if err := b.Begin(cancelled, nil); !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+	if err := b.Begin(cancelled, nil); !errors.Is(err, engine.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Begin with an ended ctx: %v, want ErrNotAcquired joined with context.Canceled", err)
 	}
 	if err := b.Begin(context.Background(), nil); err != nil {
@@ -35,13 +36,13 @@ func TestBaseBeginOrder(t *testing.T) {
 	if _, first := b.Shut(); !first {
 		t.Fatal("the first Shut reported that Close had already begun")
 	}
-	if err := b.Begin(cancelled, nil); !errors.Is(err, ErrClosed) {
+	if err := b.Begin(cancelled, nil); !errors.Is(err, engine.ErrClosed) {
 		t.Fatalf("Begin after Shut with an ended ctx: %v, want ErrClosed before the ctx check", err)
 	}
 	if err := b.Begin(cancelled, invalid); err != invalid {
 		t.Fatalf("Begin after Shut with a validation error: %v", err)
 	}
-	if err := b.Enter(context.Background(), nil); !errors.Is(err, ErrClosed) {
+	if err := b.Enter(context.Background(), nil); !errors.Is(err, engine.ErrClosed) {
 		t.Fatalf("Enter after Shut: %v, want ErrClosed", err)
 	}
 }
@@ -50,7 +51,7 @@ func TestBaseEnterWaitCalls(t *testing.T) {
 	var b Base[*testLease]
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := b.Enter(cancelled, nil); !errors.Is(err, ErrNotAcquired) {
+	if err := b.Enter(cancelled, nil); !errors.Is(err, engine.ErrNotAcquired) {
 		t.Fatalf("Enter with an ended ctx: %v", err)
 	}
 	// That call did not stay registered: with none entered, WaitCalls
@@ -128,7 +129,7 @@ func TestBaseRegistry(t *testing.T) {
 	if b.Forget(l2) {
 		t.Fatal("Forget after Shut reported true: Close and the lease would both end it")
 	}
-	if err := b.Track(l3, func() error { t.Error("check ran after Shut"); return nil }); !errors.Is(err, ErrClosed) {
+	if err := b.Track(l3, func() error { t.Error("check ran after Shut"); return nil }); !errors.Is(err, engine.ErrClosed) {
 		t.Fatalf("Track after Shut: %v, want ErrClosed", err)
 	}
 	if held, first := b.Shut(); first || held != nil {
@@ -173,7 +174,7 @@ func TestBaseClosingAndBind(t *testing.T) {
 	defer stop()
 	cancelCaller()
 	<-ended.Done()
-	if cause := context.Cause(ended); !errors.Is(cause, context.Canceled) || errors.Is(cause, ErrClosed) {
+	if cause := context.Cause(ended); !errors.Is(cause, context.Canceled) || errors.Is(cause, engine.ErrClosed) {
 		t.Fatalf("a context bound to a cancelled caller has cause %v, want context.Canceled", cause)
 	}
 
@@ -190,10 +191,10 @@ func TestBaseClosingAndBind(t *testing.T) {
 	case <-time.After(hang):
 		t.Fatal("a bound context did not end at Shut")
 	}
-	if cause := context.Cause(bound); !errors.Is(cause, ErrClosed) {
+	if cause := context.Cause(bound); !errors.Is(cause, engine.ErrClosed) {
 		t.Fatalf("a bound context ended by Shut has cause %v, want ErrClosed", cause)
 	}
-	if cause := context.Cause(b.Context()); !errors.Is(cause, ErrClosed) {
+	if cause := context.Cause(b.Context()); !errors.Is(cause, engine.ErrClosed) {
 		t.Fatalf("Context's cause after Shut is %v, want ErrClosed", cause)
 	}
 }
@@ -271,10 +272,10 @@ func TestSignalNotHeld(t *testing.T) {
 	var lost error
 	s := NewSignal(func(err error) { lost = err })
 	err := s.NotHeld("k")
-	if !errors.Is(err, ErrNotHeld) || !errors.Is(err, ErrLeaseLost) || !errors.Is(s.Err(), ErrLeaseLost) {
+	if !errors.Is(err, engine.ErrNotHeld) || !errors.Is(err, engine.ErrLeaseLost) || !errors.Is(s.Err(), engine.ErrLeaseLost) {
 		t.Fatalf("NotHeld on an open signal: %v (signal: %v)", err, s.Err())
 	}
-	if !errors.Is(lost, ErrLeaseLost) || !s.Closed() {
+	if !errors.Is(lost, engine.ErrLeaseLost) || !s.Closed() {
 		t.Fatalf("NotHeld did not close the signal through OnLost: %v", lost)
 	}
 	if want := `cerberus: lock not held: "k" (lease ended: cerberus: lease lost)`; err.Error() != want {
@@ -283,9 +284,9 @@ func TestSignalNotHeld(t *testing.T) {
 
 	// An ended signal keeps its reason.
 	s = NewSignal(nil)
-	s.Close(ErrReleased)
-	if err := s.NotHeld("k"); !errors.Is(err, ErrNotHeld) || !errors.Is(err, ErrReleased) ||
-		errors.Is(err, ErrLeaseLost) {
+	s.Close(engine.ErrReleased)
+	if err := s.NotHeld("k"); !errors.Is(err, engine.ErrNotHeld) || !errors.Is(err, engine.ErrReleased) ||
+		errors.Is(err, engine.ErrLeaseLost) {
 		t.Fatalf("NotHeld on a released signal: %v", err)
 	}
 }

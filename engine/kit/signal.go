@@ -1,14 +1,15 @@
-package engine
+package kit
 
 import (
 	"errors"
 	"fmt"
+	"github.com/cerberus-go/cerberus/engine"
 	"sync"
 	"sync/atomic"
 )
 
 // Signal is the end-of-lease notice every engine needs: a channel closed
-// once, the reason it was closed, and the Request.OnLost callback. The
+// once, the reason it was closed, and the engine.Request.OnLost callback. The
 // channel is made by the first Done, so a lease whose Done nobody asks for
 // (an engine lease under the root Lease, say) keeps none. The zero value
 // is not usable; call NewSignal.
@@ -25,7 +26,7 @@ type Signal struct {
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // NewSignal returns an open Signal that will call onLost (which may be nil)
-// when it is closed with any error other than one wrapping ErrReleased.
+// when it is closed with any error other than one wrapping engine.ErrReleased.
 func NewSignal(onLost func(error)) *Signal {
 	return &Signal{onLost: onLost}
 }
@@ -56,7 +57,7 @@ func (s *Signal) Err() error {
 }
 
 // Close ends the signal with err and reports whether this call did so; later
-// calls change nothing. Unless err wraps ErrReleased it calls onLost before
+// calls change nothing. Unless err wraps engine.ErrReleased it calls onLost before
 // Done closes, so whoever wakes on Done sees onLost's effects. onLost runs
 // synchronously: callers must not hold locks that onLost might need.
 func (s *Signal) Close(err error) bool {
@@ -67,7 +68,7 @@ func (s *Signal) Close(err error) bool {
 	}
 	s.ending, s.err = true, err
 	s.mu.Unlock()
-	if s.onLost != nil && !errors.Is(err, ErrReleased) {
+	if s.onLost != nil && !errors.Is(err, engine.ErrReleased) {
 		s.onLost(err)
 	}
 	s.mu.Lock()
@@ -88,9 +89,9 @@ func (s *Signal) Closed() bool {
 }
 
 // NotHeld is what a lease's Release returns when the lease no longer holds
-// key: it closes s with ErrLeaseLost if s is still open, and returns an
-// error that wraps ErrNotHeld and names key and the reason the lease ended.
+// key: it closes s with engine.ErrLeaseLost if s is still open, and returns an
+// error that wraps engine.ErrNotHeld and names key and the reason the lease ended.
 func (s *Signal) NotHeld(key string) error {
-	s.Close(ErrLeaseLost)
-	return fmt.Errorf("%w: %q (lease ended: %w)", ErrNotHeld, key, s.Err())
+	s.Close(engine.ErrLeaseLost)
+	return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, key, s.Err())
 }

@@ -1,8 +1,9 @@
-package engine
+package kit
 
 import (
 	"context"
 	"errors"
+	"github.com/cerberus-go/cerberus/engine"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -57,7 +58,7 @@ func TestTurnsCancelAndKick(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	close(stop)
-	if _, _, err := turns.Take(context.Background(), "k", stop); !errors.Is(err, ErrClosed) {
+	if _, _, err := turns.Take(context.Background(), "k", stop); !errors.Is(err, engine.ErrClosed) {
 		t.Fatalf("queued Take after stop: %v", err)
 	}
 	turns.Kick("other")

@@ -1,9 +1,10 @@
-package engine
+package kit
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cerberus-go/cerberus/engine"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -68,7 +69,7 @@ func RenewRounds(closing, kick <-chan struct{}, interval func() time.Duration,
 // the renewal of the lease with the least room is projected to land at
 // the time its next renewal can start plus as long as this round took
 // (the server answers about as fast as it just did); if that is later than
-// the end of the lease's validity (which already stops a Margin short of
+// the end of the lease's validity (which already stops a engine.Margin short of
 // its TTL), the lease is at risk of expiring before its renewal lands, and
 // until a round leaves every lease that slack the engine refuses new
 // grants (with Err) rather than add leases that a server this slow cannot
@@ -94,7 +95,7 @@ func (p *Pace) Record(n int, took time.Duration, next, validUntil time.Time) {
 	}
 	err := fmt.Errorf("%w: renewal is falling behind: renewing %d leases took %v, so the next renewal "+
 		"would land %v after a lease's validity ends; new leases are refused until a round leaves them slack",
-		ErrUnavailable, n, took.Round(time.Millisecond), landing.Sub(validUntil).Round(time.Millisecond))
+		engine.ErrUnavailable, n, took.Round(time.Millisecond), landing.Sub(validUntil).Round(time.Millisecond))
 	p.behind.Store(&err)
 }
 
@@ -104,12 +105,12 @@ func (p *Pace) Record(n int, took time.Duration, next, validUntil time.Time) {
 func (p *Pace) Unanswered(n int, took time.Duration) {
 	err := fmt.Errorf("%w: renewal is falling behind: a round for %d leases took %v and a renewal "+
 		"timed out unanswered; new leases are refused until a round leaves them slack",
-		ErrUnavailable, n, took.Round(time.Millisecond))
+		engine.ErrUnavailable, n, took.Round(time.Millisecond))
 	p.behind.Store(&err)
 }
 
 // Err is nil while renewal keeps up, and otherwise an error wrapping
-// ErrUnavailable that says how the last round fell behind.
+// engine.ErrUnavailable that says how the last round fell behind.
 func (p *Pace) Err() error {
 	if err := p.behind.Load(); err != nil {
 		return *err
@@ -150,8 +151,8 @@ type Backoff struct {
 // Pause waits for delay (jittered), or until kick says the key was
 // released in this process, ctx ends or closing closes. It returns the
 // next delay: twice this one, up to Max, or twice Min after a kick. An
-// ended ctx gives errors.Join(ErrNotAcquired, ctx.Err()), a closed engine
-// ErrClosed.
+// ended ctx gives errors.Join(engine.ErrNotAcquired, ctx.Err()), a closed engine
+// engine.ErrClosed.
 func (b Backoff) Pause(ctx context.Context, closing, kick <-chan struct{}, delay time.Duration) (time.Duration, error) {
 	t := time.NewTimer(delay/2 + rand.N(delay/2+1))
 	defer t.Stop()
@@ -160,9 +161,9 @@ func (b Backoff) Pause(ctx context.Context, closing, kick <-chan struct{}, delay
 	case <-kick:
 		delay = b.Min // released here: try at once
 	case <-ctx.Done():
-		return 0, errors.Join(ErrNotAcquired, ctx.Err())
+		return 0, errors.Join(engine.ErrNotAcquired, ctx.Err())
 	case <-closing:
-		return 0, ErrClosed
+		return 0, engine.ErrClosed
 	}
 	return min(2*delay, b.Max), nil
 }

@@ -1,4 +1,4 @@
-package engine
+package kit
 
 import (
 	"sync/atomic"

@@ -1,7 +1,8 @@
-package engine
+package kit
 
 import (
 	"context"
+	"github.com/cerberus-go/cerberus/engine"
 	"sync"
 )
 
@@ -24,7 +25,7 @@ type turn struct {
 }
 
 // Take waits until the caller has key's turn, or ctx or stop ends first
-// (then it returns ctx.Err(), or ErrClosed for stop). On success it returns
+// (then it returns ctx.Err(), or engine.ErrClosed for stop). On success it returns
 // the channel Kick signals and the function that hands the turn on, which
 // must be called exactly once.
 func (t *Turns) Take(ctx context.Context, key string,
@@ -54,7 +55,7 @@ func (t *Turns) Take(ctx context.Context, key string,
 		return nil, nil, ctx.Err()
 	case <-stop:
 		leave()
-		return nil, nil, ErrClosed
+		return nil, nil, engine.ErrClosed
 	}
 	return tn.kick, func() { <-tn.token; leave() }, nil
 }

@@ -1,8 +1,9 @@
-package engine
+package kit
 
 import (
 	"context"
 	"errors"
+	"github.com/cerberus-go/cerberus/engine"
 	"iter"
 	"sync"
 	"time"
@@ -17,7 +18,7 @@ import (
 //     which refuses new leases once Close has begun;
 //   - the closed state and its signals (Closed, Closing, Context, Bind);
 //   - Close's bookkeeping (Shut, then ReleaseAll and the engine's own
-//     ending of each lease with ErrClosed, then Wait);
+//     ending of each lease with engine.ErrClosed, then Wait);
 //   - background clean-ups that Close waits for (the embedded Background,
 //     and Go).
 //
@@ -27,7 +28,7 @@ import (
 //
 //	type Engine struct {
 //		mu    sync.Mutex // guards the engine's own state and frame's
-//		frame engine.Base[*lease]
+//		frame kit.Base[*lease]
 //		...
 //	}
 //
@@ -54,7 +55,7 @@ import (
 //		if !first {
 //			return nil
 //		}
-//		engine.ReleaseAll(held, timeout, func(ctx context.Context, l *lease) {
+//		kit.ReleaseAll(held, timeout, func(ctx context.Context, l *lease) {
 //			... release l on the server within ctx
 //			l.sig.Close(engine.ErrClosed)
 //		})
@@ -107,18 +108,18 @@ func (b *Base[L]) lock() {
 }
 
 // Begin is Acquire's preamble. It returns invalid, the result of the
-// engine's Validate, if it is not nil; ErrClosed once Close has begun;
-// errors.Join(ErrNotAcquired, ctx.Err()) if ctx has ended; and otherwise
+// engine's Validate, if it is not nil; engine.ErrClosed once Close has begun;
+// errors.Join(engine.ErrNotAcquired, ctx.Err()) if ctx has ended; and otherwise
 // nil. No engine does I/O before it.
 func (b *Base[L]) Begin(ctx context.Context, invalid error) error {
 	if invalid != nil {
 		return invalid
 	}
 	if b.Closed() {
-		return ErrClosed
+		return engine.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return errors.Join(ErrNotAcquired, err)
+		return errors.Join(engine.ErrNotAcquired, err)
 	}
 	return nil
 }
@@ -134,13 +135,13 @@ func (b *Base[L]) Enter(ctx context.Context, invalid error) error {
 	b.lock()
 	if b.closed {
 		b.mu.Unlock()
-		return ErrClosed
+		return engine.ErrClosed
 	}
 	b.calls.Add(1)
 	b.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		b.calls.Done()
-		return errors.Join(ErrNotAcquired, err)
+		return errors.Join(engine.ErrNotAcquired, err)
 	}
 	return nil
 }
@@ -174,13 +175,13 @@ func (b *Base[L]) Closed() bool {
 func (b *Base[L]) ClosedLocked() bool { return b.closed }
 
 // Closing is closed when Close begins: waits select on it and return
-// ErrClosed.
+// engine.ErrClosed.
 func (b *Base[L]) Closing() <-chan struct{} {
 	b.setup()
 	return b.ctx.Done()
 }
 
-// Context ends when Close begins; its cause is then ErrClosed. It suits
+// Context ends when Close begins; its cause is then engine.ErrClosed. It suits
 // calls that take a context and must stop at Close, such as a loop that
 // reads a session's events.
 func (b *Base[L]) Context() context.Context {
@@ -189,12 +190,12 @@ func (b *Base[L]) Context() context.Context {
 }
 
 // Bind returns a context that ends with ctx or when Close begins, whichever
-// comes first; in the second case context.Cause of it is ErrClosed. Call
+// comes first; in the second case context.Cause of it is engine.ErrClosed. Call
 // the returned function when the work is done.
 func (b *Base[L]) Bind(ctx context.Context) (context.Context, context.CancelFunc) {
 	b.setup()
 	bound, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(b.ctx, func() { cancel(ErrClosed) })
+	stop := context.AfterFunc(b.ctx, func() { cancel(engine.ErrClosed) })
 	return bound, func() {
 		stop()
 		cancel(nil)
@@ -202,7 +203,7 @@ func (b *Base[L]) Bind(ctx context.Context) (context.Context, context.CancelFunc
 }
 
 // Track registers l as a live lease, unless Close has begun: then it
-// returns ErrClosed and the caller gives the grant back. check, if not
+// returns engine.ErrClosed and the caller gives the grant back. check, if not
 // nil, is called with the mutex held after the closed check and before l
 // is registered: an error from it is returned and l is not registered (for
 // example, the session that backs l was lost during the grant), and it is
@@ -212,7 +213,7 @@ func (b *Base[L]) Track(l L, check func() error) error {
 	b.lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return ErrClosed
+		return engine.ErrClosed
 	}
 	if check != nil {
 		if err := check(); err != nil {
@@ -267,7 +268,7 @@ func (b *Base[L]) TakeLocked() []L {
 // Shut begins Close: it marks b closed (Begin, Enter, Track and Go refuse
 // from now on), ends Closing and Context, and returns the live leases,
 // emptying the registry, so that the caller alone ends them (with
-// ErrClosed: see ReleaseAll). It reports false, with no leases, if Close had
+// engine.ErrClosed: see ReleaseAll). It reports false, with no leases, if Close had
 // already begun: Close is then done.
 func (b *Base[L]) Shut() (held []L, first bool) {
 	b.lock()
@@ -276,7 +277,7 @@ func (b *Base[L]) Shut() (held []L, first bool) {
 		return nil, false
 	}
 	b.closed = true
-	b.cancel(ErrClosed)
+	b.cancel(engine.ErrClosed)
 	return b.TakeLocked(), true
 }
 
@@ -308,7 +309,7 @@ func (b *Base[L]) Go(f func()) bool {
 // held at once, each in a goroutine of its own, with a context that ends
 // after d, and returns when every call has returned. release gives the
 // lease up on the server within ctx (the key expires by itself where it
-// cannot) and ends it with ErrClosed. It suits any lease type, which is why
+// cannot) and ends it with engine.ErrClosed. It suits any lease type, which is why
 // it is not a method of Base.
 func ReleaseAll[L any](held []L, d time.Duration, release func(ctx context.Context, l L)) {
 	if len(held) == 0 {

@@ -1,0 +1,12 @@
+// Package kit holds the helpers the cerberus engines are built from, apart
+// from the contract in package engine that they implement: the frame around
+// every engine's protocol (Base, ReleaseAll), the close-once loss notice a
+// lease carries (Signal), bounded clean-up after an ended wait
+// (Background, WaitUpTo, UndoWait), one waiting call per key and engine on
+// the server (Turns), and the renewal and polling frame of the engines
+// that renew in rounds and poll (RenewRounds, Pace, InBatches, Backoff).
+//
+// An engine written outside this module may use them too; nothing in them
+// is specific to one server. Package engine's documentation, "Writing an
+// engine", says how they fit together.
+package kit
