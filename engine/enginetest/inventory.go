@@ -40,7 +40,7 @@ func RunList(t *testing.T, newEngine Factory) {
 	hold := func(key string, mode engine.Mode, value string) engine.Lease {
 		t.Helper()
 		l, err := e.Acquire(ctx, engine.Request{Key: key, Mode: mode, Renew: true, Value: value,
-			TTL: 10 * time.Second})
+			TTL: max(10*time.Second, e.Limits().MinTTL)})
 		if err != nil {
 			t.Fatalf("acquire %s: %v", key, err)
 		}
@@ -128,7 +128,7 @@ func checkWaiters(t *testing.T, newEngine Factory, ls engine.Lister, key string)
 	go func() {
 		defer close(done)
 		_, _ = e2.Acquire(ctx, engine.Request{Key: key, Mode: engine.Exclusive, Renew: true, Wait: true,
-			TTL: 10 * time.Second})
+			TTL: max(10*time.Second, e2.Limits().MinTTL)})
 	}()
 	defer func() { cancel(); <-done }()
 	for deadline := time.Now().Add(10 * time.Second); ; {
