@@ -133,3 +133,17 @@ func Listed(hs []Holder) []ListedHolder {
 	}
 	return out
 }
+
+// PrefixEnd returns the least string greater than every string that
+// begins with prefix, in byte order, for a range read `>= prefix AND <
+// end`; ok is false when there is none (prefix is all 0xFF bytes).
+func PrefixEnd(prefix string) (end string, ok bool) {
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xFF {
+			b[i]++
+			return string(b[:i+1]), true
+		}
+	}
+	return "", false
+}

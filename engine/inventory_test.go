@@ -45,3 +45,16 @@ func TestCheckList(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefixEnd: the end of a prefix range is the prefix with its last
+// byte below 0xFF raised by one, and there is none for all 0xFF.
+func TestPrefixEnd(t *testing.T) {
+	for _, c := range []struct {
+		prefix, end string
+		ok          bool
+	}{{"a/", "a0", true}, {"ab", "ac", true}, {"a\xff\xff", "b", true}, {"\xff", "", false}} {
+		if end, ok := engine.PrefixEnd(c.prefix); end != c.end || ok != c.ok {
+			t.Errorf("PrefixEnd(%q) = %q, %v; want %q, %v", c.prefix, end, ok, c.end, c.ok)
+		}
+	}
+}
