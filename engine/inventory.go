@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Bounds of Lister.List.
@@ -134,15 +135,22 @@ func Listed(hs []Holder) []ListedHolder {
 	return out
 }
 
-// PrefixEnd returns the least string greater than every string that
-// begins with prefix, in byte order, for a range read `>= prefix AND <
-// end`; ok is false when there is none (prefix is all 0xFF bytes).
+// PrefixEnd returns the end of a range read `>= prefix AND < end` that
+// holds every key beginning with prefix (a valid UTF-8 string): the prefix
+// with its last rune raised by one (past the surrogates, which UTF-8 does
+// not encode), after dropping trailing runes that are utf8.MaxRune. In
+// byte order, which is code point order for UTF-8, no key beginning with
+// prefix reaches it, and it is valid UTF-8, as PostgreSQL's text needs.
+// ok is false when there is no end (every rune is utf8.MaxRune).
 func PrefixEnd(prefix string) (end string, ok bool) {
-	b := []byte(prefix)
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] < 0xFF {
-			b[i]++
-			return string(b[:i+1]), true
+	rs := []rune(prefix)
+	for i := len(rs) - 1; i >= 0; i-- {
+		if rs[i] < utf8.MaxRune {
+			rs[i]++
+			if rs[i] == 0xD800 {
+				rs[i] = 0xE000
+			}
+			return string(rs[:i+1]), true
 		}
 	}
 	return "", false

@@ -47,12 +47,14 @@ func TestCheckList(t *testing.T) {
 }
 
 // TestPrefixEnd: the end of a prefix range is the prefix with its last
-// byte below 0xFF raised by one, and there is none for all 0xFF.
+// rune below utf8.MaxRune raised by one, past the surrogates, and there is
+// none when every rune is utf8.MaxRune.
 func TestPrefixEnd(t *testing.T) {
 	for _, c := range []struct {
 		prefix, end string
 		ok          bool
-	}{{"a/", "a0", true}, {"ab", "ac", true}, {"a\xff\xff", "b", true}, {"\xff", "", false}} {
+	}{{"a/", "a0", true}, {"ab", "ac", true}, {"\u00bf", "\u00c0", true},
+		{"a\ud7ff", "a\ue000", true}, {"a\U0010FFFF\U0010FFFF", "b", true}, {"\U0010FFFF", "", false}} {
 		if end, ok := engine.PrefixEnd(c.prefix); end != c.end || ok != c.ok {
 			t.Errorf("PrefixEnd(%q) = %q, %v; want %q, %v", c.prefix, end, ok, c.end, c.ok)
 		}
