@@ -23,7 +23,8 @@ func TestList(t *testing.T) {
 }
 
 // TestListFollowsSwitch: after a switch the Manager lists the new active
-// engine, not the keys left on the old one.
+// engine, not the keys left on the old one, with tokens that carry the new
+// epoch, as its leases' do.
 func TestListFollowsSwitch(t *testing.T) {
 	old := memory.NewStore()
 	m, err := failover.New([]failover.NamedEngine{
@@ -48,5 +49,15 @@ func TestListFollowsSwitch(t *testing.T) {
 	}
 	if inv, err := m.List(ctx, "sw/", 0); err != nil || len(inv.Keys) != 0 {
 		t.Errorf("List after the switch = %+v, %v; want nothing", inv, err)
+	}
+	l, err := m.Acquire(ctx, engine.Request{Key: "sw/b", Renew: true, TTL: engine.MaxTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	inv, err := m.List(ctx, "sw/", 0)
+	if err != nil || len(inv.Keys) != 1 || inv.Keys[0].Holders[0].Token != l.Token() || m.Epoch() == 0 {
+		t.Errorf("List after a grant in epoch %d = %+v, %v; want sw/b with the lease's token %d",
+			m.Epoch(), inv, err, l.Token())
 	}
 }
