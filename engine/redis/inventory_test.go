@@ -2,7 +2,9 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/enginetest"
@@ -39,5 +41,48 @@ func TestListBraceKey(t *testing.T) {
 	}
 	if inv, err := e.List(ctx, "a*", 0); err != nil || len(inv.Keys) != 0 {
 		t.Errorf("List(%q) = %+v, %v; want nothing: '*' in a prefix is literal", "a*", inv, err)
+	}
+}
+
+// TestRedlockList runs enginetest.RunList on Redlock over the shared
+// Redlock nodes: a key is listed with the holders a majority of them
+// report.
+func TestRedlockList(t *testing.T) {
+	addrs := testenv.RedlockAddrs(t)
+	enginetest.RunList(t, func() (engine.Engine, error) {
+		clients := make([]Client, len(addrs))
+		for i, a := range addrs {
+			clients[i] = newClient(t, a)
+		}
+		return NewRedlock(clients)
+	})
+}
+
+// TestRedlockListNeedsMajority: a key held through two of the five nodes
+// (a failed attempt's leftovers) is not listed; held through three, it is.
+func TestRedlockListNeedsMajority(t *testing.T) {
+	addrs := testenv.RedlockAddrs(t)
+	clients := make([]Client, len(addrs))
+	for i, a := range addrs {
+		clients[i] = newClient(t, a)
+	}
+	r, err := NewRedlock(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx := context.Background()
+	key := fmt.Sprintf("inv-majority-%d", time.Now().UnixNano())
+	for i := range 3 {
+		l, err := r.nodes[i].Acquire(ctx, engine.Request{Key: key, Mode: engine.Exclusive, Renew: true,
+			TTL: time.Minute, Value: "part"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+		inv, err := r.List(ctx, key, 0)
+		if held := i+1 >= r.quorum; err != nil || (len(inv.Keys) == 1) != held {
+			t.Errorf("held on %d of %d nodes: List = %+v, %v; want the key listed: %v", i+1, len(addrs), inv, err, held)
+		}
 	}
 }
