@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -37,7 +38,9 @@ type masterClient interface {
 // writer, :r for readers) under the engine's prefix, COUNT scanCount per
 // call, on every master of a Cluster; it stops once limit+1 candidates are
 // found and sets More. Each candidate's holders are then read with the
-// script of Holders, so an expired lease is not listed. A key holding '}'
+// script of Holders, so an expired lease is not listed, and an exclusive
+// holder's Expires with PTTL (one more round trip; a reader's is not
+// read). A key holding '}'
 // is stored under its SHA-256 (see tagOf) and cannot be named back: it is
 // listed only for engine.AllKeys, under its tag "{h:<hex>}". Waiters is
 // -1: the engine does not count them. The client must have Scan (a
@@ -66,13 +69,37 @@ func (e *Engine) List(ctx context.Context, prefix string, limit int) (engine.Inv
 		if strings.HasPrefix(tag, "{k:") {
 			name = tag[3 : len(tag)-1]
 		}
-		hs, err := e.holdersAt(ctx, name, e.keysOfTag(tag))
+		k := e.keysOfTag(tag)
+		hs, err := e.holdersAt(ctx, name, k)
 		if err != nil {
 			return engine.Inventory{}, err
 		}
-		keys = append(keys, engine.HeldKey{Key: name, Holders: engine.Listed(hs), Waiters: -1})
+		listed := engine.Listed(hs)
+		if len(hs) == 1 && hs[0].Mode == engine.Exclusive {
+			if listed[0].Expires, err = e.expiresAt(ctx, k.w); err != nil {
+				return engine.Inventory{}, e.opError(ctx, "list", name, err)
+			}
+		}
+		keys = append(keys, engine.HeldKey{Key: name, Holders: listed, Waiters: -1})
 	}
 	return engine.Collect(keys, prefix, limit, col.more), nil
+}
+
+// expiresAt returns when the writer key w expires, by its PTTL (the
+// server's count, added to this clock); zero when it has no expiry or is
+// gone.
+func (e *Engine) expiresAt(ctx context.Context, w string) (time.Time, error) {
+	rctx, cancel := e.roundTrip(ctx)
+	defer cancel()
+	pipe := e.c.Pipeline()
+	ttl := pipe.PTTL(rctx, w)
+	if _, err := pipe.Exec(rctx); err != nil {
+		return time.Time{}, err
+	}
+	if ttl.Val() <= 0 {
+		return time.Time{}, nil
+	}
+	return time.Now().Add(ttl.Val()), nil
 }
 
 // scanAll scans every server the client reaches for keys matching match.

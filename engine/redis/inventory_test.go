@@ -25,8 +25,8 @@ func TestClusterList(t *testing.T) {
 }
 
 // TestListBraceKey: a key holding '}' is stored under its hash; List
-// with engine.AllKeys names it by its tag, and a glob character in the
-// prefix matches only itself.
+// with engine.AllKeys names it by its tag, with its writer's expiry, and a
+// glob character in the prefix matches only itself.
 func TestListBraceKey(t *testing.T) {
 	e := mustEngine(t, newClient(t, testenv.RedisAddr(t)), WithPrefix("inv-brace-"+t.Name()+":"))
 	ctx := context.Background()
@@ -38,6 +38,9 @@ func TestListBraceKey(t *testing.T) {
 	inv, err := e.List(ctx, engine.AllKeys, 0)
 	if err != nil || len(inv.Keys) != 1 || inv.Keys[0].Key != tagOf("a}b") || inv.Keys[0].Holders[0].Token != l.Token() {
 		t.Fatalf("List(*) = %+v, %v; want the one key under its tag %s", inv, err, tagOf("a}b"))
+	}
+	if left := time.Until(inv.Keys[0].Holders[0].Expires); left <= 0 || left > engine.MinTTL*100 {
+		t.Errorf("the writer expires in %v; want within its 1s lease period", left)
 	}
 	if inv, err := e.List(ctx, "a*", 0); err != nil || len(inv.Keys) != 0 {
 		t.Errorf("List(%q) = %+v, %v; want nothing: '*' in a prefix is literal", "a*", inv, err)
