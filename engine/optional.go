@@ -2,8 +2,9 @@ package engine
 
 // Optional interfaces. An Engine or a Lease may implement these besides the
 // contract; callers find them with a type assertion, as database/sql finds
-// driver.Pinger or driver.Validator (InspectorOf and WatcherOf also look
-// through a Wrapper). None of them is needed to pass the conformance
+// driver.Pinger or driver.Validator (InspectorOf, WatcherOf and ListerOf
+// also look through a Wrapper; Lister, the operator's inventory, is in
+// inventory.go). None of them is needed to pass the conformance
 // suite. Inspector and Watcher are for semaphores and elections: the suite
 // checks them on every engine that has them.
 

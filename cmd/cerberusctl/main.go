@@ -2,12 +2,15 @@
 // health of a configuration's engines and which one is active (with
 // engine_key, the one the key names), switches every process (through the
 // engine key when the configuration has one, else by pinning the engine
-// in the file they watch), and runs the seckill demo.
+// in the file they watch), lists the keys held on every engine, and runs
+// the seckill demo.
 //
 // Usage:
 //
 //	cerberusctl status [-config cerberus.yaml] [-timeout 2s]
 //	cerberusctl use [-config cerberus.yaml] [-wait 10s] ENGINE
+//	cerberusctl locks [-config cerberus.yaml] (-prefix P | -all) [-limit 1000]
+//	                  [-timeout 10s] [-json]
 //	cerberusctl demo [-engine memory] [-buyers 1000] [-products 2] [-stock 10000]
 //	                 [-procs 1] [-failover]
 //
@@ -39,6 +42,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return statusMain(args[1:], stdout, stderr)
 	case "use":
 		return useMain(args[1:], stdout, stderr)
+	case "locks":
+		return locksMain(args[1:], stdout, stderr)
 	case workerCommand:
 		return workerMain(args[1:], stdout, stderr)
 	case configWorkerCommand:
@@ -63,5 +68,8 @@ commands:
           one (cerberusctl status -config cerberus.yaml)
   use     switch every process: through engine_key when configured, else by
           pinning the engine in the file they watch
-          (cerberusctl use -config cerberus.yaml NAME)`)
+          (cerberusctl use -config cerberus.yaml NAME)
+  locks   list the keys held under a prefix on every engine of a configuration,
+          active or not: holders with mode, token, value, age or expiry, and
+          waiters (cerberusctl locks -config cerberus.yaml -prefix order: [-json])`)
 }

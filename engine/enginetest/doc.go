@@ -23,4 +23,7 @@
 // The checks are written against the small T interface rather than
 // *testing.T, so the suite's own tests can run them against deliberately
 // broken engines and show that each one is caught.
+//
+// RunList checks the optional engine.Lister (the inventory of held keys)
+// apart from Run: an engine's tests call it when the engine has one.
 package enginetest

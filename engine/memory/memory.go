@@ -194,7 +194,7 @@ func (s *Store) entry(key string) *entry {
 // grant gives the key to l with the next token. Call with s.mu held.
 func (s *Store) grant(ent *entry, l *lease) {
 	s.seq++
-	l.token = s.seq
+	l.token, l.granted = s.seq, time.Now()
 	if l.mode == engine.Exclusive {
 		ent.writer = l
 	} else {
@@ -386,6 +386,8 @@ type lease struct {
 	token uint64
 	sig   *kit.Signal
 	timer *time.Timer // nil for renewed leases; guarded by eng.mu
+
+	granted time.Time // when the Store granted the key, for List
 }
 
 func (l *lease) holder() engine.Holder {

@@ -27,7 +27,12 @@ func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, erro
 	if e.frame.Closed() {
 		return nil, engine.ErrClosed
 	}
-	k := e.keysOf(key)
+	return e.holdersAt(ctx, key, e.keysOf(key))
+}
+
+// holdersAt runs the holders script on k, the keys of key (which names the
+// key in errors).
+func (e *Engine) holdersAt(ctx context.Context, key string, k lockKeys) ([]engine.Holder, error) {
 	rctx, cancel := e.roundTrip(ctx)
 	defer cancel()
 	v, err := holdersScript.Run(rctx, e.c, []string{k.w, k.r, k.f, k.x, k.v}).Slice()

@@ -18,8 +18,10 @@ type lockKeys struct {
 	x, v, cq, wt string
 }
 
-func (e *Engine) keysOf(key string) lockKeys {
-	tag := tagOf(key)
+func (e *Engine) keysOf(key string) lockKeys { return e.keysOfTag(tagOf(key)) }
+
+// keysOfTag builds the names from a key's hash tag (tagOf).
+func (e *Engine) keysOfTag(tag string) lockKeys {
 	// One allocation for all twelve names: each is a slice of the same
 	// string.
 	p := e.opts.prefix

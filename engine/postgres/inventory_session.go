@@ -1,0 +1,51 @@
+package postgres
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// listSession reads at most n holder rows of the session strategy, then
+// marks those whose backend holds the key's advisory lock now (pg_locks).
+func (e *Engine) listSession(ctx context.Context, prefix string, n int) ([]listRow, error) {
+	where, args := rangeWhere(prefix)
+	q := "SELECT lock_key, mode::int, token, coalesce(value, ''), pid FROM " + quote(e.cfg.table+"_holders") +
+		" WHERE " + where + " ORDER BY lock_key, token LIMIT " + strconv.Itoa(n)
+	rows, err := e.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (listRow, error) {
+		var (
+			lr   listRow
+			mode int
+		)
+		err := row.Scan(&lr.key, &mode, &lr.h.Token, &lr.h.Value, &lr.pid)
+		lr.h.Mode = modeOf(mode)
+		return lr, err
+	})
+	if err != nil || len(out) == 0 {
+		return out, err
+	}
+	pids := make([]int32, len(out))
+	classids, objids := make([]int64, len(out)), make([]int64, len(out))
+	for i, r := range out {
+		pids[i] = r.pid
+		classids[i], objids[i] = lockParts(e.cfg.hash(r.key))
+	}
+	live, err := e.pool.Query(ctx, "SELECT c.i FROM unnest($1::int[], $2::bigint[], $3::bigint[]) "+
+		"WITH ORDINALITY AS c(pid, classid, objid, i) WHERE EXISTS (SELECT 1 FROM pg_locks l "+
+		"WHERE l.locktype = 'advisory' AND l.granted AND l.pid = c.pid AND l.database = "+
+		"(SELECT oid FROM pg_database WHERE datname = current_database()) AND l.classid::bigint = c.classid "+
+		"AND l.objid::bigint = c.objid AND l.objsubid = 1)", pids, classids, objids)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := pgx.CollectRows(live, pgx.RowTo[int64])
+	for _, i := range idx {
+		out[i-1].live = true
+	}
+	return out, err
+}
