@@ -117,7 +117,7 @@ func (a *acquisition) try(ctx context.Context) (outcome, error) {
 	st := a.st
 	a.st = nil
 	if a.l.mode == engine.Exclusive {
-		return a.e.tryExclusive(ctx, a.l, nil)
+		return a.e.tryExclusive(ctx, a.l, st)
 	}
 	return a.e.tryShared(ctx, a.l, st)
 }

@@ -48,7 +48,7 @@
 //   - P/E/lock is the lock document. An exclusive holder creates it and
 //     holds it with the session (KV acquire, in a transaction that also
 //     checks it did not exist). Its value records the holder's label
-//     (WithHolderLabel) and the lease.
+//     (WithHolderLabel), the lease and its token.
 //   - P/E/c-<lease> are the contender keys of shared holders (Consul's
 //     semaphore recipe): each is held with its holder's session, and the
 //     lock document, unlocked, lists the holders. Readers join and leave
@@ -56,17 +56,65 @@
 //     absent, so writers exclude everyone. Holders whose contender key is
 //     gone (invalidated session) are pruned by the next writer, in a
 //     transaction that respects their lock-delay.
+//   - P/E/fence is the key's fencing counter (see Tokens). It is the one
+//     entry a released key leaves behind.
 //
 // Release deletes what the grant wrote, with a check on the ModifyIndex of
 // the grant, so a stale lease changes nothing; the last holder deletes the
-// document, so the KV store does not fill with dead locks.
+// document, so the KV store does not fill with dead locks (only the fencing
+// counter stays).
 //
 // # Tokens
 //
-// Lease.Token is the ModifyIndex of the write that granted the lease: a
-// Raft index, so it strictly increases across release, re-acquire, key
-// deletion and client restarts, for as long as the cluster keeps its Raft
-// log (a -dev agent starts over when restarted).
+// Every grant, exclusive or shared, sets the key's fencing counter
+// P/E/fence, in the transaction that grants, to
+//
+//	max(counter + 1, clock)
+//
+// and that is the lease's Token, also recorded in the holder's entry of
+// the lock document. clock is the clock of the process that grants, in
+// units of 8µs since 2025-01-01T00:00:00Z (about 7.5e12 in 2026), as on
+// the Redis engine. Consul runs no scripts, so the new value is computed
+// from the counter as last read and written with a check on the
+// counter's ModifyIndex (or, for a new key, its absence): a grant in
+// between fails the check and the grant reads again, so no two grants get
+// the same token, and each shared holder has its own. A release keeps the
+// counter: one small entry per key ever locked stays under the prefix. A
+// grant is a Raft write, and no key is granted 125,000 times a second, so
+// the counter does not run ahead of the clock: a counter the agent loses
+// starts again above every token granted before:
+//
+//   - a dev agent (-dev, store in memory) killed and restarted:
+//     TestDevAgentTokensAfterRestart;
+//   - an older snapshot restored (consul snapshot restore), on a dev agent
+//     restarted empty: TestTokensAfterSnapshotRestore;
+//   - the key's KV folder deleted: TestTokensAfterTreeDeleted.
+//
+// Servers that are not in dev mode keep the counter, as they keep all
+// their data (TestClusterTokensAfterKill, TestClusterTokensAfterLeaderKill).
+// A new client or engine continues from the counter as it is
+// (TestTokensAfterClientRestart), and TestTokenIsClock checks the unit.
+//
+// This rests on one assumption: the clock of the process that makes the
+// first grant after the loss is not behind the clocks of the processes
+// that granted the key before, by more than the time since their grants
+// (its clock did not step back across a restart; the clients' clocks are
+// within that margin of each other). A clock set back further (a large NTP
+// step, a wrong clock on a new machine) can give a smaller token once the
+// counter is lost; while the counter is kept, tokens increase whatever the
+// clocks do. The clock is the client's, not the agent's: a transaction
+// cannot read the agent's clock, and the Date header of its answers counts
+// whole seconds. Tokens fit in 48 bits until about 2096 (2^48 ticks of
+// 8µs are about 71 years), as the Failover's epoch<<48 | token needs.
+//
+// The counter costs no round trip in the common case: an engine remembers
+// the counter its last grant of a key wrote (for up to 1024 keys), so its
+// next uncontended exclusive grant of that key is one transaction, as
+// without the counter (TestUncontendedGrantIsOneRequest). An exclusive
+// grant of a key the engine has not granted before reads the key first
+// (two round trips), and one whose remembered counter another engine has
+// changed since fails its check, reads and tries again (three). A shared
+// grant reads the key anyway.
 //
 // # Semaphores (counted shared leases)
 //
@@ -96,11 +144,10 @@
 // # Holders and Watch
 //
 // Holders (engine.Inspector) lists the key's folder in one consistent
-// read: a locked document names the exclusive holder (token: the
-// document's ModifyIndex); an unlocked one lists the shared holders, of
-// which those whose contender key is still held are reported, each with
-// the contender key's ModifyIndex as its token (it is written in the
-// grant transaction, so it is the lease's token), in token order.
+// read: a locked document names the exclusive holder; an unlocked one
+// lists the shared holders, of which those whose contender key is still
+// held are reported, in token order. Each entry carries the token its
+// grant took (see Tokens).
 //
 // Watch (engine.Watcher) makes Consul blocking queries on the key's folder
 // (key names only), each from the index the last returned and bounded by
@@ -121,8 +168,8 @@
 // that has raced for longer than WithStarvation (20ms) joins the queue
 // described below instead, and while anyone queues the key goes in
 // arrival order: the queue marker P/E/queue exists, and a writer's first
-// attempt, which reads nothing, checks in the same transaction that it
-// does not, and queues if it does. The last waiter's grant deletes the
+// attempt, which need not read the key (see Tokens), checks in its grant
+// transaction that the marker does not exist, and queues if it does. The last waiter's grant deletes the
 // marker (checking its index, which every enqueue rewrites), an abandoned
 // wait that leaves the queue empty deletes it, and a writer that meets a
 // marker with no one queued clears it. Counted readers (semaphore permits)

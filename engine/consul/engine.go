@@ -33,6 +33,7 @@ type Engine struct {
 
 	sessLock chan struct{} // one session creation at a time; a lock that honours ctx
 	turns    kit.Turns     // one blocking-query waiter per key
+	fences   fenceCache    // the fencing counters of the engine's last grants
 	// queueSlots bounds the default-mode writers that queue at once (each
 	// holds its own blocking query), so that they leave connections for
 	// releases; see WithStarvation.

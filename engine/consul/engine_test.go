@@ -3,6 +3,8 @@ package consul_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,36 +60,56 @@ func TestTokenNotInErrors(t *testing.T) {
 	}
 }
 
-// TestTokenIsModifyIndex: the token is the ModifyIndex of the lock
-// document the grant wrote; release deletes the document, and the next
-// grant's token is larger.
-func TestTokenIsModifyIndex(t *testing.T) {
+// TestTokenIsClock: a key's first token is the clock in 8µs ticks since
+// 2025-01-01 (below 2^48), and each grant stores its token in the key's
+// fencing counter, which the release keeps; exclusive and shared grants
+// each take the next token, above the last.
+func TestTokenIsClock(t *testing.T) {
 	addr := testenv.ConsulAddr(t)
 	outside := newClient(t, addr)
 	e := newEngine(t, addr)
 	key := testKey(t)
 	var last uint64
 	for i, mode := range []engine.Mode{engine.Exclusive, engine.Shared, engine.Exclusive, engine.Shared} {
+		before := ticks(time.Now())
 		l := mustAcquire(t, e, try(key, mode))
-		doc, _, err := outside.KV().Get(e.KeyDir(key)+"lock", nil)
-		if err != nil || doc == nil {
-			t.Fatalf("grant %d: lock document: %v, %v", i, doc, err)
-		}
-		if l.Token() != doc.ModifyIndex {
-			t.Errorf("grant %d (%v): token %d, document ModifyIndex %d", i, mode, l.Token(), doc.ModifyIndex)
+		if after := ticks(time.Now()); i == 0 && (l.Token() < before || l.Token() > after || l.Token() >= 1<<48) {
+			t.Errorf("first token %d; want the clock, between %d and %d ticks of 8µs, below 2^48", l.Token(),
+				before, after)
 		}
 		if l.Token() <= last {
 			t.Errorf("grant %d: token %d not above %d", i, l.Token(), last)
 		}
-		if !strings.Contains(string(doc.Value), `"owner"`) {
-			t.Errorf("lock document %q does not record the owner", doc.Value)
-		}
 		last = l.Token()
+		doc, _, err := outside.KV().Get(e.KeyDir(key)+"lock", nil)
+		if val := value(doc); err != nil || !strings.Contains(val, `"owner"`) ||
+			!strings.Contains(val, fmt.Sprintf(`"token":%d,`, l.Token())) {
+			t.Errorf("grant %d: lock document %q (%v) does not record the owner and token %d", i, val, err,
+				l.Token())
+		}
 		if err := l.Release(ctxFor(t, 5*time.Second)); err != nil {
 			t.Fatal(err)
 		}
+		fence, _, err := outside.KV().Get(e.KeyDir(key)+"fence", nil)
+		if val := value(fence); err != nil || val != strconv.FormatUint(l.Token(), 10) {
+			t.Fatalf("grant %d (%v): token %d, fencing counter after the release %q (%v)", i, mode, l.Token(),
+				val, err)
+		}
 		mustBeClean(t, outside, e, key)
 	}
+}
+
+// value is p's value as a string, "" for nil.
+func value(p *api.KVPair) string {
+	if p == nil {
+		return ""
+	}
+	return string(p.Value)
+}
+
+// ticks is t in the fencing clock's unit: 8µs since 2025-01-01T00:00:00Z.
+func ticks(t time.Time) uint64 {
+	return uint64(t.Sub(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)).Microseconds() / 8)
 }
 
 // TestSameEngineExcludes: two leases of one engine share its session, and

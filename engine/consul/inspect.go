@@ -1,6 +1,7 @@
 package consul
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -47,19 +48,23 @@ func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, erro
 	return st.holders(), nil
 }
 
-// holders returns the holders st shows, in token order.
+// holders returns the holders st shows, in token order. A holder's token
+// is the one its grant recorded in its entry of the document; an entry
+// written without one (by an engine from before the fencing counter) has
+// the ModifyIndex of the document or of its contender key.
 func (st *state) holders() []engine.Holder {
 	if st.writerHeld() {
 		if !st.parsedOK || len(st.parsed.Holders) != 1 {
 			return []engine.Holder{{Mode: engine.Exclusive, Token: st.doc.ModifyIndex}}
 		}
-		return []engine.Holder{{Mode: engine.Exclusive, Token: st.doc.ModifyIndex,
-			Value: st.parsed.Holders[0].Value}}
+		h := st.parsed.Holders[0]
+		return []engine.Holder{{Mode: engine.Exclusive, Token: cmp.Or(h.Token, st.doc.ModifyIndex),
+			Value: h.Value}}
 	}
 	var hs []engine.Holder
 	for _, h := range st.readers() {
-		if token, ok := st.granted[h.Lease]; ok {
-			hs = append(hs, engine.Holder{Mode: engine.Shared, Token: token, Value: h.Value})
+		if idx, ok := st.granted[h.Lease]; ok {
+			hs = append(hs, engine.Holder{Mode: engine.Shared, Token: cmp.Or(h.Token, idx), Value: h.Value})
 		}
 	}
 	slices.SortFunc(hs, func(a, b engine.Holder) int {

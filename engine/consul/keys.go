@@ -13,9 +13,11 @@ import (
 //	              holder, or unlocked and listing the shared holders
 //	P/E/c-<id>    a shared holder's contender key, held with its session
 //	P/E/w-...     a queued waiter's key, held with its session (see fair.go)
-//	P/E/queue     exists while anyone queues: a writer's first attempt,
-//	              which reads nothing, checks its absence in the same
-//	              transaction, so it never takes the key past the queue
+//	P/E/queue     exists while anyone queues: a writer's first attempt
+//	              checks its absence in the grant transaction, so it never
+//	              takes the key past the queue
+//	P/E/fence     the key's fencing counter, the last token granted; kept
+//	              after release (see fence.go)
 //
 // E never contains "/" or ".", so P/E/ is a prefix no other key shares, and
 // no path segment is "." or ".." (which HTTP path cleaning would rewrite).
@@ -112,6 +114,7 @@ func checkPrefix(p string) error {
 func (e *Engine) keyDir(key string) string { return e.cfg.prefix + "/" + EncodeKey(key) + "/" }
 
 // KeyDir returns the KV folder (ending in '/') under which the engine
-// stores everything for key: its lock document and contender keys. Tools and
+// stores everything for key: its lock document, contender keys and fencing
+// counter. Tools and
 // tests use it to look at a lock from outside.
 func (e *Engine) KeyDir(key string) string { return e.keyDir(key) }

@@ -18,16 +18,19 @@ type lease struct {
 	sess *session // the session that backs the lease; set during Acquire
 	key  string
 	mode engine.Mode
-	id   string // unique lease id, recorded in the key's value
-	dir  string // P/E/
-	doc  string // P/E/lock
+	// queued: a fair-mode waiter key exists for l (Acquire only); next to
+	// mode, where it takes no room of its own.
+	queued bool
+	id     string // unique lease id, recorded in the key's value
+	dir    string // P/E/
+	doc    string // P/E/lock
 
 	limit int    // Request.Limit: counted shared when above 0
 	value string // Request.Value, stored in the lock document
 
-	token  uint64 // ModifyIndex of the granting write
-	queued bool   // a fair-mode waiter key exists for l (Acquire only)
-	sig    *kit.Signal
+	token uint64 // the fencing token (see fenceOps)
+	index uint64 // ModifyIndex of the granting write, for a release's check
+	sig   *kit.Signal
 
 	mu    sync.Mutex
 	ended bool        // claimed by Release, expiry, loss or Close
@@ -40,7 +43,7 @@ func (l *lease) Key() string { return l.key }
 // Mode returns the mode of the grant.
 func (l *lease) Mode() engine.Mode { return l.mode }
 
-// Token returns the ModifyIndex of the write that granted the lease.
+// Token returns the fencing token the grant stored in the key's counter.
 func (l *lease) Token() uint64 { return l.token }
 
 // Done is closed when the lease ends: release, expiry, session loss, Close.

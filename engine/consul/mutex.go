@@ -8,20 +8,33 @@ import (
 
 // tryExclusive makes one attempt at an exclusive grant: in one transaction,
 // check that the key's document does not exist (and, unless l is queued,
-// that no one queues: outcome queueing) and lock it with the session. A
-// queued l whose last read st showed it as the only waiter also deletes
-// the queue marker (see dropQueueOps). Requiring absence (rather than only
-// a free lock) keeps two leases of the same engine, which share a session,
-// from both getting the key: Consul lets a session re-lock a key it holds.
-// The lock verb honours the lock-delay of an invalidated session. The
-// token is the ModifyIndex of that write, a Raft index, so it only grows.
+// that no one queues: outcome queueing), raise the key's fencing counter
+// (see fenceOps) and lock the document with the session. st is the key as
+// last read; without it, the counter is the one the engine's last grant of
+// the key wrote (see fenceCache), or else read first. A queued l whose
+// last read st showed it as the only waiter also deletes the queue marker
+// (see dropQueueOps). Requiring absence (rather than only a free lock)
+// keeps two leases of the same engine, which share a session, from both
+// getting the key: Consul lets a session re-lock a key it holds. The lock
+// verb honours the lock-delay of an invalidated session. The token is the
+// counter's new value; a counter changed since fails the transaction
+// (outcome conflict: read again).
 func (e *Engine) tryExclusive(ctx context.Context, l *lease, st *state) (outcome, error) {
-	val := document{Mode: "exclusive",
-		Holders: []holder{{Lease: l.id, Owner: e.cfg.owner, Session: l.sess.id, Value: l.value}}}.encode()
+	fence, err := e.fenceFor(ctx, l, st)
+	if err != nil {
+		return 0, err
+	}
+	fenceCheck, tok := fenceOps(l, fence)
+	val := document{Mode: "exclusive", Holders: []holder{{Lease: l.id, Token: tok, Owner: e.cfg.owner,
+		Session: l.sess.id, Value: l.value}}}.encode()
 	ops := api.KVTxnOps{{Verb: api.KVCheckNotExists, Key: l.doc}}
+	markerOp := -1
 	if !l.queued {
+		markerOp = len(ops)
 		ops = append(ops, &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: markerKey(l)})
 	}
+	fenceOp := len(ops)
+	ops = append(ops, fenceCheck...)
 	ops = append(ops, &api.KVTxnOp{Verb: api.KVLock, Key: l.doc, Value: val, Session: l.sess.id})
 	if op := dequeueOp(l); op != nil {
 		ops = append(ops, op)
@@ -32,30 +45,52 @@ func (e *Engine) tryExclusive(ctx context.Context, l *lease, st *state) (outcome
 		return 0, err
 	}
 	if !ok {
-		switch {
-		case failedOp(resp) == 0:
+		switch failedOp(resp) {
+		case 0:
 			return held, nil
-		case failedOp(resp) == 1 && !l.queued:
+		case markerOp:
 			return queueing, nil
-		case out == conflict:
+		case fenceOp:
+			e.fences.drop(l.dir)
+			return conflict, nil
+		}
+		if out == conflict {
 			return held, nil
 		}
 		return out, nil
 	}
-	if l.token, err = indexOf(resp, l.doc); err != nil {
+	if l.index, err = indexOf(resp, l.doc); err != nil {
 		return 0, err
 	}
-	l.queued = false
+	e.fences.put(l, resp, tok)
+	l.token, l.queued = tok, false
 	return granted, nil
 }
 
+// fenceFor returns the key's fencing counter for an exclusive attempt:
+// st's when the caller read the key, else the one the engine's last grant
+// of the key wrote, else a fresh read's (nil: there is none).
+func (e *Engine) fenceFor(ctx context.Context, l *lease, st *state) (*api.KVPair, error) {
+	if st != nil {
+		return st.fence, nil
+	}
+	if p := e.fences.get(l); p != nil {
+		return p, nil
+	}
+	st, err := e.read(ctx, l.dir, 0)
+	if err != nil {
+		return nil, err
+	}
+	return st.fence, nil
+}
+
 // releaseExclusive deletes the key's document if it is still the one this
-// lease's grant wrote (a check-and-set delete on the token, through the KV
+// lease's grant wrote (a check-and-set delete on the grant's index, through the KV
 // endpoint: one write, cheaper than a transaction), and reports whether it
 // was. The delete is the release and the clean-up in one write: no waiter
 // keeps state in the key, and a waiter watching the folder wakes on it.
 func (e *Engine) releaseExclusive(ctx context.Context, l *lease) (bool, error) {
-	ok, _, err := e.kv.DeleteCAS(&api.KVPair{Key: l.doc, ModifyIndex: l.token}, e.write(ctx))
+	ok, _, err := e.kv.DeleteCAS(&api.KVPair{Key: l.doc, ModifyIndex: l.index}, e.write(ctx))
 	return ok, err
 }
 

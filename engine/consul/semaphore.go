@@ -20,8 +20,9 @@ func contender(dir, id string) string { return dir + contenderHead + id }
 // this holder to it, and locks the holder's contender key with the session.
 // The document is locked and at once unlocked in the same transaction so
 // that the lock-delay of an invalidated exclusive holder applies to readers
-// too. The token is the ModifyIndex of the document write, which is also
-// the contender key's (one transaction is one Raft index).
+// too. The transaction also raises the key's fencing counter (see
+// fenceOps), whose new value is the token, recorded in the holder's entry;
+// every shared grant raises it, so each reader's token is its own.
 //
 // A counted request (l.limit > 0) is refused (held) while l.limit holders
 // whose contender key is still held are listed. Listed holders whose
@@ -41,9 +42,6 @@ func (e *Engine) tryShared(ctx context.Context, l *lease, st *state) (outcome, e
 	if st.writerHeld() || st.full(l.limit) {
 		return held, nil
 	}
-	sid := l.sess.id
-	var ops api.KVTxnOps
-	var holders []holder
 	if l.limit > 0 && len(st.dead()) > maxPrune {
 		// More dead holders than one grant can drop: prune first.
 		out, err := e.prune(ctx, l, st)
@@ -52,6 +50,37 @@ func (e *Engine) tryShared(ctx context.Context, l *lease, st *state) (outcome, e
 		}
 		return out, err
 	}
+	ops, markerOp, tok := e.sharedOps(l, st)
+	ok, resp, out, err := e.txn(ctx, ops)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		switch failedOp(resp) {
+		case 0, 1: // the document's check, the fencing counter's
+			return conflict, nil
+		case markerOp:
+			return queueing, nil
+		}
+		return out, nil
+	}
+	if l.index, err = indexOf(resp, l.doc); err != nil {
+		return 0, err
+	}
+	e.fences.put(l, resp, tok)
+	l.token, l.queued = tok, false
+	return granted, nil
+}
+
+// sharedOps returns the transaction of tryShared's grant of l after the
+// read st, the index of its queue marker check (-1: none) and the token:
+// the check on the document, the fencing counter's check and write
+// (operations 0 to 2), the marker check, the document written and
+// unlocked, the contender key locked, then any dead holders' contender
+// keys dropped and l's waiter key deleted.
+func (e *Engine) sharedOps(l *lease, st *state) (ops api.KVTxnOps, markerOp int, tok uint64) {
+	sid := l.sess.id
+	var holders []holder
 	if l.limit > 0 {
 		var prune api.KVTxnOps
 		holders, prune = countedHolders(l, st)
@@ -59,14 +88,15 @@ func (e *Engine) tryShared(ctx context.Context, l *lease, st *state) (outcome, e
 	} else {
 		holders = append(holders, st.readers()...)
 	}
-	holders = append(holders, holder{Lease: l.id, Owner: e.cfg.owner, Session: sid, Value: l.value})
+	fence, tok := fenceOps(l, st.fence)
+	holders = append(holders, holder{Lease: l.id, Token: tok, Owner: e.cfg.owner, Session: sid, Value: l.value})
 	val := document{Mode: "shared", Holders: holders}.encode()
 	first := api.KVTxnOp{Verb: api.KVCheckNotExists, Key: l.doc}
 	if st.doc != nil {
 		first = api.KVTxnOp{Verb: api.KVCheckIndex, Key: l.doc, Index: st.doc.ModifyIndex}
 	}
-	head := api.KVTxnOps{&first}
-	markerOp := -1
+	head := append(api.KVTxnOps{&first}, fence...)
+	markerOp = -1
 	if l.limit > 0 && !l.queued {
 		markerOp = len(head)
 		head = append(head, &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: markerKey(l)})
@@ -80,24 +110,7 @@ func (e *Engine) tryShared(ctx context.Context, l *lease, st *state) (outcome, e
 		ops = append(ops, op)
 		ops = append(ops, dropQueueOps(l, st)...)
 	}
-	ok, resp, out, err := e.txn(ctx, ops)
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		switch failedOp(resp) {
-		case 0:
-			return conflict, nil
-		case markerOp:
-			return queueing, nil
-		}
-		return out, nil
-	}
-	if l.token, err = indexOf(resp, l.doc); err != nil {
-		return 0, err
-	}
-	l.queued = false
-	return granted, nil
+	return ops, markerOp, tok
 }
 
 // countedHolders returns the holders a counted grant keeps in the document

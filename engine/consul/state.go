@@ -11,6 +11,7 @@ import (
 // holder is one entry of a lock document.
 type holder struct {
 	Lease   string `json:"lease"`
+	Token   uint64 `json:"token,omitempty"` // the lease's token (see fenceOps)
 	Owner   string `json:"owner,omitempty"`
 	Session string `json:"session,omitempty"`
 	Value   string `json:"value,omitempty"` // Request.Value, for Holders
@@ -34,10 +35,11 @@ type state struct {
 	index      uint64      // X-Consul-Index of the read, for blocking queries
 	doc        *api.KVPair // the lock document, nil if absent
 	marker     *api.KVPair // P/E/queue, nil if absent
+	fence      *api.KVPair // P/E/fence, the fencing counter, nil if absent
 	parsed     document
 	parsedOK   bool
 	contenders map[string]bool   // lease ids with a contender key
-	granted    map[string]uint64 // lease id -> ModifyIndex of its contender key: its token
+	granted    map[string]uint64 // lease id -> ModifyIndex of its contender key
 	waiters    []waiter          // live fair-mode waiters, unordered
 }
 
@@ -71,6 +73,8 @@ func (e *Engine) read(ctx context.Context, dir string, index uint64) (*state, er
 			st.parsedOK = json.Unmarshal(p.Value, &st.parsed) == nil
 		case rest == queueName:
 			st.marker = p
+		case rest == fenceName:
+			st.fence = p
 		case strings.HasPrefix(rest, contenderHead) && p.Session != "":
 			id := strings.TrimPrefix(rest, contenderHead)
 			st.contenders[id] = true

@@ -3,8 +3,13 @@ package consul_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/consul/api"
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/consul"
@@ -12,12 +17,13 @@ import (
 )
 
 // The tests of this file check DESIGN.md's contract 5 on Consul: a key's
-// token (the Raft index of the write that granted it) is above every token
-// granted before, after the client restarts, after every server of a
-// cluster is killed with SIGKILL and restarted from its data directory,
-// and after a cluster's leader is killed. A dev agent keeps nothing on
-// disk, so its restart is not among them: see README.md, "What a token
-// survives".
+// token (the value its grant wrote to the key's fencing counter) is above
+// every token granted before, after the client restarts, after every
+// server of a cluster is killed with SIGKILL and restarted from its data
+// directory, after a cluster's leader is killed, and after the key's
+// folder is deleted. token_devagent_test.go has the losses the counter's
+// clock floor covers: a dev agent restarted empty, an older snapshot
+// restored.
 
 // restartWait bounds the retries of a grant while servers restart or
 // elect.
@@ -96,7 +102,7 @@ func TestClusterTokensAfterKill(t *testing.T) {
 	last := cycles(t, e, key, 20, 0)
 	c.Restart()
 	after := cycles(t, e, key, 3, last)
-	t.Logf("index before the kill %d, after the restart %d", last, after)
+	t.Logf("token before the kill %d, after the restart %d", last, after)
 	cycles(t, newEngine(t, c.Addrs[1], consul.WithLockDelay(0)), key, 3, after)
 }
 
@@ -121,14 +127,14 @@ func TestClusterTokensAfterLeaderKill(t *testing.T) {
 		}
 	}
 	after := cycles(t, e, key, 5, last)
-	t.Logf("index under server %d %d, under server %d %d", old+1, last, now+1, after)
+	t.Logf("token under server %d %d, under server %d %d", old+1, last, now+1, after)
 }
 
 // TestTokensAfterTreeDeleted: grants, then another engine takes a shared
-// lease, and the key's whole KV folder (its document and the holder's
-// contender key) is deleted under it, as an operator who wipes the store
-// would; the next grants continue above every token before, as no delete
-// lowers the Raft index.
+// lease, and the key's whole KV folder (its document, the holder's
+// contender key and the fencing counter) is deleted under it, as an
+// operator who wipes the store would; the next grants continue above every
+// token before: the counter starts again from the clock.
 func TestTokensAfterTreeDeleted(t *testing.T) {
 	addr := testenv.ConsulAddr(t)
 	e := newEngine(t, addr, consul.WithLockDelay(0))
@@ -146,4 +152,56 @@ func TestTokensAfterTreeDeleted(t *testing.T) {
 		t.Fatalf("after the delete: %v (%v)", keys, err)
 	}
 	cycles(t, e, key, 3, max(last, held.Token()))
+}
+
+// countingTransport counts the KV and transaction requests that go
+// through it to the agent (not the session's renewals and watches).
+type countingTransport struct {
+	n    *atomic.Int64
+	base http.RoundTripper
+}
+
+func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasPrefix(r.URL.Path, "/v1/kv/") || r.URL.Path == "/v1/txn" {
+		c.n.Add(1)
+	}
+	return c.base.RoundTrip(r)
+}
+
+// TestUncontendedGrantIsOneRequest: once an engine has granted a key, its
+// next uncontended exclusive grant of the key is one request, the grant's
+// transaction, as without a fencing counter: the engine remembers the
+// counter its last grant wrote. When another engine granted the key in
+// between, the remembered counter is stale: the grant's check fails, and
+// the engine reads the key and grants above the other engine's token.
+func TestUncontendedGrantIsOneRequest(t *testing.T) {
+	addr := testenv.ConsulAddr(t)
+	var n atomic.Int64
+	cfg := api.DefaultNonPooledConfig()
+	cfg.Address = addr
+	cfg.HttpClient = &http.Client{Transport: countingTransport{&n, cfg.Transport}}
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := consul.New(c, consul.WithPrefix(testPrefix), consul.WithLockDelay(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	key := testKey(t)
+	last := cycles(t, e, key, 1, 0)
+	n.Store(0)
+	l := mustAcquire(t, e, try(key, engine.Exclusive))
+	if got := n.Load(); got != 1 {
+		t.Errorf("the second grant of %s made %d KV requests, want 1", key, got)
+	}
+	if l.Token() <= last {
+		t.Errorf("token %d after %d", l.Token(), last)
+	}
+	if err := l.Release(ctxFor(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	other := cycles(t, newEngine(t, addr, consul.WithLockDelay(0)), key, 1, l.Token())
+	cycles(t, e, key, 2, other)
 }
