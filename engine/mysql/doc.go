@@ -102,9 +102,10 @@
 // lease's owner value, its version and expires_at > NOW(6). If it changes
 // nothing the lease had lost the key: Release returns engine.ErrNotHeld.
 //
-// With Request.Renew one goroutine per engine renews every held lease with
-// one UPDATE per table per interval (a third of the shortest TTL held), for
-// up to 256 leases per statement. A lease the renewal no longer finds ends
+// With Request.Renew one goroutine per engine renews every held lease in
+// rounds (a third of the shortest TTL held apart), the leases whose
+// validity runs out first first, with UPDATEs of up to 2,000 leases each,
+// four at a time (engine/internal/sqlcore). A lease the renewal no longer finds ends
 // with engine.ErrLeaseLost; so does one whose last successful renewal is a
 // TTL old, less engine.Margin, while the server cannot be reached (a renewal
 // statement may not outlast that). Without Renew the row expires on the
