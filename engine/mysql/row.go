@@ -544,9 +544,15 @@ func (l *rowLease) Release(ctx context.Context) error {
 	return nil
 }
 
-// end rolls the transaction back and closes the lease with err.
+// end closes the lease with err, then rolls the transaction back. In that
+// order: once the row lock is free the next holder may be granted, and the
+// old holder must have been told by then (a GET_LOCK strategy's checker
+// run saw the other order grant a waiter while the old holder was still
+// being told).
 func (l *rowLease) end(err error) {
-	if rc := l.take(); rc != nil {
+	rc := l.take()
+	l.sig.Close(err)
+	if rc != nil {
 		if l.e.exec(context.Background(), rc, "ROLLBACK") == nil {
 			l.e.putConn(rc)
 		} else {
@@ -554,7 +560,6 @@ func (l *rowLease) end(err error) {
 		}
 	}
 	l.forget()
-	l.sig.Close(err)
 }
 
 func (l *rowLease) forget() {
