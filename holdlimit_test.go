@@ -224,3 +224,34 @@ func TestHoldLimitBadInput(t *testing.T) {
 		t.Fatalf("invalid hold limits reached the engine %d times", n)
 	}
 }
+
+// TestHoldLimitRacesUnlock: an Unlock that meets the hold limit leaves
+// one outcome, never both: released by Unlock (nil, ErrReleased) or ended
+// by the limit (ErrNotHeld, ErrHoldLimit), with one release on the server
+// either way.
+func TestHoldLimitRacesUnlock(t *testing.T) {
+	a, _, eng := limitClients(t)
+	ctx := ctxT(t)
+	const rounds, limit = 200, 10 * time.Millisecond
+	outcomes := map[bool]int{}
+	for i := range rounds {
+		l := must(t)(a.Lock(ctx, "job", cerberus.WithHoldLimit(limit)))
+		time.Sleep(limit - time.Duration(i%20)*100*time.Microsecond)
+		uerr := l.Unlock(ctx)
+		<-l.Done()
+		released := uerr == nil && errors.Is(l.Err(), cerberus.ErrReleased)
+		limited := errors.Is(uerr, cerberus.ErrNotHeld) && errors.Is(l.Err(), cerberus.ErrHoldLimit)
+		if released == limited {
+			t.Fatalf("round %d: Unlock = %v with Err = %v", i, uerr, l.Err())
+		}
+		outcomes[released]++
+		// The limit releases after Done closes: wait a bounded time for it.
+		for wait := 0; eng.calls.Load() < int64(i+1) && wait < 2000; wait++ {
+			time.Sleep(time.Millisecond)
+		}
+		if n := eng.calls.Load(); n != int64(i+1) {
+			t.Fatalf("round %d: %d releases on the server, want %d", i, n, i+1)
+		}
+	}
+	t.Logf("released by Unlock %d times, by the limit %d times", outcomes[true], outcomes[false])
+}

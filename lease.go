@@ -35,6 +35,9 @@ type hold struct {
 	// hold ends otherwise.
 	limit time.Duration
 	timer atomic.Pointer[time.Timer]
+	// letGo is claimed by whichever gives the key up first, the last
+	// Unlock or the hold limit, so that only one of them releases it.
+	letGo atomic.Bool
 }
 
 func (h *hold) acquire(ctx context.Context, req engine.Request) error {
@@ -95,6 +98,9 @@ func (h *hold) stopTimer() {
 // a context of its own since no caller's is at hand. A release the server
 // does not answer is retried as Unlock's is.
 func (h *hold) expire() {
+	if !h.letGo.CompareAndSwap(false, true) {
+		return // Unlock is releasing it
+	}
 	if !h.end(fmt.Errorf("%w: %q after %v", ErrHoldLimit, h.key, h.limit)) {
 		return // released or lost meanwhile
 	}
@@ -120,6 +126,10 @@ func (h *hold) release(ctx context.Context) error {
 	}
 	if !last {
 		return nil
+	}
+	if !h.letGo.CompareAndSwap(false, true) {
+		<-h.sig.Done() // the hold limit is ending it, and releases the key
+		return fmt.Errorf("%w: %q: %w", engine.ErrNotHeld, h.key, h.sig.Err())
 	}
 	h.stopTimer()
 	c.forget(h)
