@@ -10,6 +10,7 @@ import (
 	"github.com/cerberus-go/cerberus"
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/memory"
+	"github.com/cerberus-go/cerberus/failover"
 )
 
 // Short periods for the hold-limit tests: the watchdog renews several
@@ -254,4 +255,35 @@ func TestHoldLimitRacesUnlock(t *testing.T) {
 		}
 	}
 	t.Logf("released by Unlock %d times, by the limit %d times", outcomes[true], outcomes[false])
+}
+
+// TestHoldLimitOverFailover: under a failover.Manager a lease is an engine
+// lease of its active engine; the limit ends it the same way.
+func TestHoldLimitOverFailover(t *testing.T) {
+	m, err := failover.New([]failover.NamedEngine{{Name: "a", Engine: memory.New()},
+		{Name: "b", Engine: memory.New()}}, failover.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cerberus.New(m, cerberus.WithWatchdog(limitWatchdog), cerberus.WithHoldLimit(holdLimit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := ctxT(t)
+	l := must(t)(c.Lock(ctx, "job"))
+	next := must(t)(c.Lock(ctx, "job", cerberus.WithHoldLimit(0))) // 0: no limit for this call
+	defer next.Unlock(context.Background())
+	if !errors.Is(l.Err(), cerberus.ErrHoldLimit) {
+		t.Fatalf("Err = %v, want ErrHoldLimit", l.Err())
+	}
+	if next.Token() <= l.Token() {
+		t.Fatalf("next token %d not above %d", next.Token(), l.Token())
+	}
+	time.Sleep(holdLimit + 100*time.Millisecond) // past the client's default limit
+	select {
+	case <-next.Done():
+		t.Fatalf("WithHoldLimit(0) kept the client's limit: %v", next.Err())
+	default:
+	}
 }
