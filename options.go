@@ -70,7 +70,8 @@ func WithWatchdog(d time.Duration) Option {
 // lease's hold, whose limit counts from the first grant; each key of
 // LockAll counts from its own grant. d must be 0 or within
 // [engine.MinTTL, engine.MaxTTL], else calls return ErrInvalidTTL before
-// any I/O. The default is 0: no limit.
+// any I/O. The default is 0: no limit; given to a call, WithHoldLimit(0)
+// lifts a limit the Client's defaults set.
 func WithHoldLimit(d time.Duration) Option {
 	return func(s *settings) { s.holdLimit = d }
 }
