@@ -35,6 +35,9 @@ func New(e engine.Engine, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: nil engine", engine.ErrInvalidRequest)
 	}
 	c := &Client{eng: e, defaults: defaultSettings().with(opts), holds: make(map[holdKey]*hold)}
+	if err := c.defaults.check(); err != nil {
+		return nil, fmt.Errorf("cerberus: default lease options: %w", err)
+	}
 	probe := engine.Request{Key: "cerberus:probe", TTL: c.defaults.ttl, Renew: c.defaults.renew}
 	if err := e.Validate(probe); err != nil {
 		return nil, fmt.Errorf("cerberus: default lease options: %w", err)
@@ -48,7 +51,8 @@ func (c *Client) Engine() engine.Engine { return c.eng }
 // Lock takes key exclusively, waiting until it is free or ctx ends. When ctx
 // ends first it returns ErrNotAcquired joined with ctx.Err(), and nothing is
 // left held. Invalid keys and options return ErrInvalidKey or ErrInvalidTTL
-// before any I/O; a closed client returns ErrClosed.
+// before any I/O; a closed client returns ErrClosed. The lease's Err may
+// later be ErrHoldLimit (see WithHoldLimit).
 func (c *Client) Lock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
 	return c.acquire(ctx, key, engine.Exclusive, true, opts)
 }
@@ -85,6 +89,9 @@ func (c *Client) LockAll(ctx context.Context, keys []string, opts ...Option) (*L
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
 	s := c.defaults.with(opts)
+	if err := s.check(); err != nil {
+		return nil, err
+	}
 	for _, key := range sorted {
 		if err := c.eng.Validate(c.request(key, engine.Exclusive, true, s)); err != nil {
 			return nil, err
@@ -115,13 +122,16 @@ func (c *Client) request(key string, mode engine.Mode, wait bool, s settings) en
 // semaphore permit or an election campaign, where each call is a hold of
 // its own. req is validated first.
 func (c *Client) acquireOnce(ctx context.Context, req engine.Request, s settings) (*Lease, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
 	if err := c.eng.Validate(req); err != nil {
 		return nil, err
 	}
 	if c.isClosed() {
 		return nil, engine.ErrClosed
 	}
-	h := &hold{c: c, key: req.Key, mode: req.Mode, count: 1, ready: closedChan, obs: s.observer}
+	h := c.newHold(req.Key, req.Mode, 0, s)
 	if err := h.acquire(ctx, req); err != nil {
 		return nil, err
 	}
@@ -133,6 +143,9 @@ func (c *Client) acquire(ctx context.Context, key string, mode engine.Mode, wait
 	opts []Option) (*Lease, error) {
 	s := c.defaults.with(opts)
 	req := c.request(key, mode, wait, s)
+	if err := s.check(); err != nil {
+		return nil, err
+	}
 	if err := c.eng.Validate(req); err != nil {
 		return nil, err
 	}
@@ -141,7 +154,7 @@ func (c *Client) acquire(ctx context.Context, key string, mode engine.Mode, wait
 		if c.isClosed() {
 			return nil, engine.ErrClosed
 		}
-		h := &hold{c: c, key: key, mode: mode, count: 1, ready: closedChan, obs: s.observer}
+		h := c.newHold(key, mode, 0, s)
 		if err := h.acquire(ctx, req); err != nil {
 			return nil, err
 		}
@@ -152,8 +165,7 @@ func (c *Client) acquire(ctx context.Context, key string, mode engine.Mode, wait
 		return l, err
 	}
 	// c.mu is locked, and the owner has no live hold of the key.
-	h := &hold{c: c, key: key, mode: mode, owner: owner, count: 1, ready: make(chan struct{}),
-		obs: s.observer}
+	h := c.newHold(key, mode, owner, s)
 	c.holds[k] = h
 	c.mu.Unlock()
 	err := h.acquire(ctx, req)
@@ -210,6 +222,17 @@ func (c *Client) reenter(ctx context.Context, k holdKey, mode engine.Mode) (*Lea
 		c.mu.Unlock()
 		return &Lease{h: h}, nil
 	}
+}
+
+// newHold returns a hold of key, not yet acquired, counting one lease.
+// With an owner it is not ready until its acquire settles.
+func (c *Client) newHold(key string, mode engine.Mode, owner uint64, s settings) *hold {
+	ready := closedChan
+	if owner != 0 {
+		ready = make(chan struct{})
+	}
+	return &hold{c: c, key: key, mode: mode, owner: owner, count: 1, ready: ready, obs: s.observer,
+		limit: s.holdLimit}
 }
 
 func (c *Client) isClosed() bool {

@@ -20,7 +20,10 @@
 // shared leases overlap each other and exclude exclusive ones. Without
 // options a lease is renewed automatically until it is unlocked (WithWatchdog
 // sets the renewal period, 30 s by default); WithTTL instead grants a fixed
-// lease that expires on its own.
+// lease that expires on its own. WithHoldLimit caps how long any lease is
+// held, renewed or not: at the limit its Done closes with ErrHoldLimit and
+// then the key is released, which frees the key of a holder that hangs
+// while its watchdog keeps renewing.
 //
 // # Reentrancy
 //

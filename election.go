@@ -54,7 +54,8 @@ type Leader struct {
 // without control characters) is what Leader and Observe show; it is
 // checked, with the name and options, before any I/O. A campaign that
 // ctx ends leaves nothing behind. The lease's period works as a lock's:
-// the default watchdog, or WithWatchdog / WithTTL.
+// the default watchdog, or WithWatchdog / WithTTL; WithHoldLimit ends the
+// term after at most its limit, with ErrHoldLimit.
 func (e *Election) Campaign(ctx context.Context, value string, opts ...Option) (*Lease, error) {
 	return e.campaign(ctx, value, true, opts)
 }

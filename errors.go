@@ -2,6 +2,7 @@ package cerberus
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/cerberus-go/cerberus/engine"
 )
@@ -26,7 +27,8 @@ var (
 	ErrClosed = engine.ErrClosed
 	// ErrInvalidKey: the key is empty, too long or not representable.
 	ErrInvalidKey = engine.ErrInvalidKey
-	// ErrInvalidTTL: a TTL outside the engine's limits.
+	// ErrInvalidTTL: a TTL outside the engine's limits, or a hold limit
+	// outside [engine.MinTTL, engine.MaxTTL].
 	ErrInvalidTTL = engine.ErrInvalidTTL
 	// ErrInvalidRequest: any other malformed request or setting, such as an
 	// unknown mode, or a failover.Manager given no engine or a duplicate name.
@@ -40,6 +42,11 @@ var (
 	// password or token, missing permission). It never also wraps
 	// ErrUnavailable.
 	ErrAccessDenied = engine.ErrAccessDenied
+	// ErrHoldLimit: the lease ended because it reached its hold limit
+	// (WithHoldLimit). It wraps ErrLeaseLost, so code that checks for a
+	// loss sees this one too. The holder is told before the key is
+	// released on the server.
+	ErrHoldLimit = fmt.Errorf("%w: hold limit reached", engine.ErrLeaseLost)
 	// ErrUpgrade: an owner holding a key shared asked for it exclusively.
 	ErrUpgrade = errors.New("cerberus: cannot upgrade a shared hold to exclusive")
 )

@@ -113,6 +113,18 @@ func ExampleWithTTL() {
 	// Output: cerberus: lease lost
 }
 
+func ExampleWithHoldLimit() {
+	c, _ := cerberus.New(memory.New())
+	defer c.Close()
+
+	// Renewed by its watchdog, yet held at most 50ms: a hung holder's key
+	// frees itself.
+	l, _ := c.Lock(context.Background(), "job", cerberus.WithHoldLimit(50*time.Millisecond))
+	<-l.Done() // told before the key is released
+	fmt.Println(errors.Is(l.Err(), cerberus.ErrHoldLimit), errors.Is(l.Err(), cerberus.ErrLeaseLost))
+	// Output: true true
+}
+
 func ExampleClient_Semaphore() {
 	ctx := context.Background()
 	c, _ := cerberus.New(memory.New())

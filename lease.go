@@ -30,6 +30,14 @@ type hold struct {
 	granter atomic.Pointer[string]
 	count   int32 // the nested leases (beside mode: a held lock keeps less)
 	mode    engine.Mode
+	// limit, when positive, ends the hold that long after its grant
+	// (WithHoldLimit); timer is armed at the grant and stopped when the
+	// hold ends otherwise.
+	limit time.Duration
+	timer atomic.Pointer[time.Timer]
+	// letGo is claimed by whichever gives the key up first, the last
+	// Unlock or the hold limit, so that only one of them releases it.
+	letGo atomic.Bool
 }
 
 func (h *hold) acquire(ctx context.Context, req engine.Request) error {
@@ -50,12 +58,23 @@ func (h *hold) acquire(ctx context.Context, req engine.Request) error {
 		return err
 	}
 	h.lease = l
+	if h.limit > 0 {
+		h.timer.Store(time.AfterFunc(h.limit, h.expire))
+		if h.sig.Closed() {
+			h.stopTimer() // lost before the timer was stored
+		}
+	}
 	return nil
 }
 
-// lost is the engine's OnLost callback. The observer hears of the loss
+// lost is the engine's OnLost callback.
+func (h *hold) lost(err error) { h.end(err) }
+
+// end closes the hold's signal with err unless it is closed already, and
+// reports whether this call closed it. The observer hears of the loss
 // before Done closes, so whoever wakes on Done finds it reported.
-func (h *hold) lost(err error) {
+func (h *hold) end(err error) bool {
+	h.stopTimer()
 	if h.obs != nil && !h.sig.Closed() {
 		name := engineOf(h.c.eng, nil)
 		if n := h.granter.Load(); n != nil {
@@ -63,8 +82,33 @@ func (h *hold) lost(err error) {
 		}
 		h.obs.Lost(LostEvent{Engine: name, Key: h.key, Err: err})
 	}
-	h.sig.Close(err)
+	closed := h.sig.Close(err)
 	h.c.forget(h)
+	return closed
+}
+
+func (h *hold) stopTimer() {
+	if t := h.timer.Load(); t != nil {
+		t.Stop()
+	}
+}
+
+// expire ends a hold that reached its limit: the holder is told (Done
+// closes with ErrHoldLimit) before the key is released on the server, with
+// a context of its own since no caller's is at hand. A release the server
+// does not answer is retried as Unlock's is.
+func (h *hold) expire() {
+	if !h.letGo.CompareAndSwap(false, true) {
+		return // Unlock is releasing it
+	}
+	if !h.end(fmt.Errorf("%w: %q after %v", ErrHoldLimit, h.key, h.limit)) {
+		return // released or lost meanwhile
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := h.lease.Release(ctx); err != nil && h.lease.Err() == nil {
+		go retryRelease(h.lease)
+	}
 }
 
 // release counts one nested lease down and gives the key up at zero.
@@ -83,6 +127,11 @@ func (h *hold) release(ctx context.Context) error {
 	if !last {
 		return nil
 	}
+	if !h.letGo.CompareAndSwap(false, true) {
+		<-h.sig.Done() // the hold limit is ending it, and releases the key
+		return fmt.Errorf("%w: %q: %w", engine.ErrNotHeld, h.key, h.sig.Err())
+	}
+	h.stopTimer()
 	c.forget(h)
 	err := h.lease.Release(ctx)
 	if err != nil {
@@ -188,7 +237,8 @@ func (l *Lease) Token() uint64 {
 }
 
 // Done is closed when the lease ends: unlocked (its last nested lease, for
-// reentrant holds), expired, lost, or switched away. Check it before acting
+// reentrant holds), expired, lost, past its hold limit (WithHoldLimit),
+// or switched away. Check it before acting
 // on the lock, and fence writes with Token, since the loss may be learnt late.
 func (l *Lease) Done() <-chan struct{} {
 	if l.all != nil {
@@ -199,7 +249,8 @@ func (l *Lease) Done() <-chan struct{} {
 }
 
 // Err is nil while the lease is held and says why it ended after Done
-// closes: ErrReleased, ErrLeaseLost, ErrEngineSwitched or ErrClosed.
+// closes: ErrReleased, ErrLeaseLost, ErrHoldLimit (which wraps
+// ErrLeaseLost), ErrEngineSwitched or ErrClosed.
 func (l *Lease) Err() error {
 	if l.all != nil {
 		l.watchParts()
@@ -210,7 +261,8 @@ func (l *Lease) Err() error {
 
 // Unlock releases the lease on the server (for a nested lease, it counts the
 // hold down and releases at zero). Unlock a second time, or after the lease
-// was lost, returns ErrNotHeld wrapped with the reason. Pass a context that
+// was lost or reached its hold limit, returns ErrNotHeld wrapped with the
+// reason (such as ErrHoldLimit). Pass a context that
 // is not cancelled, such as context.WithoutCancel(ctx), so that a release
 // after a cancelled operation still reaches the server. If the server does
 // not answer, Unlock returns that error (ErrUnavailable) and the lease ends

@@ -38,7 +38,7 @@ type AcquireEvent struct {
 type LostEvent struct {
 	Engine string
 	Key    string
-	Err    error // ErrLeaseLost, ErrEngineSwitched or ErrClosed, wrapped
+	Err    error // ErrLeaseLost (ErrHoldLimit among them), ErrEngineSwitched or ErrClosed, wrapped
 }
 
 // WithObserver reports acquisitions and losses to o. Given to New it

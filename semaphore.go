@@ -14,7 +14,8 @@ const semaphorePrefix = "semaphore/"
 // Semaphore is a named counting semaphore: at most N leases (permits) hold
 // it at once, across every process whose Client uses the same engine. Each
 // permit is a Lease like a lock's: its own fencing token (increasing per
-// semaphore), Done and Err, a watchdog or a fixed TTL, and Unlock to give
+// semaphore), Done and Err, a watchdog or a fixed TTL, an optional hold
+// limit (WithHoldLimit, ending it with ErrHoldLimit), and Unlock to give
 // it back. Waiters are served in arrival order where the engine queues
 // them. A crashed holder's permit frees itself as its lock would (the
 // lease period, or the engine's Limits().Floor).

@@ -264,6 +264,13 @@ type LeaseDefaults struct {
 	// Watchdog is the lease period of renewed leases: how long a crashed
 	// holder keeps its keys. The default is DefaultLeaseWatchdog (30s).
 	Watchdog time.Duration `mapstructure:"watchdog"`
+	// HoldLimit, when positive, ends every lease that long after its grant
+	// even while its watchdog renews it (cerberus.WithHoldLimit): the
+	// holder's Done closes with cerberus.ErrHoldLimit, then the key is
+	// released. 0 or within [engine.MinTTL, engine.MaxTTL]; it need not
+	// exceed the watchdog, since the client's own timer keeps it. The
+	// default, 0, is no limit.
+	HoldLimit time.Duration `mapstructure:"hold_limit"`
 }
 
 // EngineSpec configures one engine (an entry of the YAML key engines).
@@ -466,9 +473,9 @@ func (c Config) String() string {
 		b.WriteString(e.String())
 	}
 	fmt.Fprintf(&b, "], engine: %q, health: {interval: %v, threshold: %d}, auto: %t, failback: %q, "+
-		"fence: %t, lease: {ttl: %v, watchdog: %v}",
+		"fence: %t, lease: {ttl: %v, watchdog: %v, hold_limit: %v}",
 		c.Active, c.Health.Interval, c.Health.Threshold, c.Auto, c.Failback, c.Fence, c.Lease.TTL,
-		c.Lease.Watchdog)
+		c.Lease.Watchdog, c.Lease.HoldLimit)
 	if c.SingleProcess {
 		b.WriteString(", single_process: true")
 	}

@@ -38,7 +38,7 @@ func wantFull() *Config {
 		Failback:      FailbackAuto,
 		SingleProcess: true,
 		Fence:         false,
-		Lease:         LeaseDefaults{TTL: 40 * time.Second, Watchdog: 45 * time.Second},
+		Lease:         LeaseDefaults{TTL: 40 * time.Second, Watchdog: 45 * time.Second, HoldLimit: 2 * time.Minute},
 	}
 }
 
@@ -122,10 +122,13 @@ func TestInvalid(t *testing.T) {
 				`engines[0].addrs[3]: "nohost" is not host:port`,
 				`engines[0].addrs[4]: "127.0.0.1:x" has a bad port`,
 				`engines[0].addrs[6]: duplicate of engines[0].addrs[5]`}},
-		{"negative durations", mem + "health: {interval: -1s, threshold: 0}\nlease: {ttl: -5s, watchdog: 0s}",
+		{"negative durations", mem + "health: {interval: -1s, threshold: 0}\nlease: {ttl: -5s, watchdog: 0s, hold_limit: -1s}",
 			[]string{"health.interval: must be positive, got -1s", "health.threshold: must be at least 1, got 0",
 				"lease.ttl: must be 0 (renewed leases) or within [10ms, 168h0m0s], got -5s",
-				"lease.watchdog: must be within [10ms, 168h0m0s], got 0s"}},
+				"lease.watchdog: must be within [10ms, 168h0m0s], got 0s",
+				"lease.hold_limit: must be 0 (no limit) or within [10ms, 168h0m0s], got -1s"}},
+		{"hold limit out of range", mem + "lease: {hold_limit: 1ms}",
+			[]string{"lease.hold_limit: must be 0 (no limit) or within [10ms, 168h0m0s], got 1ms"}},
 		{"negative engine durations", "engines: [{name: z, kind: zookeeper, addrs: ['127.0.0.1:2181'], session_timeout: -1s}, {name: c, kind: consul, addrs: ['127.0.0.1:8500'], session_ttl: 1s, lock_delay: -1s}]",
 			[]string{"engines[0].session_timeout: must be positive, got -1s",
 				"engines[1].session_ttl: must be within [10s, 24h0m0s], got 1s",
@@ -246,6 +249,7 @@ func TestEnvOverride(t *testing.T) {
 		"CERBERUS_HEALTH_THRESHOLD": "9",
 		"CERBERUS_LEASE_TTL":        "3s",
 		"CERBERUS_LEASE_WATCHDOG":   "1m",
+		"CERBERUS_LEASE_HOLD_LIMIT": "90s",
 	} {
 		t.Setenv(k, v)
 	}
@@ -257,7 +261,7 @@ func TestEnvOverride(t *testing.T) {
 		Engines: []EngineSpec{{Name: "m", Kind: KindMemory}},
 		Active:  "other", Auto: true, SingleProcess: true, Failback: FailbackAuto, Fence: false,
 		Health: Health{Interval: 250 * time.Millisecond, Threshold: 9},
-		Lease:  LeaseDefaults{TTL: 3 * time.Second, Watchdog: time.Minute},
+		Lease:  LeaseDefaults{TTL: 3 * time.Second, Watchdog: time.Minute, HoldLimit: 90 * time.Second},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("Load with env =\n%s\nwant\n%s", got, want)

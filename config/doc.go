@@ -19,6 +19,7 @@
 //	CERBERUS_HEALTH_THRESHOLD  health.threshold
 //	CERBERUS_LEASE_TTL         lease.ttl
 //	CERBERUS_LEASE_WATCHDOG    lease.watchdog
+//	CERBERUS_LEASE_HOLD_LIMIT  lease.hold_limit
 //
 // Parse reads configuration held in memory (a test fixture, a Consul KV
 // value) and applies no environment overrides. Watch reloads a file when it
@@ -40,7 +41,7 @@
 //	auto: false
 //	failback: "off"
 //	fence: true
-//	lease: {ttl: 0s, watchdog: 30s}
+//	lease: {ttl: 0s, watchdog: 30s, hold_limit: 0s}  # hold_limit: end any lease after it; 0 = none
 //
 // Durations are Go duration strings ("1s", "250ms"); bare numbers are
 // refused rather than read as nanoseconds.

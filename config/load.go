@@ -24,7 +24,7 @@ const EnvPrefix = "CERBERUS"
 var envKeys = []string{
 	"engine", "auto", "single_process", "failback", "fence",
 	"health.interval", "health.threshold",
-	"lease.ttl", "lease.watchdog",
+	"lease.ttl", "lease.watchdog", "lease.hold_limit",
 }
 
 // formats maps file extensions to viper config types.

@@ -50,12 +50,17 @@ func (c *Config) leasePeriod() time.Duration {
 }
 
 // LeaseOptions maps the lease defaults onto Client options: a fixed TTL
-// when Lease.TTL is set, otherwise renewal with Lease.Watchdog.
+// when Lease.TTL is set, otherwise renewal with Lease.Watchdog, and the
+// hold limit when Lease.HoldLimit is set.
 func (c *Config) LeaseOptions() []cerberus.Option {
+	opts := []cerberus.Option{cerberus.WithWatchdog(c.Lease.Watchdog)}
 	if c.Lease.TTL > 0 {
-		return []cerberus.Option{cerberus.WithTTL(c.Lease.TTL)}
+		opts = []cerberus.Option{cerberus.WithTTL(c.Lease.TTL)}
 	}
-	return []cerberus.Option{cerberus.WithWatchdog(c.Lease.Watchdog)}
+	if c.Lease.HoldLimit > 0 {
+		opts = append(opts, cerberus.WithHoldLimit(c.Lease.HoldLimit))
+	}
+	return opts
 }
 
 // Service is a running configuration: a Client over a failover.Manager of the

@@ -213,6 +213,10 @@ func (c *Config) validatePolicy() []error {
 		add("lease.watchdog: must be within [%v, %v], got %v", engine.MinTTL, engine.MaxTTL,
 			c.Lease.Watchdog)
 	}
+	if h := c.Lease.HoldLimit; h != 0 && (h < engine.MinTTL || h > engine.MaxTTL) {
+		add("lease.hold_limit: must be 0 (no limit) or within [%v, %v], got %v", engine.MinTTL,
+			engine.MaxTTL, h)
+	}
 	return errs
 }
 
