@@ -108,7 +108,7 @@
 // MaxConns with New), and all engines together by the server's
 // max_connections. Further acquisitions wait, cancellably, for a
 // connection. A connection goes back to the pool only once its lease has
-// released the lock and reset the session's idle_session_timeout;
+// released the lock and put back the session's idle_session_timeout;
 // otherwise it is closed, which ends its server session and every
 // advisory lock of the session with it. Behind PgBouncer, the session
 // strategy needs session pooling; use the lease strategy with transaction
@@ -186,7 +186,7 @@
 // "<table>_sessions" that belong to a backend holding the key's advisory
 // lock now (a join on pg_locks by pid, database, classid, objid), in token
 // order. A holder row is written in the grant's statement, once the lock
-// is held, and deleted in the same round trip that releases it; a holder
+// is held, and cleared in the statement that releases it; a holder
 // whose session ended without a release (a crash, a kill, the idle
 // cut-off) leaves a row that Holders does not list, and that the next
 // grant on a backend with the same pid overwrites. The table holds at

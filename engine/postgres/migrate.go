@@ -68,7 +68,7 @@ func schema(table string) []string {
 			"token bigint NOT NULL)",
 		// Unlogged: a holder row means something only while its backend
 		// holds the advisory lock, which no crash or standby keeps either,
-		// so the rows need no WAL, and a release that deletes one waits
+		// so the rows need no WAL, and a release that clears one waits
 		// for no log flush. Keyed by backend pid: a session holds at most
 		// one lease, and a grant overwrites whatever row a crashed backend
 		// with the same pid left. No index on lock_key: the table holds a
@@ -125,7 +125,7 @@ type queries struct {
 	undo, readerUndo, holders                         string
 	// session strategy
 	grantWait, grantWaitShared, grantTry, grantTryShared string
-	sessionHolders, holdersTable                         string
+	releaseExclusive, releaseShared, sessionHolders      string
 }
 
 // buildQueries returns the statements on table and its "_readers",
@@ -211,8 +211,8 @@ const clockTicks = "((extract(epoch FROM clock_timestamp()) * 1000000)::bigint -
 // advisory lock functions on $1) and, if ok, sets the session's
 // idle_session_timeout to $2 (the lease period in milliseconds, kept after
 // the statement), draws the token of key $3 in f and records the holder
-// (mode $4, value $5) in h; it answers ok and the token (NULL when not
-// ok). Each step reads the one before it, so the lock is held before
+// (mode $4, value $5) in h; it answers ok, the token (NULL when not ok)
+// and the session's idle_session_timeout from before, for the release. Each step reads the one before it, so the lock is held before
 // anything is written:
 //
 //   - the token is max(counter + 1, the server's clock in 8µs ticks), so
@@ -228,9 +228,13 @@ const clockTicks = "((extract(epoch FROM clock_timestamp()) * 1000000)::bigint -
 //     synchronous_commit off for its own transaction, and a grant waits
 //     for no WAL flush;
 //   - the holder row is keyed by the backend's pid, so the grant replaces
-//     a row a crashed backend with the same pid left.
+//     a row a crashed backend with the same pid left, or the row its own
+//     last release cleared: an update of one row that changes no index
+//     (a HOT update), where a delete and an insert would leave index
+//     entries behind for every grant until vacuum.
 func sessionGrant(lock, f, h string) string {
-	return "WITH l AS MATERIALIZED (" + lock + "), " +
+	return "WITH l AS MATERIALIZED (SELECT x.ok, current_setting('idle_session_timeout') AS idle " +
+		"FROM (" + lock + ") AS x), " +
 		"s AS MATERIALIZED (SELECT set_config('idle_session_timeout', $2, false), " +
 		"set_config('synchronous_commit', 'off', true), " + clockTicks + " AS c FROM l WHERE l.ok), " +
 		"t AS (INSERT INTO " + f + " AS f (lock_key, token) SELECT $3::text, greatest(1, s.c) FROM s " +
@@ -239,7 +243,7 @@ func sessionGrant(lock, f, h string) string {
 		"SELECT pg_backend_pid(), $3::text, $4::smallint, t.token, $5::text FROM t " +
 		"ON CONFLICT (pid) DO UPDATE SET lock_key = excluded.lock_key, mode = excluded.mode, " +
 		"token = excluded.token, value = excluded.value RETURNING token) " +
-		"SELECT l.ok, (SELECT r.token FROM r) FROM l"
+		"SELECT l.ok, (SELECT r.token FROM r), l.idle FROM l"
 }
 
 // session fills in the session strategy's statements; f is the quoted
@@ -249,9 +253,17 @@ func (q *queries) session(f, h string) {
 	q.grantWaitShared = sessionGrant("SELECT true AS ok FROM pg_advisory_lock_shared($1::bigint)", f, h)
 	q.grantTry = sessionGrant("SELECT g.ok FROM pg_try_advisory_lock($1::bigint) AS g(ok)", f, h)
 	q.grantTryShared = sessionGrant("SELECT g.ok FROM pg_try_advisory_lock_shared($1::bigint) AS g(ok)", f, h)
+	// The release: clear the session's holder row (its key set to '',
+	// which no key is), unlock $1 and put back the session's
+	// idle_session_timeout, $2, as the grant found it.
+	release := func(fn string) string {
+		return "WITH d AS (UPDATE " + h + " SET lock_key = '' WHERE pid = pg_backend_pid()) " +
+			"SELECT " + fn + "($1::bigint), set_config('idle_session_timeout', $2, false)"
+	}
+	q.releaseExclusive = release("pg_advisory_unlock")
+	q.releaseShared = release("pg_advisory_unlock_shared")
 	// The holder rows that count: those whose backend holds the advisory
 	// lock now.
 	q.sessionHolders = "SELECT h.mode::int, h.token, coalesce(h.value, '') FROM " + h + " AS h " +
 		"WHERE h.lock_key = $1 AND " + heldBy(2) + " ORDER BY h.token"
-	q.holdersTable = h
 }

@@ -128,6 +128,7 @@ func (e *Engine) stopErr(ctx context.Context) error {
 type grantResult struct {
 	ok    bool
 	token uint64
+	idle  string // the session's idle_session_timeout before the grant
 	err   error
 }
 
@@ -166,7 +167,7 @@ func (e *Engine) lockOn(ctx context.Context, c *pgxpool.Conn, req engine.Request
 		var r grantResult
 		var token *int64
 		r.err = c.QueryRow(qctx, q, h, idleTimeout(req.TTL), req.Key, int(req.Mode),
-			req.Value).Scan(&r.ok, &token)
+			req.Value).Scan(&r.ok, &token, &r.idle)
 		if r.err == nil && r.ok {
 			if token == nil {
 				r.err = errors.New("the grant drew no token")
@@ -252,7 +253,7 @@ func (e *Engine) grantSession(ctx context.Context, c *pgxpool.Conn, req engine.R
 		return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out",
 			engine.ErrNotAcquired, req.Key, req.TTL)
 	}
-	l := &sessionLease{e: e, key: req.Key, mode: req.Mode, token: r.token, hash: h,
+	l := &sessionLease{e: e, key: req.Key, mode: req.Mode, token: r.token, hash: h, idle: r.idle,
 		ttl: req.TTL, renew: req.Renew, sig: engine.NewSignal(req.OnLost), stop: make(chan struct{}),
 		conn: c, validFrom: sent}
 	if err := e.frame.Track(l, func() error {
@@ -283,6 +284,7 @@ type sessionLease struct {
 	mode  engine.Mode
 	token uint64
 	hash  int64
+	idle  string // the session's idle_session_timeout to put back
 	ttl   time.Duration
 	renew bool
 	sig   *engine.Signal
@@ -374,30 +376,21 @@ func (l *sessionLease) take() *pgxpool.Conn {
 	return c
 }
 
-// unlock removes the session's holder row, releases the advisory lock and
-// resets the session's idle_session_timeout, in one simple-protocol round
-// trip (the key is a number, safe to inline). It reports whether the
-// session held the lock.
+// unlock clears the session's holder row, releases the advisory lock and
+// puts back the session's idle_session_timeout, in one statement. It
+// reports whether the session held the lock.
 func (l *sessionLease) unlock(c *pgxpool.Conn) (held bool, err error) {
-	fn := "pg_advisory_unlock"
+	q := l.e.q.releaseExclusive
 	if l.mode == engine.Shared {
-		fn = "pg_advisory_unlock_shared"
+		q = l.e.q.releaseShared
 	}
-	sql := "DELETE FROM " + l.e.q.holdersTable + " WHERE pid = pg_backend_pid(); " +
-		"SELECT " + fn + "(" + strconv.FormatInt(l.hash, 10) + "); RESET idle_session_timeout"
 	ctx, cancel := l.e.core.OpCtx()
 	defer cancel()
-	results, err := c.Conn().PgConn().Exec(ctx, sql).ReadAll()
-	if err != nil {
-		return false, err
-	}
-	if len(results) != 3 || len(results[1].Rows) != 1 || len(results[1].Rows[0]) != 1 {
-		return false, fmt.Errorf("unexpected answer to the release (%d results)", len(results))
-	}
-	return string(results[1].Rows[0][0]) == "t", nil
+	err = c.QueryRow(ctx, q, l.hash, l.idle).Scan(&held, nil)
+	return held, err
 }
 
-// Release deletes the holder row and releases the advisory lock on the
+// Release clears the holder row and releases the advisory lock on the
 // pinned connection, which goes back to the pool. A lease that has ended
 // (expired, lost, released) returns an error wrapping engine.ErrNotHeld;
 // so does one whose connection fails now: the connection is closed, which

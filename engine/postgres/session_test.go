@@ -465,7 +465,8 @@ func TestPausedHolderCutOff(t *testing.T) {
 // TestGrantCommitsAsync: the grant statement sets synchronous_commit off
 // for its own transaction only (so a grant waits for no WAL flush; the
 // token rests on the server's clock, see sessionGrant): off inside the
-// grant's transaction, the session's own setting after it.
+// grant's transaction, the session's own setting after it. The release
+// puts back the session's idle_session_timeout.
 func TestGrantCommitsAsync(t *testing.T) {
 	dsn := testDSN(t)
 	table := testTable(t, dsn)
@@ -496,7 +497,7 @@ func TestGrantCommitsAsync(t *testing.T) {
 		t.Helper()
 		var ok bool
 		var token *int64
-		err := q.QueryRow(ctx, e.q.grantTry, e.cfg.hash("async"), "60000", "async", 0, "").Scan(&ok, &token)
+		err := q.QueryRow(ctx, e.q.grantTry, e.cfg.hash("async"), "60000", "async", 0, "").Scan(&ok, &token, nil)
 		if err != nil || !ok || token == nil {
 			t.Fatalf("grant: %v, %v, %v", ok, token, err)
 		}
@@ -519,6 +520,28 @@ func TestGrantCommitsAsync(t *testing.T) {
 	grant(c)
 	if after := show(nil); after != def {
 		t.Errorf("synchronous_commit after a grant: %q, want the session's %q", after, def)
+	}
+	// The release puts back the idle_session_timeout the grant found.
+	var ok bool
+	var idle, was, now string
+	h := e.cfg.hash("async")
+	if _, err := c.Exec(ctx, "SET idle_session_timeout = '7min'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.QueryRow(ctx, "SHOW idle_session_timeout").Scan(&was); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.QueryRow(ctx, e.q.grantTry, h, "60000", "async", 0, "").Scan(&ok, nil, &idle); err != nil || !ok {
+		t.Fatalf("grant: %v, %v", ok, err)
+	}
+	if err := c.QueryRow(ctx, e.q.releaseExclusive, h, idle).Scan(&ok, nil); err != nil || !ok {
+		t.Fatalf("release: %v, %v", ok, err)
+	}
+	if err := c.QueryRow(ctx, "SHOW idle_session_timeout").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	if now != was {
+		t.Errorf("idle_session_timeout after a release: %q, want %q as before the grant", now, was)
 	}
 }
 
