@@ -147,8 +147,8 @@ func TestErrorsHidePassword(t *testing.T) {
 
 // TestGrantlessRole: a role that logs in but has no privileges on the
 // tables is refused with ErrAccessDenied (42501) by both strategies, and
-// the session strategy leaves no advisory lock behind (it had the lock
-// before the token draw was refused).
+// the session strategy leaves no advisory lock behind (its grant
+// statement takes the lock and writes the tables: refused as a whole).
 func TestGrantlessRole(t *testing.T) {
 	dsn := testDSN(t)
 	table := testTable(t, dsn)

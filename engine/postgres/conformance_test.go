@@ -23,8 +23,9 @@ func TestConformanceSession(t *testing.T) {
 		Unreachable: func() (engine.Engine, error) {
 			return Open(unreachableDSN, WithTable(table))
 		},
-		// The role logs in and takes the advisory lock (which needs no
-		// privilege), but the token draw is refused (42501).
+		// The role logs in, but the grant statement, which takes the
+		// advisory lock (no privilege needed) and writes the tables, is
+		// refused (42501).
 		AccessDenied: func() (engine.Engine, error) {
 			return Open(grantless, WithTable(table))
 		},

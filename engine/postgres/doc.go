@@ -33,11 +33,14 @@
 //     value.
 //   - "<table>_fences": the session strategy's token counter of each key,
 //     keyed by the full key.
-//   - "<table>_holders": one row per held session lease: key, owner,
-//     backend pid, mode, token and value, for Holders. The table is
-//     UNLOGGED: a row counts only while its backend holds the advisory
-//     lock, which a crash or a promoted standby does not keep either, so
-//     the rows need no WAL and a release waits for no log flush.
+//   - "<table>_sessions": one row per session holding a session lease,
+//     keyed by backend pid: key, mode, token and value, for Holders. The
+//     table is UNLOGGED: a row counts only while its backend holds the
+//     advisory lock, which a crash or a promoted standby does not keep
+//     either, so the rows need no WAL and a release waits for no log
+//     flush. (Versions before it kept "<table>_holders", keyed by owner;
+//     Migrate leaves that table alone, and an engine of this version does
+//     not list the leases of an older one.)
 //
 // The two strategies do not exclude each other: every process that locks
 // a key must use the same strategy and the same table.
@@ -68,14 +71,35 @@
 // keys' tokens. With 64 bits, a collision among a million live keys has a
 // chance of about 3e-8.
 //
-// Tokens: once the lock is held, one statement on the pinned connection
-// draws the key's next token, INSERT ... ON CONFLICT (lock_key) DO UPDATE
-// SET token = token + 1 RETURNING token in "<table>_fences", and records
-// the holder in "<table>_holders". It commits on its own, so the counter is
-// durable before Acquire returns (with the default synchronous_commit), and
-// the advisory lock orders the draws of exclusive grants: tokens strictly
-// increase across crashes of holders, restarts of the engine and restarts
-// of the server. Shared holders each draw a token of their own.
+// One round trip: the lock function, the token and the holder record are
+// one statement on the pinned connection. Its first step takes the lock;
+// only if it is granted do the later steps set the session's
+// idle_session_timeout, set the key's counter in "<table>_fences" to
+//
+//	max(counter + 1, clock)
+//
+// (INSERT ... ON CONFLICT (lock_key) DO UPDATE), which is Lease.Token, and
+// record the holder in "<table>_sessions". clock is the server's
+// clock_timestamp() in units of 8µs since 2025-01-01T00:00:00Z, read once
+// the lock is held (about 7.5e12 in 2026), the rule engine/redis follows.
+// The advisory lock orders a key's exclusive grants; shared holders each
+// draw a token of their own. A key is granted far less often than 125,000
+// times a second (a cycle is a round trip or two; one key takes a few
+// thousand uncontended cycles a second on the 2-core test machine), so the
+// counter stays at the clock or just above it, and a counter the server
+// forgets starts again above every token granted before it. So the
+// statement needs no durable commit: it sets synchronous_commit off for its
+// own transaction, and a grant waits for no WAL flush. A crash that loses
+// the last grants' commits, a standby promoted before it replayed them, a
+// counter row deleted or the table truncated: the next grant draws the
+// clock, above them (TestSessionTokensAfterCounterLost,
+// TestTokensAfterServerKill). This rests on one assumption: the clock of
+// the server that grants first after the loss is not behind the clock of
+// the one that granted last before it by more than the time between the
+// two grants (a restart does not step the clock back; a promoted
+// standby's clock is not behind the old primary's by more than the
+// failover took). While the counter is kept, tokens increase whatever the
+// clock does. Tokens fit in 48 bits until about 2096.
 //
 // Connections: each waiting or held session lease pins one pool
 // connection, so the number of session leases an engine holds or waits
@@ -84,7 +108,7 @@
 // MaxConns with New), and all engines together by the server's
 // max_connections. Further acquisitions wait, cancellably, for a
 // connection. A connection goes back to the pool only once its lease has
-// released the lock and reset the session's idle_session_timeout;
+// released the lock and put back the session's idle_session_timeout;
 // otherwise it is closed, which ends its server session and every
 // advisory lock of the session with it. Behind PgBouncer, the session
 // strategy needs session pooling; use the lease strategy with transaction
@@ -97,9 +121,9 @@
 // the grant have raced the cancel. Acquire returns after at most
 // kit.UndoWait; the rest goes on in the background, and Close waits for
 // it. A server that answers neither within the op timeout gets the
-// connection's socket closed. The statement that follows a grant (the
-// token draw and holder record) is bounded by ctx as well: if ctx ends
-// during it, the connection is closed, which frees the lock.
+// connection's socket closed. A grant statement that fails after its lock
+// was granted (any error) has its connection closed too, which frees the
+// lock.
 //
 // # Liveness of the session strategy
 //
@@ -118,8 +142,11 @@
 //
 // The local validity of a lease is anchored at the send time s of the last
 // statement that succeeded on its connection (the grant statement, then
-// each ping), and Done closes at s + TTL - engine.Margin(TTL). That is
-// never later than the server's cut-off:
+// each ping), and Done closes at s + TTL - engine.Margin(TTL). The grant
+// statement is sent before any wait for the lock, so when its answer
+// takes half the lease's life or more, Acquire pings the connection
+// first, and the ping is the anchor. That is never later than the
+// server's cut-off:
 //
 //  1. The server receives that statement at r >= s and completes it at
 //     c >= r; only then is the session idle, and only then does the
@@ -143,8 +170,9 @@
 // and the engine never leaves a pinned session in one; while a waiter's
 // lock statement runs the session is not idle, so a waiter is never cut
 // while it waits, and a stopped waiter that is granted the lock is cut a
-// TTL after the grant: when it resumes, its token draw fails with SQLSTATE
-// 57P05 and it waits again on a new connection. A resumed holder's next
+// TTL after the grant: when it resumes, the grant's answer is late, the
+// ping that would confirm it fails, and it waits again on a new
+// connection. A resumed holder's next
 // ping fails, and its lease ends with engine.ErrLeaseLost. Limits().Floor
 // is 0: idle_session_timeout counts milliseconds, so every lease period in
 // [MinTTL, MaxTTL] is honoured.
@@ -155,12 +183,14 @@
 // lease strategy for semaphores.
 //
 // Holders for the session strategy reads the key's rows in
-// "<table>_holders" that belong to a backend holding the key's advisory
+// "<table>_sessions" that belong to a backend holding the key's advisory
 // lock now (a join on pg_locks by pid, database, classid, objid), in token
-// order. A holder row is written under the lock, after the grant, and
-// deleted in the same round trip that releases it; a holder whose session
-// ended without a release (a crash, a kill, the idle cut-off) leaves a row
-// that Holders does not list, and that the key's next grant removes.
+// order. A holder row is written in the grant's statement, once the lock
+// is held, and cleared in the statement that releases it; a holder
+// whose session ended without a release (a crash, a kill, the idle
+// cut-off) leaves a row that Holders does not list, and that the next
+// grant on a backend with the same pid overwrites. The table holds at
+// most one row per backend pid.
 //
 // # Lease strategy (StrategyLease)
 //

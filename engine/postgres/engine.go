@@ -70,7 +70,7 @@ type config struct {
 }
 
 // WithTable sets the lock table's name. The engine also uses the tables
-// "<name>_readers" (lease strategy), "<name>_fences" and "<name>_holders"
+// "<name>_readers" (lease strategy), "<name>_fences" and "<name>_sessions"
 // (session strategy). The name must be 1 to 48 ASCII letters, digits or
 // underscores, starting with a letter or an underscore; Open and New refuse
 // anything else before any I/O. The default is DefaultTable.
@@ -91,9 +91,9 @@ func WithStrategy(s Strategy) Option { return func(c *config) { c.strategy = s }
 func WithMaxConns(n int) Option { return func(c *config) { c.maxConns = n } }
 
 // WithOpTimeout bounds each statement the engine sends that does not wait
-// for a lock (grants of the lease strategy, token draws, releases,
-// renewals), the connection of a new session to the server, and Ping. The
-// default is DefaultOpTimeout (10s).
+// for a lock (grants of the lease strategy, releases, renewals, the ping
+// that confirms a late session grant), the connection of a new session to
+// the server, and Ping. The default is DefaultOpTimeout (10s).
 func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeout = d } }
 
 // WithBackoff sets the polling delays of a waiting lease-strategy Acquire:

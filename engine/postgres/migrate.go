@@ -7,8 +7,9 @@ import (
 	"github.com/cerberus-go/cerberus/engine"
 )
 
-// maxTableLen leaves room for the longest suffix, "_holders_key", within
-// PostgreSQL's 63-byte identifier limit.
+// maxTableLen leaves room for the longest suffix, "_sessions_pkey" (and
+// "_holders_key" of older versions), within PostgreSQL's 63-byte
+// identifier limit.
 const maxTableLen = 48
 
 // checkTable accepts 1 to maxTableLen ASCII letters, digits and
@@ -37,11 +38,14 @@ func checkTable(t string) error {
 //     expires_at is always computed by the server, now() plus the lease
 //     period; ttl_us keeps the period so that one renewal statement
 //     extends every lease by its own.
-//   - "<table>_fences": the session strategy's token counter of each key.
-//   - "<table>_holders": one row per held session lease, written under the
-//     advisory lock, for Holders.
+//   - "<table>_fences": the session strategy's token counter of each key
+//     (logged, though grants commit it without waiting for a WAL flush:
+//     see sessionGrant).
+//   - "<table>_sessions": one row per session holding a session lease,
+//     written under the advisory lock, for Holders. (Versions before it
+//     used "<table>_holders", keyed by owner, which Migrate leaves alone.)
 func schema(table string) []string {
-	t, r, f, h := quote(table), quote(table+"_readers"), quote(table+"_fences"), quote(table+"_holders")
+	t, r, f, h := quote(table), quote(table+"_readers"), quote(table+"_fences"), quote(table+"_sessions")
 	return []string{
 		"CREATE TABLE IF NOT EXISTS " + t + " (" +
 			"lock_key text COLLATE \"C\" NOT NULL PRIMARY KEY," +
@@ -64,16 +68,18 @@ func schema(table string) []string {
 			"token bigint NOT NULL)",
 		// Unlogged: a holder row means something only while its backend
 		// holds the advisory lock, which no crash or standby keeps either,
-		// so the rows need no WAL, and a release that deletes one waits
-		// for no log flush.
+		// so the rows need no WAL, and a release that clears one waits
+		// for no log flush. Keyed by backend pid: a session holds at most
+		// one lease, and a grant overwrites whatever row a crashed backend
+		// with the same pid left. No index on lock_key: the table holds a
+		// row per session, so Holders' scan is short, and a grant
+		// maintains one index only.
 		"CREATE UNLOGGED TABLE IF NOT EXISTS " + h + " (" +
-			"owner text COLLATE \"C\" NOT NULL PRIMARY KEY," +
+			"pid integer NOT NULL PRIMARY KEY," +
 			"lock_key text COLLATE \"C\" NOT NULL," +
-			"pid integer NOT NULL," +
 			"mode smallint NOT NULL," +
 			"token bigint NOT NULL," +
 			"value text NULL)",
-		"CREATE INDEX IF NOT EXISTS " + quote(table+"_holders_key") + " ON " + h + " (lock_key)",
 	}
 }
 
@@ -82,7 +88,7 @@ func quote(ident string) string { return `"` + ident + `"` }
 
 // Migrate creates the engine's tables if they do not exist: the lock
 // table and "<table>_readers" for the lease strategy, "<table>_fences" and
-// "<table>_holders" for the session strategy (both, whatever the engine's
+// "<table>_sessions" for the session strategy (both, whatever the engine's
 // strategy). It runs in one transaction under a transaction-level advisory
 // lock, so it is idempotent and safe to run from many processes at once
 // (CREATE TABLE IF NOT EXISTS alone is not, on PostgreSQL), and it needs
@@ -118,16 +124,16 @@ type queries struct {
 	release, readerRelease, renew, readerRenew        string
 	undo, readerUndo, holders                         string
 	// session strategy
-	lockWait, lockWaitShared, lockTry, lockTryShared string
-	sessionGrant, sessionHolders, holdersTable       string
+	grantWait, grantWaitShared, grantTry, grantTryShared string
+	releaseExclusive, releaseShared, sessionHolders      string
 }
 
 // buildQueries returns the statements on table and its "_readers",
-// "_fences" and "_holders" tables.
+// "_fences" and "_sessions" tables.
 func buildQueries(table string) queries {
 	var q queries
 	q.lease(quote(table), quote(table+"_readers"))
-	q.session(quote(table+"_fences"), quote(table+"_holders"))
+	q.session(quote(table+"_fences"), quote(table+"_sessions"))
 	return q
 }
 
@@ -193,34 +199,71 @@ func heldBy(n int) string {
 		"AND l.classid::bigint = $%d AND l.objid::bigint = $%d AND l.objsubid = 1)", n, n+1)
 }
 
+// clockTicks is the server's clock, clock_timestamp(), in 8µs ticks since
+// 2025-01-01T00:00:00Z, computed exactly: extract returns numeric (on
+// PostgreSQL 14 and later), whose microseconds fit a bigint, and
+// 1735689600 * 10^6 is a multiple of 8, so the bigint division is the
+// floor for every time after the epoch.
+const clockTicks = "((extract(epoch FROM clock_timestamp()) * 1000000)::bigint - 1735689600000000) / 8"
+
+// sessionGrant returns the session strategy's grant: one statement, so one
+// round trip, that runs lock (a SELECT of one row, ok, from one of the
+// advisory lock functions on $1) and, if ok, sets the session's
+// idle_session_timeout to $2 (the lease period in milliseconds, kept after
+// the statement), draws the token of key $3 in f and records the holder
+// (mode $4, value $5) in h; it answers ok, the token (NULL when not ok)
+// and the session's idle_session_timeout from before, for the release. Each step reads the one before it, so the lock is held before
+// anything is written:
+//
+//   - the token is max(counter + 1, the server's clock in 8µs ticks), so
+//     a counter the server loses (a crash before the commit reached the
+//     disk, a standby promoted without it, a row deleted) starts again
+//     above every token before it, as long as the server's clock does not
+//     step back across the loss; the advisory lock orders a key's
+//     exclusive grants. INSERT ... ON CONFLICT DO UPDATE locks and updates
+//     the latest version of the counter row even if it committed after the
+//     statement's snapshot (taken before a wait for the lock), so no draw
+//     is missed;
+//   - so the counter needs no durable commit: the statement sets
+//     synchronous_commit off for its own transaction, and a grant waits
+//     for no WAL flush;
+//   - the holder row is keyed by the backend's pid, so the grant replaces
+//     a row a crashed backend with the same pid left, or the row its own
+//     last release cleared: an update of one row that changes no index
+//     (a HOT update), where a delete and an insert would leave index
+//     entries behind for every grant until vacuum.
+func sessionGrant(lock, f, h string) string {
+	return "WITH l AS MATERIALIZED (SELECT x.ok, current_setting('idle_session_timeout') AS idle " +
+		"FROM (" + lock + ") AS x), " +
+		"s AS MATERIALIZED (SELECT set_config('idle_session_timeout', $2, false), " +
+		"set_config('synchronous_commit', 'off', true), " + clockTicks + " AS c FROM l WHERE l.ok), " +
+		"t AS (INSERT INTO " + f + " AS f (lock_key, token) SELECT $3::text, greatest(1, s.c) FROM s " +
+		"ON CONFLICT (lock_key) DO UPDATE SET token = greatest(f.token + 1, excluded.token) RETURNING token), " +
+		"r AS (INSERT INTO " + h + " (pid, lock_key, mode, token, value) " +
+		"SELECT pg_backend_pid(), $3::text, $4::smallint, t.token, $5::text FROM t " +
+		"ON CONFLICT (pid) DO UPDATE SET lock_key = excluded.lock_key, mode = excluded.mode, " +
+		"token = excluded.token, value = excluded.value RETURNING token) " +
+		"SELECT l.ok, (SELECT r.token FROM r), l.idle FROM l"
+}
+
 // session fills in the session strategy's statements; f is the quoted
 // fences table, h the quoted holders table.
 func (q *queries) session(f, h string) {
-	// The lock statements on the pinned connection: $1 is the advisory
-	// key, $2 the session's idle_session_timeout in milliseconds (the
-	// lease period).
-	q.lockWait = "SELECT set_config('idle_session_timeout', $2, false) FROM pg_advisory_lock($1)"
-	q.lockWaitShared = "SELECT set_config('idle_session_timeout', $2, false) FROM pg_advisory_lock_shared($1)"
-	// A TryLock sets the timeout only if it got the lock, so that a
-	// refused one leaves the session as it was.
-	q.lockTry = "SELECT g.ok, CASE WHEN g.ok THEN set_config('idle_session_timeout', $2, false) END " +
-		"FROM pg_try_advisory_lock($1) AS g(ok)"
-	q.lockTryShared = "SELECT g.ok, CASE WHEN g.ok THEN set_config('idle_session_timeout', $2, false) END " +
-		"FROM pg_try_advisory_lock_shared($1) AS g(ok)"
-	// Once the advisory lock is held: draw the key's next token (durably:
-	// the statement commits on its own) and record the holder, in one
-	// statement. It first removes the key's holder rows that no longer
-	// count: those of this backend (a pid reused after a crashed holder)
-	// and those whose backend does not hold the advisory lock.
-	q.sessionGrant = "WITH tidy AS (DELETE FROM " + h + " AS h WHERE h.lock_key = $1::text AND " +
-		"(h.pid = pg_backend_pid() OR NOT " + heldBy(5) + ")), " +
-		"t AS (INSERT INTO " + f + " AS f (lock_key, token) VALUES ($1, 1) " +
-		"ON CONFLICT (lock_key) DO UPDATE SET token = f.token + 1 RETURNING token) " +
-		"INSERT INTO " + h + " (owner, lock_key, pid, mode, token, value) " +
-		"SELECT $2::text, $1::text, pg_backend_pid(), $3::smallint, t.token, $4::text FROM t RETURNING token"
+	q.grantWait = sessionGrant("SELECT true AS ok FROM pg_advisory_lock($1::bigint)", f, h)
+	q.grantWaitShared = sessionGrant("SELECT true AS ok FROM pg_advisory_lock_shared($1::bigint)", f, h)
+	q.grantTry = sessionGrant("SELECT g.ok FROM pg_try_advisory_lock($1::bigint) AS g(ok)", f, h)
+	q.grantTryShared = sessionGrant("SELECT g.ok FROM pg_try_advisory_lock_shared($1::bigint) AS g(ok)", f, h)
+	// The release: clear the session's holder row (its key set to '',
+	// which no key is), unlock $1 and put back the session's
+	// idle_session_timeout, $2, as the grant found it.
+	release := func(fn string) string {
+		return "WITH d AS (UPDATE " + h + " SET lock_key = '' WHERE pid = pg_backend_pid()) " +
+			"SELECT " + fn + "($1::bigint), set_config('idle_session_timeout', $2, false)"
+	}
+	q.releaseExclusive = release("pg_advisory_unlock")
+	q.releaseShared = release("pg_advisory_unlock_shared")
 	// The holder rows that count: those whose backend holds the advisory
 	// lock now.
 	q.sessionHolders = "SELECT h.mode::int, h.token, coalesce(h.value, '') FROM " + h + " AS h " +
 		"WHERE h.lock_key = $1 AND " + heldBy(2) + " ORDER BY h.token"
-	q.holdersTable = h
 }

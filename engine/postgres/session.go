@@ -65,8 +65,9 @@ func (e *Engine) unpin(c *pgxpool.Conn, reuse bool) {
 	<-e.pins
 }
 
-// acquireSession takes the key's advisory lock on a pinned connection,
-// then draws the token and records the holder on the same connection.
+// acquireSession grants req on a pinned connection: one statement takes
+// the key's advisory lock, draws the token and records the holder (see
+// sessionGrant), then grantSession makes the lease.
 func (e *Engine) acquireSession(ctx context.Context, req engine.Request) (engine.Lease, error) {
 	h := e.cfg.hash(req.Key)
 	for try := 0; ; try++ {
@@ -74,30 +75,36 @@ func (e *Engine) acquireSession(ctx context.Context, req engine.Request) (engine
 		if err != nil {
 			return nil, e.stopOr(ctx, "acquire", req.Key, err)
 		}
-		ok, err, stopped := e.lockOn(ctx, c, req, h)
+		r, sent, stopped := e.lockOn(ctx, c, req, h)
 		switch {
 		case stopped:
 			return nil, e.stopErr(ctx) // lockOn dropped c
-		case err != nil && transient(err) && req.Wait && try < 100:
-			e.unpin(c, true) // the lock statement failed: nothing is held
-			continue
-		case err != nil:
+		case r.err != nil:
+			// The statement may have failed after the lock was taken:
+			// closing the connection frees it.
 			e.unpin(c, false)
-			return nil, e.opErr(ctx, "acquire", req.Key, err)
-		case !ok:
-			e.unpin(c, true)
+			if transient(r.err) && req.Wait && try < 100 {
+				continue
+			}
+			return nil, e.opErr(ctx, "acquire", req.Key, r.err)
+		case !r.ok:
+			e.unpin(c, true) // refused: the session is as it was
 			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
 		}
-		l, err := e.grantSession(ctx, c, req, h)
-		if err != nil && sqlState(err) == "57P05" && req.Wait && ctx.Err() == nil && try < 100 {
+		l, err := e.grantSession(ctx, c, req, h, r, sent)
+		if errors.Is(err, errCut) && req.Wait && ctx.Err() == nil && try < 100 {
 			// The session was cut for idling past the lease period
-			// between the grant and the token draw: this process was
-			// stopped meanwhile. Nothing is held; start again.
+			// after the grant: this process was stopped meanwhile.
+			// Nothing is held; start again.
 			continue
 		}
 		return l, err
 	}
 }
+
+// errCut is grantSession's error when the session did not survive a late
+// answer to its grant.
+var errCut = errors.New("the session ended after the grant")
 
 // stopOr is the error of an Acquire whose pin failed with err.
 func (e *Engine) stopOr(ctx context.Context, op, key string, err error) error {
@@ -118,50 +125,63 @@ func (e *Engine) stopErr(ctx context.Context) error {
 	return engine.ErrClosed
 }
 
-// lockOn runs the lock statement on c: pg_advisory_lock (or _shared) for a
-// waiting request, pg_try_advisory_lock for a TryLock, and sets the
-// session's idle_session_timeout to the lease period in the same
-// statement. The statement runs under a context of its own, so that pgx
-// never drops the connection mid-statement on the caller's cancellation.
-// If ctx ends or the engine closes first, lockOn returns stopped, after
-// waiting up to kit.UndoWait for the clean-up, and c is no longer the
-// caller's: a cancel request makes the server abandon the wait, and once
-// the statement has returned c is closed, which frees the lock should the
-// grant have come first. A server that answers neither the statement nor
-// the cancel request within the op timeout gets its socket closed.
-func (e *Engine) lockOn(ctx context.Context, c *pgxpool.Conn, req engine.Request,
-	h int64) (ok bool, err error, stopped bool) {
-	type result struct {
-		ok  bool
-		err error
+// grantResult is the answer to a grant statement.
+type grantResult struct {
+	ok    bool
+	token uint64
+	idle  string // the session's idle_session_timeout before the grant
+	err   error
+}
+
+// grantQuery is the grant statement for req.
+func (e *Engine) grantQuery(req engine.Request) string {
+	switch {
+	case req.Wait && req.Mode == engine.Shared:
+		return e.q.grantWaitShared
+	case req.Wait:
+		return e.q.grantWait
+	case req.Mode == engine.Shared:
+		return e.q.grantTryShared
 	}
-	res := make(chan result, 1)
+	return e.q.grantTry
+}
+
+// lockOn runs the grant statement on c (pg_advisory_lock or _shared for a
+// waiting request, pg_try_advisory_lock or _shared for a TryLock, then
+// the token and the holder row: see sessionGrant) and returns its answer
+// and its send time. The statement runs under a context of its own, so
+// that pgx never drops the connection mid-statement on the caller's
+// cancellation. If ctx ends or the engine closes first, lockOn returns
+// stopped, after waiting up to kit.UndoWait for the clean-up, and c is
+// no longer the caller's: a cancel request makes the server abandon the
+// wait, and once the statement has returned c is closed, which frees the
+// lock should the grant have come first. A server that answers neither the
+// statement nor the cancel request within the op timeout gets its socket
+// closed.
+func (e *Engine) lockOn(ctx context.Context, c *pgxpool.Conn, req engine.Request,
+	h int64) (r grantResult, sent time.Time, stopped bool) {
+	res := make(chan grantResult, 1)
 	qctx, qcancel := context.WithCancel(context.Background())
-	idle := idleTimeout(req.TTL)
+	q := e.grantQuery(req)
+	sent = time.Now()
 	go func() {
-		var r result
-		switch {
-		case req.Wait:
-			q := e.q.lockWait
-			if req.Mode == engine.Shared {
-				q = e.q.lockWaitShared
+		var r grantResult
+		var token *int64
+		r.err = c.QueryRow(qctx, q, h, idleTimeout(req.TTL), req.Key, int(req.Mode),
+			req.Value).Scan(&r.ok, &token, &r.idle)
+		if r.err == nil && r.ok {
+			if token == nil {
+				r.err = errors.New("the grant drew no token")
+			} else {
+				r.token = uint64(*token)
 			}
-			var set string
-			r.err = c.QueryRow(qctx, q, h, idle).Scan(&set)
-			r.ok = r.err == nil
-		default:
-			q := e.q.lockTry
-			if req.Mode == engine.Shared {
-				q = e.q.lockTryShared
-			}
-			r.err = c.QueryRow(qctx, q, h, idle).Scan(&r.ok, nil)
 		}
 		res <- r
 	}()
 	select {
 	case r := <-res:
 		qcancel()
-		return r.ok, r.err, false
+		return r, sent, false
 	case <-ctx.Done():
 	case <-e.frame.Closing():
 	}
@@ -180,38 +200,53 @@ func (e *Engine) lockOn(ctx context.Context, c *pgxpool.Conn, req engine.Request
 		}
 		e.unpin(c, false)
 	})
-	return false, nil, true
+	return grantResult{}, sent, true
 }
 
-// grantSession finishes a session grant on c, whose session holds the
-// advisory lock h: one statement draws the key's next token in
-// "<table>_fences" (committed on its own, so durable) and records the
-// holder in "<table>_holders". The lease is valid until the statement's
-// send time plus the lease period: the server's idle clock for the
-// session starts only once the statement has completed. The statement is
-// bounded by ctx as well as the op timeout, so that a grant that came
-// just before ctx's deadline does not keep the caller past it: if ctx
-// ends first, the connection is closed, which frees the lock (a drawn
-// token is skipped, and a holder row whose session holds no lock does not
-// count).
-func (e *Engine) grantSession(ctx context.Context, c *pgxpool.Conn, req engine.Request,
-	h int64) (engine.Lease, error) {
-	owner := e.core.Owner()
-	sctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
-	defer cancel()
-	sent := time.Now()
-	var token uint64
-	classid, objid := lockParts(h)
-	err := c.QueryRow(sctx, e.q.sessionGrant, req.Key, owner, int(req.Mode), req.Value,
-		classid, objid).Scan(&token)
-	if err != nil {
-		e.unpin(c, false)
-		if ctx.Err() != nil {
-			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
-		}
-		return nil, e.opErr(context.Background(), "acquire", req.Key, err)
+// anchor returns the time the validity of a lease granted on c by a
+// statement sent at sent runs from. That is sent itself, unless the answer
+// took half the lease's life or more (a long wait for the lock, or this
+// process was stopped): then a ping confirms that the session is alive,
+// which re-arms the server's idle clock, and the ping's send time is the
+// anchor. A ping that fails means the server cut the session (its lock
+// is gone): anchor returns an error wrapping errCut. It never closes c.
+func (e *Engine) anchor(ctx context.Context, c *pgxpool.Conn, ttl time.Duration,
+	sent time.Time) (time.Time, error) {
+	if time.Since(sent) < life(ttl)/2 {
+		return sent, nil
 	}
-	if time.Since(sent) >= life(req.TTL) {
+	pctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
+	defer cancel()
+	sent = time.Now()
+	if err := c.Ping(pctx); err != nil {
+		if ctx.Err() != nil {
+			return sent, errors.Join(engine.ErrNotAcquired, ctx.Err())
+		}
+		return sent, fmt.Errorf("%w: %w", errCut, err)
+	}
+	return sent, nil
+}
+
+// grantSession makes the lease of a grant r on c, whose session holds the
+// advisory lock h and whose statement was sent at sent. The lease is valid
+// until its anchor (see anchor) plus the lease period, less
+// engine.Margin: the server's idle clock for the session starts only once
+// the statement has completed. The ping anchor may send is bounded by ctx
+// as well as the op timeout, so that a grant that came just before ctx's
+// deadline does not keep the caller past it. On an error, c is closed,
+// which frees the lock (the drawn token is skipped, and a holder row whose
+// session holds no lock does not count).
+func (e *Engine) grantSession(ctx context.Context, c *pgxpool.Conn, req engine.Request,
+	h int64, r grantResult, sent time.Time) (engine.Lease, error) {
+	sent, err := e.anchor(ctx, c, req.TTL, sent)
+	switch {
+	case errors.Is(err, errCut):
+		e.unpin(c, false)
+		return nil, e.opErr(context.Background(), "acquire", req.Key, err)
+	case err != nil:
+		e.unpin(c, false)
+		return nil, err
+	case time.Since(sent) >= life(req.TTL):
 		// The answer came after the lease's period had run out (this
 		// process was stopped, or the network held it): the server may
 		// have cut the session since. Closing it frees the lock.
@@ -219,7 +254,7 @@ func (e *Engine) grantSession(ctx context.Context, c *pgxpool.Conn, req engine.R
 		return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out",
 			engine.ErrNotAcquired, req.Key, req.TTL)
 	}
-	l := &sessionLease{e: e, key: req.Key, mode: req.Mode, token: token, owner: owner, hash: h,
+	l := &sessionLease{e: e, key: req.Key, mode: req.Mode, token: r.token, hash: h, idle: r.idle,
 		ttl: req.TTL, renew: req.Renew, sig: kit.NewSignal(req.OnLost), stop: make(chan struct{}),
 		conn: c, validFrom: sent}
 	if err := e.frame.Track(l, func() error {
@@ -249,8 +284,8 @@ type sessionLease struct {
 	key   string
 	mode  engine.Mode
 	token uint64
-	owner string
 	hash  int64
+	idle  string // the session's idle_session_timeout to put back
 	ttl   time.Duration
 	renew bool
 	sig   *kit.Signal
@@ -260,9 +295,10 @@ type sessionLease struct {
 	conn  *pgxpool.Conn // nil once the lease has ended
 	timer *time.Timer   // ends the lease when its validity runs out
 	// validFrom is the send time of the last statement that succeeded on
-	// the pinned connection (the grant, then each ping): the server's idle
-	// clock for the session started after it, so the session lives at
-	// least until validFrom plus the lease period.
+	// the pinned connection (the grant, or the ping that confirmed a late
+	// one, then each watchdog ping): the server's idle clock for the
+	// session started after it, so the session lives at least until
+	// validFrom plus the lease period.
 	validFrom time.Time
 }
 
@@ -341,31 +377,21 @@ func (l *sessionLease) take() *pgxpool.Conn {
 	return c
 }
 
-// unlock removes the holder row, releases the advisory lock and resets the
-// session's idle_session_timeout, in one simple-protocol round trip (the
-// owner is hex digits and a dash, the key a number: both are safe to
-// inline). It reports whether the session held the lock, and whether c can
-// go back to the pool.
+// unlock clears the session's holder row, releases the advisory lock and
+// puts back the session's idle_session_timeout, in one statement. It
+// reports whether the session held the lock.
 func (l *sessionLease) unlock(c *pgxpool.Conn) (held bool, err error) {
-	fn := "pg_advisory_unlock"
+	q := l.e.q.releaseExclusive
 	if l.mode == engine.Shared {
-		fn = "pg_advisory_unlock_shared"
+		q = l.e.q.releaseShared
 	}
-	sql := "DELETE FROM " + l.e.q.holdersTable + " WHERE owner = '" + l.owner + "'; " +
-		"SELECT " + fn + "(" + strconv.FormatInt(l.hash, 10) + "); RESET idle_session_timeout"
 	ctx, cancel := l.e.core.OpCtx()
 	defer cancel()
-	results, err := c.Conn().PgConn().Exec(ctx, sql).ReadAll()
-	if err != nil {
-		return false, err
-	}
-	if len(results) != 3 || len(results[1].Rows) != 1 || len(results[1].Rows[0]) != 1 {
-		return false, fmt.Errorf("unexpected answer to the release (%d results)", len(results))
-	}
-	return string(results[1].Rows[0][0]) == "t", nil
+	err = c.QueryRow(ctx, q, l.hash, l.idle).Scan(&held, nil)
+	return held, err
 }
 
-// Release deletes the holder row and releases the advisory lock on the
+// Release clears the holder row and releases the advisory lock on the
 // pinned connection, which goes back to the pool. A lease that has ended
 // (expired, lost, released) returns an error wrapping engine.ErrNotHeld;
 // so does one whose connection fails now: the connection is closed, which

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cerberus-go/cerberus/engine"
@@ -68,10 +69,10 @@ func TestCollision(t *testing.T) {
 	if ly == nil {
 		t.FailNow()
 	}
-	// Tokens count per real key: the first grant of each key is 1.
-	if lx.Token() != 1 || ly.Token() != 1 {
-		t.Errorf("first tokens of %q and %q: %d and %d, want 1 and 1 (per-key counters)", x, y, lx.Token(), ly.Token())
-	}
+	// Tokens count per real key: each key's counter row holds its own
+	// last token.
+	pool := rawPool(t, dsn)
+	checkFences(t, pool, table, map[string]uint64{x: lx.Token(), y: ly.Token()})
 	mustHold(t, a, y, engine.Holder{Mode: engine.Exclusive, Token: ly.Token(), Value: "vy"})
 	mustHold(t, a, x)
 	if err := ly.Release(hangCtx(t)); err != nil {
@@ -81,9 +82,10 @@ func TestCollision(t *testing.T) {
 	// Shared leases of the two keys overlap, and Holders keeps them apart.
 	sx := acquireT(t, a, engine.Request{Key: x, Mode: engine.Shared, TTL: time.Minute, Renew: true, Value: "sx"})
 	sy := acquireT(t, c, engine.Request{Key: y, Mode: engine.Shared, TTL: time.Minute, Renew: true, Value: "sy"})
-	if sx.Token() != 2 || sy.Token() != 2 {
-		t.Errorf("second tokens: %d and %d, want 2 and 2", sx.Token(), sy.Token())
+	if sx.Token() <= lx.Token() || sy.Token() <= ly.Token() {
+		t.Errorf("second tokens: %d and %d, want above %d and %d", sx.Token(), sy.Token(), lx.Token(), ly.Token())
 	}
+	checkFences(t, pool, table, map[string]uint64{x: sx.Token(), y: sy.Token()})
 	mustHold(t, c, x, engine.Holder{Mode: engine.Shared, Token: sx.Token(), Value: "sx"})
 	mustHold(t, a, y, engine.Holder{Mode: engine.Shared, Token: sy.Token(), Value: "sy"})
 	if l, err := c.Acquire(hangCtx(t), try); !errors.Is(err, engine.ErrNotAcquired) {
@@ -138,6 +140,19 @@ func TestCollision(t *testing.T) {
 	wg.Wait()
 	if n := over.Load(); n > 0 {
 		t.Errorf("%d grants overlapped another holder of a colliding key", n)
+	}
+}
+
+// checkFences checks that each key's row in table's "_fences" holds the
+// token given for it.
+func checkFences(t *testing.T, pool *pgxpool.Pool, table string, want map[string]uint64) {
+	t.Helper()
+	for key, token := range want {
+		var got int64
+		err := pool.QueryRow(hangCtx(t), `SELECT token FROM "`+table+`_fences" WHERE lock_key = $1`, key).Scan(&got)
+		if err != nil || uint64(got) != token {
+			t.Errorf("counter of %q: %d (%v), want its own last token %d", key, got, err, token)
+		}
 	}
 }
 
@@ -269,7 +284,7 @@ func TestTerminatedHolder(t *testing.T) {
 		t.Errorf("OnLost got %v, want ErrLeaseLost", err)
 	}
 	var rows int
-	if err := pool.QueryRow(hangCtx(t), "SELECT count(*) FROM "+quote(table+"_holders")+" WHERE lock_key = $1",
+	if err := pool.QueryRow(hangCtx(t), "SELECT count(*) FROM "+quote(table+"_sessions")+" WHERE lock_key = $1",
 		key).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
@@ -444,5 +459,121 @@ func TestPausedHolderCutOff(t *testing.T) {
 	}
 	if err := l.Release(hangCtx(t)); err != nil {
 		t.Errorf("the new holder's release: %v", err)
+	}
+}
+
+// TestGrantCommitsAsync: the grant statement sets synchronous_commit off
+// for its own transaction only (so a grant waits for no WAL flush; the
+// token rests on the server's clock, see sessionGrant): off inside the
+// grant's transaction, the session's own setting after it. The release
+// puts back the session's idle_session_timeout.
+func TestGrantCommitsAsync(t *testing.T) {
+	dsn := testDSN(t)
+	table := testTable(t, dsn)
+	e := openT(t, dsn, WithTable(table))
+	ctx := hangCtx(t)
+	c, err := rawPool(t, dsn).Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	show := func(q pgx.Tx) string {
+		t.Helper()
+		var v string
+		var err error
+		if q != nil {
+			err = q.QueryRow(ctx, "SHOW synchronous_commit").Scan(&v)
+		} else {
+			err = c.QueryRow(ctx, "SHOW synchronous_commit").Scan(&v)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	grant := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) {
+		t.Helper()
+		var ok bool
+		var token *int64
+		err := q.QueryRow(ctx, e.q.grantTry, e.cfg.hash("async"), "60000", "async", 0, "").Scan(&ok, &token, nil)
+		if err != nil || !ok || token == nil {
+			t.Fatalf("grant: %v, %v, %v", ok, token, err)
+		}
+		if _, err := c.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	def := show(nil)
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant(tx)
+	if in := show(tx); in != "off" {
+		t.Errorf("synchronous_commit in the grant's transaction: %q, want off", in)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	grant(c)
+	if after := show(nil); after != def {
+		t.Errorf("synchronous_commit after a grant: %q, want the session's %q", after, def)
+	}
+	// The release puts back the idle_session_timeout the grant found.
+	var ok bool
+	var idle, was, now string
+	h := e.cfg.hash("async")
+	if _, err := c.Exec(ctx, "SET idle_session_timeout = '7min'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.QueryRow(ctx, "SHOW idle_session_timeout").Scan(&was); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.QueryRow(ctx, e.q.grantTry, h, "60000", "async", 0, "").Scan(&ok, nil, &idle); err != nil || !ok {
+		t.Fatalf("grant: %v, %v", ok, err)
+	}
+	if err := c.QueryRow(ctx, e.q.releaseExclusive, h, idle).Scan(&ok, nil); err != nil || !ok {
+		t.Fatalf("release: %v, %v", ok, err)
+	}
+	if err := c.QueryRow(ctx, "SHOW idle_session_timeout").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	if now != was {
+		t.Errorf("idle_session_timeout after a release: %q, want %q as before the grant", now, was)
+	}
+}
+
+// TestLongWaitKeepsItsPeriod: a waiter whose wait lasts several of its
+// lease periods (its one grant statement was sent long before the grant)
+// still gets a lease valid for about a period after Acquire returns: the
+// late answer is confirmed by a ping, whose send time anchors the lease.
+func TestLongWaitKeepsItsPeriod(t *testing.T) {
+	dsn := testDSN(t)
+	table := testTable(t, dsn)
+	a := openT(t, dsn, WithTable(table))
+	b := openT(t, dsn, WithTable(table))
+	key := "longwait/" + t.Name()
+	la := acquireT(t, a, sessionReq(key, time.Minute))
+	ttl := 300 * time.Millisecond
+	go func() {
+		time.Sleep(3 * ttl)
+		_ = la.Release(context.Background())
+	}()
+	req := sessionReq(key, ttl)
+	req.Renew = false
+	start := time.Now()
+	lb, err := b.Acquire(hangCtx(t), req)
+	if err != nil {
+		t.Fatalf("acquire after a wait of %v: %v", time.Since(start), err)
+	}
+	got := time.Now()
+	<-lb.Done()
+	if held := time.Since(got); held < ttl/2 {
+		t.Errorf("a lease of %v granted after a %v wait lasted %v, want about its period", ttl, got.Sub(start), held)
+	}
+	if lb.Token() <= la.Token() {
+		t.Errorf("token %d after %d", lb.Token(), la.Token())
 	}
 }

@@ -22,8 +22,12 @@ import (
 // restarts and after the server is killed with SIGKILL and restarted from
 // its data directory (crash recovery replays the WAL; the session
 // strategy's holder rows are in an unlogged table, which the recovery
-// empties, and hold no token that a later grant reads). They use only the
-// package's exported API.
+// empties, and hold no token that a later grant reads). The session
+// strategy commits its counter without waiting for a WAL flush, so a
+// crash may lose its last grants; its tokens then rest on the server's
+// clock, which every grant raises the counter to: TestTokenIsServerClock
+// and TestSessionTokensAfterCounterLost. They use only the package's
+// exported API.
 
 var strategies = []postgres.Strategy{postgres.StrategyLease, postgres.StrategySession}
 
@@ -57,7 +61,7 @@ func tokenTables(t *testing.T, dsn string) map[postgres.Strategy]string {
 		}
 		defer pool.Close()
 		for _, table := range out {
-			for _, suffix := range []string{"", "_readers", "_fences", "_holders"} {
+			for _, suffix := range []string{"", "_readers", "_fences", "_sessions"} {
 				_, _ = pool.Exec(ctx, `DROP TABLE IF EXISTS "`+table+suffix+`"`)
 			}
 		}
@@ -147,7 +151,9 @@ func TestTokensAfterClientRestart(t *testing.T) {
 // TestTokenTablesAreLogged: the tables that keep the tokens ("<table>" for
 // the lease strategy, "<table>_fences" for the session strategy) are
 // logged (relpersistence 'p'): crash recovery empties an unlogged table,
-// and the next token would start again from 1.
+// and the lease strategy's next token would start again from 1. (The
+// session strategy's would start again from the server's clock, but a
+// logged counter also survives a clean restart and reaches standbys.)
 func TestTokenTablesAreLogged(t *testing.T) {
 	dsn := testenv.PostgresDSN(t)
 	tables := tokenTables(t, dsn)
@@ -188,4 +194,57 @@ func TestTokensAfterServerKill(t *testing.T) {
 		t.Logf("%s: token before the kill %d, after the restart %d", s, last[s], after)
 		cycles(t, openOn(t, srv.DSN, tables[s], s), "kill", 3, after)
 	}
+}
+
+// ticks is t in the session strategy's token unit: 8µs ticks since
+// 2025-01-01T00:00:00Z.
+func ticks(t time.Time) uint64 { return uint64(t.UnixMicro()-1735689600000000) / 8 }
+
+// TestTokenIsServerClock: the first session-strategy token of a new key is
+// the server's clock in 8µs ticks since 2025-01-01T00:00:00Z, read between
+// the client's clock before and after the grant (the server runs on this
+// machine, so it shares the clock), and a later grant stays close to the
+// clock too.
+func TestTokenIsServerClock(t *testing.T) {
+	dsn := testenv.PostgresDSN(t)
+	e := openOn(t, dsn, tokenTables(t, dsn)[postgres.StrategySession], postgres.StrategySession)
+	for i := range 3 {
+		before := ticks(time.Now())
+		last := cycles(t, e, "clock", 1, 0)
+		after := ticks(time.Now())
+		if last < before || last > after {
+			t.Errorf("grant %d: token %d, want the server's clock, between %d and %d", i+1, last, before, after)
+		}
+	}
+}
+
+// TestSessionTokensAfterCounterLost: the session strategy's counters are
+// deleted under a holder (as a crash that lost the last commits, or a
+// standby promoted without them, would lose them): the holder's release
+// and the next grants go on above every earlier token, shared and
+// exclusive, because each grant raises the counter to the server's clock.
+func TestSessionTokensAfterCounterLost(t *testing.T) {
+	dsn := testenv.PostgresDSN(t)
+	table := tokenTables(t, dsn)[postgres.StrategySession]
+	e := openOn(t, dsn, table, postgres.StrategySession)
+	last := cycles(t, e, "lost", 10, 0)
+	held := grantOnce(t, e, engine.Request{Key: "lost", Mode: engine.Exclusive, TTL: 10 * time.Second})
+	if held.Token() <= last {
+		t.Fatalf("token %d after %d", held.Token(), last)
+	}
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(context.Background(), `TRUNCATE "`+table+`_fences"`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), restartWait)
+	defer cancel()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cycles(t, e, "lost", 10, held.Token())
+	cycles(t, openOn(t, dsn, table, postgres.StrategySession), "lost", 3, held.Token())
 }
