@@ -128,9 +128,9 @@
 // undone and Acquire fails). A waiter that crashed stops refreshing its
 // ticket, which expires 2s (or four times the longest backoff) after its
 // last refresh and is skipped from then on. Only the head of the queue
-// polls with grant attempts, backing off from 2.5ms doubling to 200ms
-// (half the first delay of WithBackoff, up to its longest), so a key held
-// long is not polled hard; the other waiters read their place with one
+// polls with grant attempts: eight at 2.5ms (half the first delay of
+// WithBackoff), then doubling to 200ms (its longest), so a key held long
+// is not polled hard; the other waiters read their place with one
 // SELECT that locks nothing, the second as often as the head, those
 // further back less. Within one engine only the first waiter on a key
 // polls at all; its refreshes renew every ticket of the engine on the key,

@@ -214,8 +214,8 @@
 // deletes the winner's ticket in its own transaction, a cancelled wait in
 // the background. A crashed waiter's ticket expires 2s (or four times the
 // longest backoff) after its last refresh and is skipped from then on.
-// Only the head of the queue polls with grant attempts, backing off from
-// half the first delay of WithBackoff (2.5ms) doubling to its longest
+// Only the head of the queue polls with grant attempts: eight at half the
+// first delay of WithBackoff (2.5ms), then doubling to its longest
 // (200ms); the others read their place with one statement, which also
 // refreshes the engine's tickets on the key a third of the way through
 // their life. Within one engine only the first waiter on a key polls, and

@@ -97,8 +97,8 @@ func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeou
 
 // WithBackoff sets the polling delays of a waiting lease-strategy
 // Acquire. The head of the key's queue re-tries its grant after min/2
-// (at least 500µs), then after twice the previous delay, capped at max,
-// with jitter in [d/2, d]; a waiter further back reads its place after
+// (at least 500µs) eight times, then after twice the previous delay,
+// capped at max, with jitter in [d/2, d]; a waiter further back reads its place after
 // min for each place between it and the second (at most a quarter of a
 // ticket's life). A waiter's ticket lives
 // four times max (at least 2s) between refreshes, which bounds how long a

@@ -28,8 +28,8 @@
 // costs the same statements as before, the queue check being part of
 // them.
 //
-// Only the head of the queue makes grant attempts, with a backoff from
-// half the engine's first delay doubling to its longest; the others read
+// Only the head of the queue makes grant attempts: headSteady of them at
+// half the engine's first delay, then doubling to its longest; the others read
 // their place (a count of the tickets ahead, which locks nothing), the
 // second at the head's shortest pause and those further back less often.
 // Within one engine the waiters on a key line up by ticket (lineup) and

@@ -134,7 +134,7 @@ func (c *Core) leave(req engine.Request, owner string, w *waiter, undo bool) {
 
 // pause waits delay before the next step if the waiter is the first of
 // the engine's waiters on key (or has no place in the line); at the head
-// of the queue it then doubles its backoff. Otherwise it waits until it
+// of the queue it then backs off (see headBackoff). Otherwise it waits until it
 // is first: the first one's refreshes keep its ticket alive meanwhile. A
 // ticket's life bounds each of those waits, so that a waiter whose first
 // one is stuck still looks at its own ticket.
@@ -153,7 +153,11 @@ func (c *Core) pause(ctx context.Context, key string, w *waiter, delay time.Dura
 			}
 			next, err := b.Pause(ctx, c.Frame.Closing(), changed, delay)
 			if w.a.Ticket != 0 && w.ahead == 0 {
+				w.headTries++
 				w.backoff = max(next, b.Min)
+				if w.headTries < headSteady {
+					w.backoff = b.Min
+				}
 			}
 			return err
 		}

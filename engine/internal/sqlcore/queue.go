@@ -66,6 +66,7 @@ type waiter struct {
 	refreshed time.Time     // before the statement that last set its tickets' expiry
 	ahead     int           // blocking tickets ahead at the last look; -1 if unknown
 	backoff   time.Duration // the next pause at the head of the queue
+	headTries int           // pauses at the head so far
 }
 
 // tries reports whether the waiter's next step is a grant attempt: it has
@@ -98,7 +99,7 @@ func (c *Core) queue(ctx context.Context, req engine.Request, owner string, w *w
 			}
 			if ahead == 0 {
 				if w.ahead != 0 {
-					w.ahead, w.backoff = 0, c.headBackoff().Min
+					w.ahead, w.backoff, w.headTries = 0, c.headBackoff().Min, 0
 					return 0, nil // at the head now: try at once
 				}
 				return w.backoff, nil
@@ -119,13 +120,18 @@ func (c *Core) queue(ctx context.Context, req engine.Request, owner string, w *w
 }
 
 // headBackoff is the pause between the grant attempts of the head of the
-// queue, where the next release is its grant: from half the engine's
-// first polling delay, doubling up to its longest, so that a key held a
-// while is not polled hard, and back to the shortest when a release by
+// queue, where the next release is its grant: half the engine's first
+// polling delay for the first headSteady pauses (the hold and release of
+// a hot key's holder), then doubling up to its longest, so that a key
+// held a while is not polled hard; back to the shortest when a release by
 // this engine kicks it.
 func (c *Core) headBackoff() engine.Backoff {
 	return engine.Backoff{Min: max(c.cfg.MinBackoff/2, 500*time.Microsecond), Max: c.cfg.MaxBackoff}
 }
+
+// headSteady is how many pauses the head of the queue makes at its
+// shortest before it backs off.
+const headSteady = 8
 
 // next is the pause of a waiter with ahead blocking tickets before it,
 // not at the head: second in the queue (which the next grant makes the
