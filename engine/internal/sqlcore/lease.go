@@ -108,15 +108,16 @@ func (c *Core) AcquireLease(ctx context.Context, req engine.Request) (engine.Lea
 }
 
 // leave takes a waiter out of the engine's lineup and, in the background
-// (bounded by engine.UndoWait for the caller), deletes its ticket if it
-// may have one and, with undo, clears a grant whose outcome is unknown.
+// (bounded by engine.UndoWait for the caller), deletes its tickets if it
+// may have one (its own, or one an Enqueue that failed may have made) and,
+// with undo, clears a grant whose outcome is unknown.
 func (c *Core) leave(req engine.Request, owner string, w *waiter, undo bool) {
 	if w.spot != nil {
 		c.line.leave(req.Key, w.spot)
 		w.spot = nil
 	}
-	queued := w.a.Ticket != 0
-	w.a.Ticket = 0
+	queued := w.a.Ticket != 0 || w.orphan
+	w.a.Ticket, w.orphan = 0, false
 	if !queued && !undo {
 		return
 	}

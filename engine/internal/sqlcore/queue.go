@@ -67,6 +67,7 @@ type waiter struct {
 	ahead     int           // blocking tickets ahead at the last look; -1 if unknown
 	backoff   time.Duration // the next pause at the head of the queue
 	headTries int           // pauses at the head so far
+	orphan    bool          // an Enqueue failed: a ticket of its owner may exist
 }
 
 // tries reports whether the waiter's next step is a grant attempt: it has
@@ -112,6 +113,7 @@ func (c *Core) queue(ctx context.Context, req engine.Request, owner string, w *w
 	}
 	t, err := c.d.Enqueue(qctx, req, owner, ttl)
 	if err != nil {
+		w.orphan = true // the insert may have been made: leave deletes it
 		return 0, err
 	}
 	w.a.Ticket, w.refreshed, w.ahead = t, start, -1
