@@ -136,16 +136,19 @@ func (c *Core) leave(req engine.Request, owner string, w *waiter, undo bool) {
 // pause waits delay before the next step if the waiter is the first of
 // the engine's waiters on key (or has no place in the line); at the head
 // of the queue it then backs off (see headBackoff). Otherwise it waits until it
-// is first: the first one's refreshes keep its ticket alive meanwhile. A
-// ticket's life bounds each of those waits, so that a waiter whose first
-// one is stuck still looks at its own ticket.
+// is first, and returns at once then: the first one's refreshes keep its
+// ticket alive meanwhile. Should those be late, it returns to look at its
+// own ticket, so that a waiter whose first one is stuck never hangs.
 func (c *Core) pause(ctx context.Context, key string, w *waiter, delay time.Duration) error {
 	t := time.NewTimer(c.ticketTTL())
 	defer t.Stop()
-	for {
+	for waited := false; ; waited = true {
 		first, changed := true, (<-chan struct{})(nil)
 		if w.spot != nil {
 			first, changed = c.line.first(key, w.spot)
+		}
+		if first && waited {
+			return nil // first just now: its delay is stale, look at once
 		}
 		if first {
 			b := c.backoff()
@@ -165,7 +168,10 @@ func (c *Core) pause(ctx context.Context, key string, w *waiter, delay time.Dura
 		select {
 		case <-changed:
 		case <-t.C:
-			return nil
+			if time.Since(c.line.refreshed(key)) >= c.ticketTTL()/2 {
+				return nil // the first one's refreshes are late: look
+			}
+			t.Reset(c.ticketTTL() / 3)
 		case <-ctx.Done():
 			return errors.Join(engine.ErrNotAcquired, ctx.Err())
 		case <-c.Frame.Closing():

@@ -83,7 +83,7 @@ func (w *waiter) tries() bool { return w.a.Ticket == 0 || w.ahead == 0 }
 func (c *Core) queue(ctx context.Context, req engine.Request, owner string, w *waiter) (time.Duration, error) {
 	ttl := c.ticketTTL()
 	start := time.Now()
-	refresh := start.Sub(w.refreshed) >= ttl/3
+	refresh := start.Sub(c.line.refreshed(req.Key)) >= ttl/3
 	if w.a.Ticket != 0 && w.ahead == 0 && !refresh {
 		return w.backoff, nil
 	}
@@ -96,7 +96,7 @@ func (c *Core) queue(ctx context.Context, req engine.Request, owner string, w *w
 		}
 		if present {
 			if refresh {
-				w.refreshed = start
+				c.line.setRefreshed(req.Key, start)
 			}
 			if ahead == 0 {
 				if w.ahead != 0 {
@@ -116,8 +116,8 @@ func (c *Core) queue(ctx context.Context, req engine.Request, owner string, w *w
 		w.orphan = true // the insert may have been made: leave deletes it
 		return 0, err
 	}
-	w.a.Ticket, w.refreshed, w.ahead = t, start, -1
-	w.spot = c.line.join(req.Key, t)
+	w.a.Ticket, w.ahead = t, -1
+	w.spot = c.line.join(req.Key, t, start)
 	return 0, nil
 }
 
@@ -159,13 +159,17 @@ type lineup struct {
 type line struct {
 	spots   []*spot       // by ticket
 	changed chan struct{} // closed and replaced at every change
+	// refreshed is a time before the statement that last set the expiry
+	// of every ticket of the line (a refresh, or the line's first ticket).
+	refreshed time.Time
 }
 
 // spot is one waiter's place in a line.
 type spot struct{ ticket uint64 }
 
-// join adds a waiter with ticket to key's line.
-func (u *lineup) join(key string, ticket uint64) *spot {
+// join adds a waiter with ticket, inserted by a statement sent after
+// sent, to key's line.
+func (u *lineup) join(key string, ticket uint64, sent time.Time) *spot {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.m == nil {
@@ -173,7 +177,7 @@ func (u *lineup) join(key string, ticket uint64) *spot {
 	}
 	ln := u.m[key]
 	if ln == nil {
-		ln = &line{changed: make(chan struct{})}
+		ln = &line{changed: make(chan struct{}), refreshed: sent}
 		u.m[key] = ln
 	}
 	s := &spot{ticket: ticket}
@@ -192,6 +196,26 @@ func cmpUint(a, b uint64) int {
 		return 1
 	}
 	return 0
+}
+
+// refreshed returns when key's line last had its tickets' expiry set (the
+// zero time if it has no line).
+func (u *lineup) refreshed(key string) time.Time {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if ln := u.m[key]; ln != nil {
+		return ln.refreshed
+	}
+	return time.Time{}
+}
+
+// setRefreshed records a refresh of key's line sent at sent.
+func (u *lineup) setRefreshed(key string, sent time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if ln := u.m[key]; ln != nil && sent.After(ln.refreshed) {
+		ln.refreshed = sent
+	}
 }
 
 // leave takes s out of key's line and tells the others.
