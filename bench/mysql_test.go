@@ -47,7 +47,7 @@ func mysqlSetup(b *testing.B) (dsn, table string) {
 			return
 		}
 		defer db.Close()
-		for _, s := range []string{"", "_readers", "_fences"} {
+		for _, s := range []string{"", "_readers", "_fences", "_queue"} {
 			_, _ = db.Exec("DROP TABLE IF EXISTS `" + table + s + "`")
 		}
 	})

@@ -22,10 +22,6 @@ func TestConformanceLease(t *testing.T) {
 	enginetest.Run(t, func() (engine.Engine, error) {
 		return Open(dsn, WithTable(table))
 	}, enginetest.Options{
-		// Measured 0.09 min/max across 8 engines: a fair mode needs a
-		// queue of tickets in the table (an open item of the liveness
-		// issue). The row strategy queues in InnoDB and passes.
-		Unordered: "lease-strategy waiters of different engines poll the row with a backoff; only waiters of one engine take turns",
 		Leftovers: heldLease(db, table),
 		Unreachable: func() (engine.Engine, error) {
 			return Open(unreachableDSN, WithTable(table))

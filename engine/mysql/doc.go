@@ -53,7 +53,8 @@
 //   - value VARBINARY(256): the exclusive holder's Request.Value.
 //
 // "<table>_readers" holds one row per shared lease, keyed by (key, owner),
-// with its own version, expires_at and value. "<table>_fences" holds the
+// with its own version, expires_at and value. "<table>_queue" holds the
+// lease strategy's waiters' tickets (below). "<table>_fences" holds the
 // row strategy's token counter of each key. Migrate adds the value columns
 // to tables made by an earlier version (MySQL has no ADD COLUMN IF NOT
 // EXISTS, so it asks information_schema first); run it once after
@@ -90,9 +91,9 @@
 // the key. A permit is a reader row with the lease
 // rules above: a crashed holder's permit counts until its expires_at, at
 // most its TTL after its last grant or renewal, on the server's clock.
-// Counted waiters poll like every lease waiter (below), with the same
-// fairness: waiters of one engine take turns in arrival order, waiters of
-// different engines race, and a cancelled wait has written nothing.
+// Counted waiters queue like every lease waiter (below), in arrival order
+// across processes: a permit that comes free goes to the first ticket,
+// and a cancelled wait deletes its ticket.
 // Limits().Counted is true for the lease strategy.
 //
 // Request.Value is written by the granting statement into the key row (a
@@ -116,23 +117,35 @@
 // never the wall clock). A grant whose answer arrives after that is refused
 // and cleared.
 //
-// Waiting polls: after a refused attempt a waiter sleeps 5ms, then twice as
-// long each time up to 200ms (WithBackoff), with jitter in [d/2, d]. That
-// costs latency: a waiter learns of a release up to one backoff delay late,
-// 200ms at worst once it has waited about half a second. Only one waiter
-// per key and engine polls at a time; the others queue in the engine and
-// take over in turn, and a release by the same engine wakes its poller at
-// once. So a process with hundreds of waiters on one hot key sends one
-// poller's statements, not hundreds (without this, the seckill demo's 1000
-// buyers on two keys did not finish in five minutes; with it, 3.4s).
-// Waiters of one engine take turns in arrival order, but waiters of
-// different engines (processes) race, and a holder that releases and asks
-// again at once often wins: 8 engines on one hot key got 14 to 152 grants
-// each (the conformance suite's fairness check, min/max 0.09). Use the
-// row strategy, which queues waiters inside InnoDB, when fairness across
-// processes or hand-over latency under contention matters. A waiter creates nothing
-// beyond the key's permanent row, and returns at once when ctx ends or the
-// engine closes. Every statement runs under its own op timeout rather than
+// Waiting queues, in arrival order across processes: a waiter refused
+// once inserts a ticket into "<table>_queue" (an AUTO_INCREMENT number,
+// an expiry on NOW(6)), and every grant statement is refused while an
+// unexpired ticket of the key ahead of the attempt's own blocks it (any
+// ticket for an exclusive or counted request, only writers' for a plain
+// shared one, so readers at the head go together). A holder that releases
+// and asks again at once so goes to the back. The winner deletes its
+// ticket: a shared grant in its transaction, an exclusive one in a second
+// statement after its one-statement UPDATE (if that fails, the grant is
+// undone and Acquire fails). A waiter that crashed stops refreshing its
+// ticket, which expires 2s (or four times the longest backoff) after its
+// last refresh and is skipped from then on. Only the head of the queue
+// polls with grant attempts: eight at 2.5ms (half the first delay of
+// WithBackoff), then doubling to 200ms (its longest), so a key held long
+// is not polled hard; the other waiters read their place with one
+// SELECT that locks nothing, the second as often as the head, those
+// further back less. Within one engine only the first waiter on a key
+// polls at all; its refreshes renew every ticket of the engine on the key,
+// and a release by the same engine wakes it at once. So a process with
+// hundreds of waiters on one hot key sends one poller's statements, not
+// hundreds (without this, the seckill demo's 1000 buyers on two keys did
+// not finish in five minutes). 8 engines on one hot key get 33 or 34
+// grants each (the conformance suite's fairness check, min/max 0.97; 0.13
+// without the queue). Fairness costs throughput: the key is idle between
+// a release and the head's next attempt, where a releasing holder used to
+// take it straight back; see the README's benchmark table. Tickets need
+// the queue table: run Migrate after upgrading. A waiter creates nothing
+// beyond the key's permanent row and its ticket, and returns at once when
+// ctx ends or the engine closes. Every statement runs under its own op timeout rather than
 // ctx, so a cancellation never leaves a grant half-known.
 //
 // # Row strategy (StrategyRow)

@@ -83,10 +83,15 @@ func WithTable(table string) Option { return func(c *config) { c.table = table }
 // refuses any other name before any I/O. The default is StrategyLease.
 func WithStrategy(s Strategy) Option { return func(c *config) { c.strategy = s } }
 
-// WithBackoff sets the polling delays of a waiting lease Acquire: the first
-// re-check comes after min, each later one after twice the previous delay,
-// capped at max, with jitter in [d/2, d]. The default is DefaultMinBackoff
-// to DefaultMaxBackoff. The row strategy does not poll: its waiters queue
+// WithBackoff sets the polling delays of a waiting lease-strategy
+// Acquire. The head of the key's queue re-tries its grant after min/2
+// (at least 500µs) eight times, then after twice the previous delay,
+// capped at max, with jitter in [d/2, d]; a waiter further back reads its place after
+// min for each place between it and the second (at most a quarter of a
+// ticket's life). A waiter's ticket lives
+// four times max (at least 2s) between refreshes, which bounds how long a
+// crashed waiter holds the queue up. The default is DefaultMinBackoff to
+// DefaultMaxBackoff. The row strategy does not poll: its waiters queue
 // inside InnoDB.
 func WithBackoff(min, max time.Duration) Option {
 	return func(c *config) { c.minBackoff, c.maxBackoff = min, max }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/internal/sqlcore"
 )
 
 // leaseSQL is the lease strategy's dialect: the statements that the shared
@@ -27,24 +29,30 @@ func (d leaseSQL) OpErr(ctx context.Context, op, key string, err error) error {
 	return d.e.opErr(ctx, op, key, err)
 }
 
-// Grant makes one attempt. known records that the key's row is known to
-// exist, which saves the INSERT on later attempts.
+// Grant makes one attempt. a.Known records that the key's row is known
+// to exist, which saves the INSERT on later attempts. An exclusive grant
+// made with a ticket deletes it in a second statement; if that fails, the
+// attempt fails (and the core undoes the grant and the ticket).
 func (d leaseSQL) Grant(ctx context.Context, req engine.Request, owner string,
-	known *bool) (uint64, bool, error) {
+	a *sqlcore.Attempt) (uint64, bool, error) {
 	e := d.e
 	ttl := req.TTL.Microseconds()
 	if req.Mode == engine.Shared {
-		return e.grantShared(ctx, req, owner, ttl)
+		return e.grantShared(ctx, req, owner, ttl, a)
 	}
-	res, err := e.db.ExecContext(ctx, e.q.grant, owner, ttl, req.Value, ttl, req.Key)
+	res, err := e.db.ExecContext(ctx, e.q.grant, owner, ttl, req.Value, ttl, req.Key, a.Bound(),
+		sqlcore.BlockedByAll(req))
 	if err != nil {
 		return 0, false, err
 	}
 	if n, _ := res.RowsAffected(); n == 1 {
 		id, err := res.LastInsertId()
+		if err == nil && a.Ticket != 0 {
+			_, err = e.db.ExecContext(ctx, e.q.ticketDone, a.Ticket)
+		}
 		return uint64(id), err == nil, err
 	}
-	if *known {
+	if a.Known {
 		return 0, false, nil
 	}
 	res, err = e.db.ExecContext(ctx, e.q.insert, req.Key, owner, ttl, req.Value, ttl)
@@ -54,7 +62,7 @@ func (d leaseSQL) Grant(ctx context.Context, req engine.Request, owner string,
 	if n, _ := res.RowsAffected(); n == 1 {
 		return 1, true, nil
 	}
-	*known = true
+	a.Known = true
 	return 0, false, nil
 }
 
@@ -64,15 +72,16 @@ func (d leaseSQL) Grant(ctx context.Context, req engine.Request, owner string,
 // commit, so the shared grants of a key run one at a time; a counted one
 // (req.Limit above 0) adds its row only while fewer than Limit unexpired
 // reader rows of the key exist, counted in the same statement
-// (readerAddCounted).
+// (readerAddCounted). A grant made with a ticket deletes it in the same
+// transaction.
 func (e *Engine) grantShared(ctx context.Context, req engine.Request, owner string,
-	ttl int64) (uint64, bool, error) {
+	ttl int64, a *sqlcore.Attempt) (uint64, bool, error) {
 	tx, err := e.db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, false, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	token, ok, err := e.bumpShared(ctx, tx, req.Key)
+	token, ok, err := e.bumpShared(ctx, tx, req, a)
 	if !ok || err != nil {
 		return 0, false, err
 	}
@@ -92,17 +101,25 @@ func (e *Engine) grantShared(ctx context.Context, req engine.Request, owner stri
 		req.Value); err != nil {
 		return 0, false, err
 	}
+	if a.Ticket != 0 {
+		if _, err := tx.ExecContext(ctx, e.q.ticketDone, a.Ticket); err != nil {
+			return 0, false, err
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return 0, false, err
 	}
 	return token, true, nil
 }
 
-// bumpShared raises the key row's version for a shared grant, in tx, if no
-// unexpired writer holds the key, and returns the new version. A key with
-// no row yet gets one with version 1.
-func (e *Engine) bumpShared(ctx context.Context, tx *sql.Tx, key string) (uint64, bool, error) {
-	res, err := tx.ExecContext(ctx, e.q.sharedGrant, key)
+// bumpShared raises the key row's version for a shared grant of req, in
+// tx, if no unexpired writer holds the key and no ticket that blocks req
+// is ahead of a's, and returns the new version. A key with no row yet gets
+// one with version 1.
+func (e *Engine) bumpShared(ctx context.Context, tx *sql.Tx, req engine.Request,
+	a *sqlcore.Attempt) (uint64, bool, error) {
+	key := req.Key
+	res, err := tx.ExecContext(ctx, e.q.sharedGrant, key, a.Bound(), sqlcore.BlockedByAll(req))
 	if err != nil {
 		return 0, false, err
 	}
@@ -118,6 +135,41 @@ func (e *Engine) bumpShared(ctx context.Context, tx *sql.Tx, key string) (uint64
 		return 0, false, nil // held by a writer
 	}
 	return 1, true, nil
+}
+
+// Enqueue clears the key's expired tickets (best effort) and inserts one;
+// its AUTO_INCREMENT number is the ticket.
+func (d leaseSQL) Enqueue(ctx context.Context, req engine.Request, owner string,
+	ttl time.Duration) (uint64, error) {
+	e := d.e
+	_, _ = e.db.ExecContext(ctx, e.q.queueTidy, req.Key)
+	res, err := e.db.ExecContext(ctx, e.q.enqueue, req.Key, owner, sqlcore.QueueMode(req), ttl.Microseconds())
+	if err != nil {
+		return 0, err
+	}
+	id, err := res.LastInsertId()
+	return uint64(id), err
+}
+
+// Queued refreshes the engine's tickets on the key with one UPDATE, if
+// asked, and reads the waiter's place with one SELECT.
+func (d leaseSQL) Queued(ctx context.Context, req engine.Request, ticket uint64, prefix string,
+	ttl time.Duration, refresh bool) (int, bool, error) {
+	e := d.e
+	if refresh {
+		if _, err := e.db.ExecContext(ctx, e.q.queueRefresh, ttl.Microseconds(), req.Key, prefix); err != nil {
+			return 0, false, err
+		}
+	}
+	var ahead, mine int
+	err := e.db.QueryRowContext(ctx, e.q.queuePlace, ticket, sqlcore.BlockedByAll(req), ticket, req.Key,
+		ticket).Scan(&ahead, &mine)
+	return ahead, mine == 1, err
+}
+
+// Dequeue deletes the ticket of key and owner.
+func (d leaseSQL) Dequeue(ctx context.Context, key, owner string) {
+	_, _ = d.e.db.ExecContext(ctx, d.e.q.dequeue, key, owner)
 }
 
 // Undo clears the row (or reader row) that names owner.

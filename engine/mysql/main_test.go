@@ -26,7 +26,7 @@ func testTable(t *testing.T, dsn string) string {
 	}
 	return testenv.SQLTable(t, migrate, func(table string) {
 		db := rawDB(t, dsn)
-		for _, s := range []string{"", "_readers", "_fences"} {
+		for _, s := range []string{"", "_readers", "_fences", "_queue"} {
 			if _, err := db.Exec("DROP TABLE IF EXISTS `" + table + s + "`"); err != nil {
 				t.Errorf("drop %s%s: %v", table, s, err)
 			}
@@ -52,8 +52,9 @@ func rawDB(t *testing.T, dsn string) *sql.DB {
 }
 
 // heldLease lists what the lease strategy still holds for key: a row with
-// an unexpired owner, or unexpired reader rows. Cleared rows stay by design
-// (they keep the version) and are not leftovers.
+// an unexpired owner, unexpired reader rows, or unexpired waiters' tickets.
+// Cleared rows stay by design (they keep the version) and are not
+// leftovers.
 func heldLease(db *sql.DB, table string) func(ctx context.Context, key string) ([]string, error) {
 	return func(ctx context.Context, key string) ([]string, error) {
 		var left []string
@@ -71,6 +72,12 @@ func heldLease(db *sql.DB, table string) func(ctx context.Context, key string) (
 		}
 		if n > 0 {
 			left = append(left, fmt.Sprintf("%d unexpired readers", n))
+		}
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+table+"_queue` WHERE `lock_key` = ? AND `expires_at` > NOW(6)", key).Scan(&n); err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			left = append(left, fmt.Sprintf("%d unexpired tickets", n))
 		}
 		return left, nil
 	}

@@ -8,8 +8,8 @@ import (
 	"github.com/cerberus-go/cerberus/engine"
 )
 
-// maxTableLen leaves room for the "_readers" and "_fences" suffixes within
-// the 64-character identifier limit.
+// maxTableLen leaves room for the "_readers", "_fences" and "_queue"
+// suffixes within the 64-character identifier limit.
 const maxTableLen = 48
 
 // checkTable accepts 1 to maxTableLen ASCII letters, digits and underscores,
@@ -42,6 +42,9 @@ func checkTable(t string) error {
 //     lease of an engine by its own period.
 //   - value VARBINARY(256): the Request.Value of the lease (NULL when the
 //     row or reader row holds none), stored byte for byte.
+//   - "<table>_queue": the lease strategy's waiters, one ticket each, in
+//     AUTO_INCREMENT order, with mode 0 (exclusive) or 1 (shared) and an
+//     expiry on the server's clock, refreshed while the waiter waits.
 func schema(table string) []string {
 	return []string{
 		"CREATE TABLE IF NOT EXISTS `" + table + "` (" +
@@ -71,6 +74,15 @@ func schema(table string) []string {
 			"`fence` BIGINT UNSIGNED NOT NULL," +
 			"PRIMARY KEY (`lock_key`)" +
 			") ENGINE=InnoDB",
+		"CREATE TABLE IF NOT EXISTS `" + table + "_queue` (" +
+			"`ticket` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT," +
+			"`lock_key` VARBINARY(512) NOT NULL," +
+			"`owner` VARBINARY(64) NOT NULL," +
+			"`mode` TINYINT UNSIGNED NOT NULL," +
+			"`expires_at` DATETIME(6) NOT NULL," +
+			"PRIMARY KEY (`ticket`)," +
+			"KEY `by_key` (`lock_key`, `ticket`)" +
+			") ENGINE=InnoDB",
 	}
 }
 
@@ -82,8 +94,10 @@ const valueColumn = "`value` VARBINARY(256) NULL"
 const errDupColumn = 1060
 
 // Migrate creates the engine's tables if they do not exist: the lock table,
-// "<table>_readers" for shared leases and "<table>_fences" for the row
-// strategy's fencing tokens. On tables made by an earlier version it adds
+// "<table>_readers" for shared leases, "<table>_queue" for the lease
+// strategy's waiters and "<table>_fences" for the row strategy's fencing
+// tokens. The lease strategy's statements name the queue table, so run
+// Migrate after upgrading from a version without it. On tables made by an earlier version it adds
 // the value column to the lock table and the readers table; run it once
 // after upgrading, before the new version takes locks. It is idempotent and
 // safe to run from many processes at once.
@@ -125,20 +139,22 @@ func (e *Engine) addColumn(ctx context.Context, table, col, def string) error {
 
 // queries are the engine's statements with the table names filled in.
 type queries struct {
-	grant, insert, release, renew, alive, undo, holders             string
-	sharedGrant, sharedInsert, readerAdd, readerTidy, readerRelease string
-	readerAddCounted, readerRenew, readerAlive, readerUndo          string
-	rowLock, rowShare, rowTryLock, rowEnsure, rowToken              string
-	rowMark, rowMarkShared, rowHolders                              string
+	grant, insert, release, renew, alive, undo, holders               string
+	sharedGrant, sharedInsert, readerAdd, readerTidy, readerRelease   string
+	readerAddCounted, readerRenew, readerAlive, readerUndo            string
+	rowLock, rowShare, rowTryLock, rowEnsure, rowToken                string
+	rowMark, rowMarkShared, rowHolders                                string
+	enqueue, queueTidy, queueRefresh, queuePlace, dequeue, ticketDone string
 }
 
-// buildQueries returns the statements on table and its "_readers" and
-// "_fences" tables.
+// buildQueries returns the statements on table and its "_readers",
+// "_queue" and "_fences" tables.
 func buildQueries(table string) queries {
-	t, r, k := "`"+table+"`", "`"+table+"_readers`", "`"+table+"_fences`"
+	t, r, k, w := "`"+table+"`", "`"+table+"_readers`", "`"+table+"_fences`", "`"+table+"_queue`"
 	var q queries
-	q.exclusive(t, r)
-	q.shared(t, r)
+	q.exclusive(t, r, w)
+	q.shared(t, r, w)
+	q.queue(w)
 	q.row(t, r, k)
 	return q
 }
@@ -146,17 +162,30 @@ func buildQueries(table string) queries {
 // free holds of a key row that no unexpired writer holds.
 const free = "(`owner` IS NULL OR `expires_at` IS NULL OR `expires_at` <= NOW(6))"
 
+// noneAhead returns the condition, on the key row of the quoted lock table
+// t, that no unexpired ticket in the quoted queue table w that blocks the
+// request is below the attempt's: its parameters are the bound
+// (sqlcore.Attempt.Bound) and whether every ticket blocks
+// (sqlcore.BlockedByAll) or only writers' (mode 0). Inside an UPDATE it is
+// a locking read of the key's tickets.
+func noneAhead(t, w string) string {
+	return "NOT EXISTS (SELECT 1 FROM " + w + " AS `w` WHERE `w`.`lock_key` = " + t + ".`lock_key` " +
+		"AND `w`.`ticket` < ? AND `w`.`expires_at` > NOW(6) AND (? OR `w`.`mode` = 0))"
+}
+
 // exclusive fills in the lease strategy's statements on key rows, and
-// holders; t is the quoted lock table, r the quoted readers table.
-func (q *queries) exclusive(t, r string) {
+// holders; t is the quoted lock table, r the quoted readers table, w the
+// quoted queue table.
+func (q *queries) exclusive(t, r, w string) {
 	// An exclusive grant: one statement, true only if the row is free or
-	// expired and no unexpired reader remains. The reader check is
-	// correlated with the locked row, so it runs after InnoDB has locked
-	// it; inside an UPDATE it is a locking read.
+	// expired, no unexpired reader remains and no waiter's ticket is
+	// ahead. The reader and ticket checks are correlated with the locked
+	// row, so they run after InnoDB has locked it; inside an UPDATE they
+	// are locking reads.
 	q.grant = "UPDATE " + t + " SET `owner` = ?, `mode` = 0, `ttl_us` = ?, `value` = ?, " +
 		"`version` = LAST_INSERT_ID(`version` + 1), `expires_at` = NOW(6) + INTERVAL ? MICROSECOND " +
 		"WHERE `lock_key` = ? AND " + free + " AND NOT EXISTS (SELECT 1 FROM " + r + " AS `r` " +
-		"WHERE `r`.`lock_key` = " + t + ".`lock_key` AND `r`.`expires_at` > NOW(6))"
+		"WHERE `r`.`lock_key` = " + t + ".`lock_key` AND `r`.`expires_at` > NOW(6)) AND " + noneAhead(t, w)
 	// The first grant of a key creates its row with version 1.
 	q.insert = "INSERT IGNORE INTO " + t +
 		" (`lock_key`, `owner`, `mode`, `ttl_us`, `value`, `version`, `expires_at`) " +
@@ -177,12 +206,14 @@ func (q *queries) exclusive(t, r string) {
 }
 
 // shared fills in the lease strategy's statements of shared leases; t is
-// the quoted lock table, r the quoted readers table.
-func (q *queries) shared(t, r string) {
+// the quoted lock table, r the quoted readers table, w the quoted queue
+// table.
+func (q *queries) shared(t, r, w string) {
 	// A shared grant bumps the key row's version (so tokens of readers
-	// and writers interleave in one sequence) and adds a reader row.
+	// and writers interleave in one sequence) and adds a reader row; the
+	// bump is refused while a ticket that blocks it is ahead.
 	q.sharedGrant = "UPDATE " + t + " SET `owner` = NULL, `expires_at` = NULL, `mode` = 1, `value` = NULL, " +
-		"`version` = LAST_INSERT_ID(`version` + 1) WHERE `lock_key` = ? AND " + free
+		"`version` = LAST_INSERT_ID(`version` + 1) WHERE `lock_key` = ? AND " + free + " AND " + noneAhead(t, w)
 	q.sharedInsert = "INSERT IGNORE INTO " + t + " (`lock_key`, `mode`, `version`) VALUES (?, 1, 1)"
 	q.readerAdd = "INSERT INTO " + r +
 		" (`lock_key`, `owner`, `version`, `ttl_us`, `expires_at`, `value`) VALUES (?, ?, ?, ?, NOW(6) + " +
@@ -210,6 +241,22 @@ func (q *queries) shared(t, r string) {
 	q.readerAlive = "SELECT `owner` FROM " + r +
 		" WHERE `lock_key` IN (%s) AND `owner` IN (%s) AND `expires_at` > NOW(6)"
 	q.readerUndo = "DELETE FROM " + r + " WHERE `lock_key` = ? AND `owner` = ?"
+}
+
+// queue fills in the statements of the lease strategy's waiters' tickets;
+// w is the quoted queue table.
+func (q *queries) queue(w string) {
+	q.queueTidy = "DELETE FROM " + w + " WHERE `lock_key` = ? AND `expires_at` <= NOW(6)"
+	q.enqueue = "INSERT INTO " + w + " (`lock_key`, `owner`, `mode`, `expires_at`) " +
+		"VALUES (?, ?, ?, NOW(6) + INTERVAL ? MICROSECOND)"
+	q.queueRefresh = "UPDATE " + w + " SET `expires_at` = NOW(6) + INTERVAL ? MICROSECOND " +
+		"WHERE `lock_key` = ? AND `owner` LIKE ? AND `expires_at` > NOW(6)"
+	// A waiter's place: the blocking tickets ahead of it, and whether its
+	// own is unexpired, in one read.
+	q.queuePlace = "SELECT COALESCE(SUM(`ticket` < ? AND (? OR `mode` = 0)), 0), COALESCE(SUM(`ticket` = ?), 0) " +
+		"FROM " + w + " WHERE `lock_key` = ? AND `ticket` <= ? AND `expires_at` > NOW(6)"
+	q.dequeue = "DELETE FROM " + w + " WHERE `lock_key` = ? AND `owner` = ?"
+	q.ticketDone = "DELETE FROM " + w + " WHERE `ticket` = ?"
 }
 
 // row fills in the row strategy's statements; t is the quoted lock table,

@@ -41,7 +41,6 @@ func TestConformanceLease(t *testing.T) {
 	enginetest.Run(t, func() (engine.Engine, error) {
 		return Open(dsn, WithTable(table), WithStrategy(StrategyLease))
 	}, enginetest.Options{
-		Unordered: "lease-strategy waiters of different engines poll the row with a backoff; only waiters of one engine take turns",
 		Leftovers: heldLease(pool, table),
 		Unreachable: func() (engine.Engine, error) {
 			return Open(unreachableDSN, WithTable(table), WithStrategy(StrategyLease))

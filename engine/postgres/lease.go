@@ -3,10 +3,12 @@ package postgres
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/internal/sqlcore"
 )
 
 // leaseSQL is the lease strategy's dialect: the statements that the shared
@@ -33,21 +35,27 @@ func (d leaseSQL) OpErr(ctx context.Context, op, key string, err error) error {
 // the key's expired reader rows, adds its own with the row's next version
 // if no unexpired writer holds the key (and, for a counted request, fewer
 // than Limit unexpired readers do), and bumps the row's version to it.
+// Either is refused while a ticket that blocks it is ahead of a's (see
+// sqlcore.Attempt); a grant made with a ticket deletes it with a last
+// statement in the same transaction.
 func (d leaseSQL) Grant(ctx context.Context, req engine.Request, owner string,
-	_ *bool) (uint64, bool, error) {
+	a *sqlcore.Attempt) (uint64, bool, error) {
 	q := &d.e.q
 	ttl := req.TTL.Microseconds()
 	b := &pgx.Batch{}
 	b.Queue(q.lockRow, req.Key)
 	if req.Mode == engine.Shared {
 		b.Queue(q.sharedTidy, req.Key)
-		b.Queue(q.sharedAdd, req.Key, owner, ttl, req.Value, req.Limit)
+		b.Queue(q.sharedAdd, req.Key, owner, ttl, req.Value, req.Limit, a.Bound(), sqlcore.BlockedByAll(req))
 		b.Queue(q.sharedBump, req.Key, owner)
 	} else {
-		b.Queue(q.grant, req.Key, owner, ttl, req.Value)
+		b.Queue(q.grant, req.Key, owner, ttl, req.Value, a.Bound(), sqlcore.BlockedByAll(req))
+	}
+	if a.Ticket != 0 {
+		b.Queue(q.ticketDone, req.Key, owner, int64(a.Ticket))
 	}
 	br := d.e.pool.SendBatch(ctx, b)
-	token, ok, err := readGrant(br, b.Len()-1, req.Mode == engine.Shared)
+	token, ok, err := readGrant(br, req.Mode == engine.Shared, a.Ticket != 0)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		return 0, false, cerr
 	}
@@ -55,10 +63,13 @@ func (d leaseSQL) Grant(ctx context.Context, req engine.Request, owner string,
 }
 
 // readGrant reads the results of a grant batch: first the statements
-// before the grant's (n of them), then the grant's RETURNING row, if any.
-func readGrant(br pgx.BatchResults, n int, shared bool) (uint64, bool, error) {
+// before the grant's (lockRow, and sharedTidy if shared), then the
+// grant's RETURNING row, if any, then the bump if shared and the ticket's
+// deletion if queued.
+func readGrant(br pgx.BatchResults, shared, queued bool) (uint64, bool, error) {
+	n := 1
 	if shared {
-		n-- // the bump comes after the reader row
+		n++
 	}
 	for range n {
 		if _, err := br.Exec(); err != nil {
@@ -78,7 +89,37 @@ func readGrant(br pgx.BatchResults, n int, shared bool) (uint64, bool, error) {
 			return 0, false, err
 		}
 	}
+	if queued {
+		if _, err := br.Exec(); err != nil {
+			return 0, false, err
+		}
+	}
 	return token, true, nil
+}
+
+// Enqueue clears the key's expired tickets and inserts one, in one
+// statement; its identity number is the ticket.
+func (d leaseSQL) Enqueue(ctx context.Context, req engine.Request, owner string,
+	ttl time.Duration) (uint64, error) {
+	var t int64
+	err := d.e.pool.QueryRow(ctx, d.e.q.enqueue, req.Key, owner, sqlcore.QueueMode(req),
+		ttl.Microseconds()).Scan(&t)
+	return uint64(t), err
+}
+
+// Queued refreshes the engine's tickets on the key, if asked, and reads the
+// waiter's place, in one statement.
+func (d leaseSQL) Queued(ctx context.Context, req engine.Request, ticket uint64, prefix string,
+	ttl time.Duration, refresh bool) (int, bool, error) {
+	var ahead, mine int
+	err := d.e.pool.QueryRow(ctx, d.e.q.queued, req.Key, int64(ticket), sqlcore.BlockedByAll(req),
+		ttl.Microseconds(), refresh, prefix).Scan(&ahead, &mine)
+	return ahead, mine == 1, err
+}
+
+// Dequeue deletes the ticket of key and owner.
+func (d leaseSQL) Dequeue(ctx context.Context, key, owner string) {
+	_, _ = d.e.pool.Exec(ctx, d.e.q.dequeue, key, owner)
 }
 
 // Undo clears the row (or reader row) that names owner.

@@ -58,7 +58,7 @@ func testTable(t *testing.T, dsn string) string {
 		pool := rawPool(t, dsn)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		for _, s := range []string{"", "_readers", "_fences", "_sessions"} {
+		for _, s := range []string{"", "_readers", "_fences", "_sessions", "_queue"} {
 			if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+quote(table+s)); err != nil {
 				t.Errorf("drop %s%s: %v", table, s, err)
 			}
@@ -136,16 +136,21 @@ func heldSession(pool *pgxpool.Pool, table string) func(ctx context.Context, key
 }
 
 // heldLease lists what the lease strategy still holds for key: a row with
-// an unexpired owner, or unexpired reader rows. Cleared rows stay by
-// design (they keep the version) and are not leftovers.
+// an unexpired owner, unexpired reader rows, or unexpired waiters' tickets.
+// Cleared rows stay by design (they keep the version) and are not
+// leftovers.
 func heldLease(pool *pgxpool.Pool, table string) func(ctx context.Context, key string) ([]string, error) {
 	return func(ctx context.Context, key string) ([]string, error) {
 		var left []string
-		var owners, readers int
+		var owners, readers, tickets int
 		if err := pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+quote(table)+" WHERE lock_key = $1 "+
 			"AND owner IS NOT NULL AND expires_at > now()), (SELECT count(*) FROM "+quote(table+"_readers")+
-			" WHERE lock_key = $1 AND expires_at > now())", key).Scan(&owners, &readers); err != nil {
+			" WHERE lock_key = $1 AND expires_at > now()), (SELECT count(*) FROM "+quote(table+"_queue")+
+			" WHERE lock_key = $1 AND expires_at > now())", key).Scan(&owners, &readers, &tickets); err != nil {
 			return nil, err
+		}
+		if tickets > 0 {
+			left = append(left, fmt.Sprintf("%d unexpired tickets", tickets))
 		}
 		if owners > 0 {
 			left = append(left, "row held by an owner")

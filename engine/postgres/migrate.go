@@ -38,6 +38,11 @@ func checkTable(t string) error {
 //     expires_at is always computed by the server, now() plus the lease
 //     period; ttl_us keeps the period so that one renewal statement
 //     extends every lease by its own.
+//   - "<table>_queue": the lease strategy's waiters, one ticket each, in
+//     identity order, with mode 0 (exclusive) or 1 (shared) and an expiry
+//     on the server's clock, refreshed while the waiter waits. Unlogged:
+//     a crash that loses the tickets only sends their waiters to the back
+//     of the queue.
 //   - "<table>_fences": the session strategy's token counter of each key
 //     (logged, though grants commit it without waiting for a WAL flush:
 //     see sessionGrant).
@@ -46,6 +51,7 @@ func checkTable(t string) error {
 //     used "<table>_holders", keyed by owner, which Migrate leaves alone.)
 func schema(table string) []string {
 	t, r, f, h := quote(table), quote(table+"_readers"), quote(table+"_fences"), quote(table+"_sessions")
+	w := quote(table + "_queue")
 	return []string{
 		"CREATE TABLE IF NOT EXISTS " + t + " (" +
 			"lock_key text COLLATE \"C\" NOT NULL PRIMARY KEY," +
@@ -80,6 +86,13 @@ func schema(table string) []string {
 			"mode smallint NOT NULL," +
 			"token bigint NOT NULL," +
 			"value text NULL)",
+		"CREATE UNLOGGED TABLE IF NOT EXISTS " + w + " (" +
+			"ticket bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY," +
+			"lock_key text COLLATE \"C\" NOT NULL," +
+			"owner text COLLATE \"C\" NOT NULL," +
+			"mode smallint NOT NULL," +
+			"expires_at timestamptz NOT NULL)",
+		"CREATE INDEX IF NOT EXISTS " + quote(table+"_queue_key") + " ON " + w + " (lock_key, ticket)",
 	}
 }
 
@@ -87,7 +100,9 @@ func schema(table string) []string {
 func quote(ident string) string { return `"` + ident + `"` }
 
 // Migrate creates the engine's tables if they do not exist: the lock
-// table and "<table>_readers" for the lease strategy, "<table>_fences" and
+// table, "<table>_readers" and "<table>_queue" for the lease strategy (whose
+// statements name the queue table: run Migrate after upgrading from a
+// version without it), "<table>_fences" and
 // "<table>_sessions" for the session strategy (both, whatever the engine's
 // strategy). It runs in one transaction under a transaction-level advisory
 // lock, so it is idempotent and safe to run from many processes at once
@@ -123,6 +138,7 @@ type queries struct {
 	lockRow, grant, sharedTidy, sharedAdd, sharedBump string
 	release, readerRelease, renew, readerRenew        string
 	undo, readerUndo, holders                         string
+	ticketDone, enqueue, queued, dequeue              string
 	// session strategy
 	grantWait, grantWaitShared, grantTry, grantTryShared string
 	releaseExclusive, releaseShared, sessionHolders      string
@@ -132,17 +148,28 @@ type queries struct {
 // "_fences" and "_sessions" tables.
 func buildQueries(table string) queries {
 	var q queries
-	q.lease(quote(table), quote(table+"_readers"))
+	q.lease(quote(table), quote(table+"_readers"), quote(table+"_queue"))
+	q.queue(quote(table), quote(table+"_readers"), quote(table+"_queue"))
 	q.session(quote(table+"_fences"), quote(table+"_sessions"))
 	return q
 }
 
+// us is $n microseconds as an interval; float8 is exact for every TTL the
+// engine accepts.
+func us(n int) string { return fmt.Sprintf("($%d::bigint::float8 * interval '1 microsecond')", n) }
+
+// noneAhead is the condition that no unexpired ticket of key $1 in the
+// quoted queue table w that blocks the request is below $b (the bound,
+// sqlcore.Attempt.Bound): all of them if $all (sqlcore.BlockedByAll),
+// else only writers' (mode 0).
+func noneAhead(w string, b, all int) string {
+	return fmt.Sprintf("NOT EXISTS (SELECT 1 FROM %s AS w WHERE w.lock_key = $1 AND w.ticket < $%d::bigint "+
+		"AND w.expires_at > now() AND ($%d::boolean OR w.mode = 0))", w, b, all)
+}
+
 // lease fills in the lease strategy's statements; t is the quoted lock
-// table, r the quoted readers table.
-func (q *queries) lease(t, r string) {
-	// $n microseconds as an interval; float8 is exact for every TTL the
-	// engine accepts.
-	us := func(n int) string { return fmt.Sprintf("($%d::bigint::float8 * interval '1 microsecond')", n) }
+// table, r the quoted readers table, w the quoted queue table.
+func (q *queries) lease(t, r, w string) {
 	free := "(k.owner IS NULL OR k.expires_at IS NULL OR k.expires_at <= now())"
 	// The first statement of every lease-strategy grant: it creates the
 	// key's row if it is missing and locks it until the grant's
@@ -153,20 +180,22 @@ func (q *queries) lease(t, r string) {
 	// COMMITTED takes a snapshot per statement).
 	q.lockRow = "INSERT INTO " + t + " AS k (lock_key) VALUES ($1) " +
 		"ON CONFLICT (lock_key) DO UPDATE SET version = k.version WHERE false"
-	// An exclusive grant: true only if the row is free or expired and no
-	// unexpired reader remains.
+	// An exclusive grant: true only if the row is free or expired, no
+	// unexpired reader remains and no waiter's ticket is ahead.
 	q.grant = "UPDATE " + t + " AS k SET owner = $2::text, mode = 0, ttl_us = $3::bigint, value = $4::text, " +
 		"version = k.version + 1, expires_at = now() + " + us(3) + " WHERE k.lock_key = $1 AND " + free +
 		" AND NOT EXISTS (SELECT 1 FROM " + r + " AS x WHERE x.lock_key = $1 AND x.expires_at > now()) " +
-		"RETURNING k.version"
+		"AND " + noneAhead(w, 5, 6) + " RETURNING k.version"
 	q.sharedTidy = "DELETE FROM " + r + " WHERE lock_key = $1 AND expires_at <= now()"
 	// A shared grant adds a reader row with the key row's next version if
-	// no unexpired writer holds the key and, when $5 (the Limit) is above
-	// 0, fewer than $5 unexpired readers do.
+	// no unexpired writer holds the key, no ticket that blocks it is
+	// ahead and, when $5 (the Limit) is above 0, fewer than $5 unexpired
+	// readers do.
 	q.sharedAdd = "INSERT INTO " + r + " (lock_key, owner, version, ttl_us, expires_at, value) " +
 		"SELECT $1::text, $2::text, k.version + 1, $3::bigint, now() + " + us(3) + ", $4::text FROM " + t + " AS k " +
 		"WHERE k.lock_key = $1 AND " + free + " AND ($5::int = 0 OR (SELECT count(*) FROM " + r +
-		" AS c WHERE c.lock_key = $1 AND c.expires_at > now()) < $5::int) RETURNING version"
+		" AS c WHERE c.lock_key = $1 AND c.expires_at > now()) < $5::int) AND " + noneAhead(w, 6, 7) +
+		" RETURNING version"
 	// ... and bumps the key row's version to it, if it did (so that the
 	// tokens of readers and writers interleave in one sequence).
 	q.sharedBump = "UPDATE " + t + " AS k SET owner = NULL, expires_at = NULL, mode = 1, value = NULL, " +
@@ -188,6 +217,32 @@ func (q *queries) lease(t, r string) {
 		" WHERE lock_key = $1 AND owner IS NOT NULL AND expires_at > now() " +
 		"UNION ALL SELECT 1, version, coalesce(value, '') FROM " + r +
 		" WHERE lock_key = $1 AND expires_at > now() ORDER BY 2"
+}
+
+// queue fills in the statements of the lease strategy's waiters' tickets;
+// t is the quoted lock table, r the quoted readers table, w the quoted
+// queue table.
+func (q *queries) queue(t, r, w string) {
+	// The last statement of a grant made with a ticket ($3): it deletes
+	// the ticket if the grant's statement before it in the transaction
+	// made owner $2 the key's writer or one of its readers.
+	q.ticketDone = "DELETE FROM " + w + " WHERE ticket = $3::bigint AND (EXISTS (SELECT 1 FROM " + t +
+		" WHERE lock_key = $1 AND owner = $2) OR EXISTS (SELECT 1 FROM " + r +
+		" WHERE lock_key = $1 AND owner = $2))"
+	q.enqueue = "WITH tidy AS (DELETE FROM " + w + " WHERE lock_key = $1 AND expires_at <= now()) " +
+		"INSERT INTO " + w + " (lock_key, owner, mode, expires_at) VALUES ($1, $2, $3::smallint, now() + " +
+		us(4) + ") RETURNING ticket"
+	// A waiter's place: the blocking tickets ahead of ticket $2, and
+	// whether $2 is unexpired; with $5, the refresh of the engine's
+	// tickets (owner LIKE $6) first. The refresh and the count see the
+	// same snapshot: the count's expiry test reads the expiries before
+	// the refresh, which only extends unexpired ones.
+	q.queued = "WITH refresh AS (UPDATE " + w + " SET expires_at = now() + " + us(4) +
+		" WHERE $5::boolean AND lock_key = $1 AND owner LIKE $6::text AND expires_at > now()) " +
+		"SELECT count(*) FILTER (WHERE ticket < $2::bigint AND ($3::boolean OR mode = 0)), " +
+		"count(*) FILTER (WHERE ticket = $2::bigint) FROM " + w +
+		" WHERE lock_key = $1 AND ticket <= $2::bigint AND expires_at > now()"
+	q.dequeue = "DELETE FROM " + w + " WHERE lock_key = $1 AND owner = $2"
 }
 
 // heldBy is true of the holder row h whose backend holds the session

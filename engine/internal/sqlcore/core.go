@@ -19,10 +19,22 @@ import (
 // driver's errors. Every call is bounded by the ctx it gets; none retries.
 type Dialect interface {
 	// Grant makes one grant attempt of req for owner and returns the
-	// lease's token and true, or false if the key is held. known is kept
-	// across the attempts of one acquisition (false at first): the
-	// dialect may note in it that the key's row exists.
-	Grant(ctx context.Context, req engine.Request, owner string, known *bool) (uint64, bool, error)
+	// lease's token and true, or false if the key is held or a ticket
+	// ahead of a's blocks it (see Attempt). a is kept across the
+	// attempts of one acquisition.
+	Grant(ctx context.Context, req engine.Request, owner string, a *Attempt) (uint64, bool, error)
+	// Enqueue clears the key's expired tickets and adds a ticket for req
+	// and owner, above every ticket before it, that expires ttl from now
+	// on the server's clock, and returns its number (above 0).
+	Enqueue(ctx context.Context, req engine.Request, owner string, ttl time.Duration) (uint64, error)
+	// Queued reports how many unexpired tickets of req's key below ticket
+	// block req (BlockedByAll), and whether ticket itself is unexpired.
+	// With refresh it first sets the expiry of every unexpired ticket of
+	// the key whose owner is LIKE prefix (the engine's) to ttl from now.
+	Queued(ctx context.Context, req engine.Request, ticket uint64, prefix string, ttl time.Duration,
+		refresh bool) (int, bool, error)
+	// Dequeue deletes the ticket of key and owner, if any. Best effort.
+	Dequeue(ctx context.Context, key, owner string)
 	// Undo clears the grant of req to owner, if the server made it, with
 	// a statement that names owner: a grant whose outcome is unknown.
 	// Best effort.
@@ -61,13 +73,13 @@ type Core struct {
 	// in progress, and the clean-ups and goroutines Close waits for.
 	Frame kit.Base[engine.Lease]
 
-	cfg   Config
-	d     Dialect
-	id    string // instance id, the prefix of every owner value
-	seq   atomic.Uint64
-	turns kit.Turns     // one polling waiter per key
-	kick  chan struct{} // wakes the renewal loop
-	pace  kit.Pace      // whether renewal keeps up
+	cfg  Config
+	d    Dialect
+	id   string // instance id, the prefix of every owner value
+	seq  atomic.Uint64
+	line lineup        // the engine's waiters in ticket order, per key
+	kick chan struct{} // wakes the renewal loop
+	pace kit.Pace      // whether renewal keeps up
 }
 
 // New returns a core on d; with cfg.Renew it starts the renewal loop,

@@ -51,67 +51,142 @@ const maxTransient = 5
 
 // AcquireLease grants req with the lease strategy, within a call the
 // engine entered in its frame. It makes grant attempts until one succeeds,
-// the request does not wait, or ctx ends. An attempt whose outcome is
-// unknown (its statement failed in flight, or ctx ended during it) is
-// undone in the background, so a grant the server made is never left
-// behind and the caller never waits past ctx for the clean-up. While
-// renewal falls behind (kit.Pace) it refuses with an OpError wrapping
+// the request does not wait, or ctx ends. After its first refusal a
+// waiter takes a ticket in the key's queue, and the grants go in ticket
+// order across processes (see queue). An attempt whose outcome is unknown
+// (its statement failed in flight, or ctx ended during it) is undone in
+// the background, and so is the ticket of a wait that ends without a
+// grant, so a grant or ticket the server made is never left behind and
+// the caller never waits past ctx for the clean-up. While renewal falls
+// behind (kit.Pace) it refuses with an OpError wrapping
 // engine.ErrUnavailable.
 func (c *Core) AcquireLease(ctx context.Context, req engine.Request) (engine.Lease, error) {
 	if err := c.pace.Err(); err != nil {
 		return nil, &engine.OpError{Engine: c.cfg.Name, Op: "acquire", Key: req.Key, Err: err}
 	}
 	owner := c.Owner()
-	delay := c.cfg.MinBackoff
-	known := false
+	w := &waiter{ahead: -1}
 	transients := 0
-	var kick <-chan struct{} // set once this waiter has the key's polling turn
-	for {
-		start := time.Now()
-		token, ok, err := c.grantOnce(ctx, req, owner, &known)
-		switch {
-		case err != nil && c.d.Transient(err) && transients < maxTransient:
-			transients++
-			ok = false
-		case err != nil:
-			c.Frame.RunUpTo(kit.UndoWait, func() { c.undo(req, owner) })
-			if ctx.Err() != nil {
-				return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
-			}
-			return nil, c.d.OpErr(ctx, "acquire", req.Key, err)
+	failed := func(err error) (engine.Lease, error) {
+		if ctx.Err() != nil {
+			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
 		}
-		if ok {
-			return c.grantInTime(req, owner, token, start)
+		return nil, c.d.OpErr(ctx, "acquire", req.Key, err)
+	}
+	for {
+		if w.tries() {
+			start := time.Now()
+			token, ok, err := c.grantOnce(ctx, req, owner, &w.a)
+			switch {
+			case err != nil && c.d.Transient(err) && transients < maxTransient:
+				transients++
+			case err != nil:
+				c.leave(req, owner, w, true)
+				return failed(err)
+			case ok:
+				w.a.Ticket = 0 // the grant deleted it
+				c.leave(req, owner, w, false)
+				return c.grantInTime(req, owner, token, start)
+			}
 		}
 		if !req.Wait {
 			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
 		}
-		if kick == nil {
-			// Only one waiter per key and engine polls the server; the
-			// others wait here for their turn (see kit.Turns).
-			k, done, err := c.turns.Take(ctx, req.Key, c.Frame.Closing())
-			if err != nil {
-				if errors.Is(err, engine.ErrClosed) {
-					return nil, err
-				}
-				return nil, errors.Join(engine.ErrNotAcquired, err)
-			}
-			defer done()
-			kick, delay = k, c.cfg.MinBackoff
-			continue // try at once: the key may have come free meanwhile
+		delay, err := c.queue(ctx, req, owner, w)
+		switch {
+		case err != nil && c.d.Transient(err) && transients < maxTransient:
+			transients++
+			delay = c.cfg.MinBackoff
+		case err != nil:
+			c.leave(req, owner, w, false)
+			return failed(err)
 		}
-		if delay, err = c.backoff().Pause(ctx, c.Frame.Closing(), kick, delay); err != nil {
+		if err := c.pause(ctx, req.Key, w, delay); err != nil {
+			c.leave(req, owner, w, false)
 			return nil, err
+		}
+	}
+}
+
+// leave takes a waiter out of the engine's lineup and, in the background
+// (bounded by kit.UndoWait for the caller), deletes its tickets if it
+// may have one (its own, or one an Enqueue that failed may have made) and,
+// with undo, clears a grant whose outcome is unknown.
+func (c *Core) leave(req engine.Request, owner string, w *waiter, undo bool) {
+	if w.spot != nil {
+		c.line.leave(req.Key, w.spot)
+		w.spot = nil
+	}
+	queued := w.a.Ticket != 0 || w.orphan
+	w.a.Ticket, w.orphan = 0, false
+	if !queued && !undo {
+		return
+	}
+	c.Frame.RunUpTo(kit.UndoWait, func() {
+		ctx, cancel := c.OpCtx()
+		defer cancel()
+		if undo {
+			c.d.Undo(ctx, req, owner)
+		}
+		if queued {
+			c.d.Dequeue(ctx, req.Key, owner)
+		}
+	})
+}
+
+// pause waits delay before the next step if the waiter is the first of
+// the engine's waiters on key (or has no place in the line); at the head
+// of the queue it then backs off (see headBackoff). Otherwise it waits until it
+// is first, and returns at once then: the first one's refreshes keep its
+// ticket alive meanwhile. Should those be late, it returns to look at its
+// own ticket, so that a waiter whose first one is stuck never hangs.
+func (c *Core) pause(ctx context.Context, key string, w *waiter, delay time.Duration) error {
+	t := time.NewTimer(c.ticketTTL())
+	defer t.Stop()
+	for waited := false; ; waited = true {
+		first, changed := true, (<-chan struct{})(nil)
+		if w.spot != nil {
+			first, changed = c.line.first(key, w.spot)
+		}
+		if first && waited {
+			return nil // first just now: its delay is stale, look at once
+		}
+		if first {
+			b := c.backoff()
+			if w.a.Ticket != 0 && w.ahead == 0 {
+				b = c.headBackoff()
+			}
+			next, err := b.Pause(ctx, c.Frame.Closing(), changed, delay)
+			if w.a.Ticket != 0 && w.ahead == 0 {
+				w.headTries++
+				w.backoff = max(next, b.Min)
+				if w.headTries < headSteady {
+					w.backoff = b.Min
+				}
+			}
+			return err
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			if time.Since(c.line.refreshed(key)) >= c.ticketTTL()/2 {
+				return nil // the first one's refreshes are late: look
+			}
+			t.Reset(c.ticketTTL() / 3)
+		case <-ctx.Done():
+			return errors.Join(engine.ErrNotAcquired, ctx.Err())
+		case <-c.Frame.Closing():
+			return engine.ErrClosed
 		}
 	}
 }
 
 // grantOnce makes one attempt, bounded by ctx and the op timeout.
 func (c *Core) grantOnce(ctx context.Context, req engine.Request, owner string,
-	known *bool) (uint64, bool, error) {
+	a *Attempt) (uint64, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
 	defer cancel()
-	return c.d.Grant(ctx, req, owner, known)
+	return c.d.Grant(ctx, req, owner, a)
 }
 
 // grantInTime makes the lease of a grant the server made for a request
@@ -204,7 +279,7 @@ func (l *lease) Release(ctx context.Context) error {
 	l.forget()
 	if ok {
 		l.sig.Close(engine.ErrReleased)
-		l.c.turns.Kick(l.key)
+		l.c.line.kick(l.key)
 		return nil
 	}
 	return l.sig.NotHeld(l.key)
