@@ -300,7 +300,8 @@ func (r *Redlock) attempt(ctx context.Context, req engine.Request) (engine.Lease
 		return err
 	})
 	validity := req.TTL - time.Since(start) - r.drift(req.TTL)
-	if rl.install(holds) >= r.quorum && validity > 0 {
+	got := rl.install(holds)
+	if got >= r.quorum && validity > 0 {
 		r.raise(ctx, req.Key, rl.token, errs)
 		return r.granted(rl, req, start.Add(validity))
 	}
@@ -327,6 +328,12 @@ func (r *Redlock) attempt(ctx context.Context, req engine.Request) (engine.Lease
 	if refused == 0 && granted < r.quorum {
 		return nil, r.quorumErr(ctx, "acquire", req.Key,
 			fmt.Sprintf("%d of %d nodes granted, %d needed", granted, len(r.nodes), r.quorum), errs)
+	}
+	if got >= r.quorum && !req.Wait {
+		// A majority granted, but too slowly: no validity was left.
+		return nil, fmt.Errorf("%w: %q: a majority granted it, but after %v of its %v TTL (drift %v): "+
+			"no validity left", engine.ErrNotAcquired, req.Key, time.Since(start).Round(time.Millisecond),
+			req.TTL, r.drift(req.TTL))
 	}
 	return nil, nil
 }
