@@ -29,9 +29,11 @@ status:
 env:
 	@$(SERVICES) env
 
-## test: servers up, then go test -race over the whole module
+## test: servers up, then go test -race over the whole module; integration/
+## (about 15 minutes) is named first so that it starts first, beside the
+## other packages, instead of after them
 test: services
-	eval "$$($(SERVICES) env)" && $(GO) test -race -count=1 -timeout 45m ./...
+	eval "$$($(SERVICES) env)" && $(GO) test -race -count=1 -timeout 45m ./integration/ ./...
 
 ## test-short: a quick run that needs no server: go test -short skips every
 ## test that needs one
