@@ -20,6 +20,11 @@ var (
 	ErrLeaseLost = errors.New("cerberus: lease lost")
 	// ErrReleased: the lease ended because its holder released it.
 	ErrReleased = errors.New("cerberus: lease released")
+	// ErrReleasedByOperator: the lease ended because an operator freed its
+	// key on the server (Releaser.ForceRelease). It wraps ErrLeaseLost, so
+	// code that handles a lost lease handles it too; errors.Is tells the
+	// two apart.
+	ErrReleasedByOperator = fmt.Errorf("%w: released by an operator", ErrLeaseLost)
 	// ErrEngineSwitched: the lease ended because the manager moved to
 	// another engine.
 	ErrEngineSwitched = errors.New("cerberus: engine switched")
