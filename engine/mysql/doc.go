@@ -142,7 +142,7 @@
 // grants each (the conformance suite's fairness check, min/max 0.97; 0.13
 // without the queue). Fairness costs throughput: the key is idle between
 // a release and the head's next attempt, where a releasing holder used to
-// take it straight back; see the README's benchmark table. Tickets need
+// take it straight back; see docs/benchmarks.md. Tickets need
 // the queue table: run Migrate after upgrading. A waiter creates nothing
 // beyond the key's permanent row and its ticket, and returns at once when
 // ctx ends or the engine closes. Every statement runs under its own op timeout rather than

@@ -252,8 +252,8 @@
 // a release by the same engine wakes it at once. 8 engines on one hot key
 // get 37 to 39 grants each (the conformance suite's fairness check,
 // min/max 0.95; 0.17 without the queue). Fairness costs throughput (the
-// key is idle between a release and the head's next attempt); see the
-// README's benchmark table. The session strategy, which queues waiters
+// key is idle between a release and the head's next attempt); see
+// docs/benchmarks.md. The session strategy, which queues waiters
 // inside the server, hands over faster. Run Migrate after upgrading: the
 // grants name the queue table.
 //
