@@ -90,3 +90,17 @@ func grantlessDSN(t *testing.T, dsn, table string) string {
 	t.Cleanup(func() { _, _ = db.Exec("DROP USER '" + user + "'@'%'") })
 	return withUser(t, dsn, user, pw)
 }
+
+// TestCloseTellsFirst: a closing engine tells its holders before their
+// keys are free, in both strategies.
+func TestCloseTellsFirst(t *testing.T) {
+	dsn := testDSN(t)
+	for _, s := range []Strategy{StrategyLease, StrategyRow} {
+		t.Run(string(s), func(t *testing.T) {
+			table := testTable(t, dsn)
+			enginetest.RunCloseTellsFirst(t, func() (engine.Engine, error) {
+				return Open(dsn, WithTable(table), WithStrategy(s))
+			})
+		})
+	}
+}

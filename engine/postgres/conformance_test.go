@@ -50,3 +50,17 @@ func TestConformanceLease(t *testing.T) {
 		},
 	})
 }
+
+// TestCloseTellsFirst: a closing engine tells its holders before their
+// keys are free, in both strategies.
+func TestCloseTellsFirst(t *testing.T) {
+	dsn := testDSN(t)
+	for _, s := range []Strategy{StrategyLease, StrategySession} {
+		t.Run(string(s), func(t *testing.T) {
+			table := testTable(t, dsn)
+			enginetest.RunCloseTellsFirst(t, func() (engine.Engine, error) {
+				return Open(dsn, WithTable(table), WithStrategy(s))
+			})
+		})
+	}
+}

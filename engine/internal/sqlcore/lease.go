@@ -285,14 +285,15 @@ func (l *lease) Release(ctx context.Context) error {
 	return l.sig.NotHeld(l.key)
 }
 
-// end closes the lease with err; with release it first clears it on the
-// server (Close does, expiry does not need to).
+// end closes the lease with err; with release it then clears it on the
+// server (Close does, expiry does not need to). The holder is told first,
+// so that its Done has closed before any waiter can be granted the key.
 func (l *lease) end(err error, release bool) {
-	if release && !l.sig.Closed() {
+	told := l.sig.Close(err)
+	if release && told {
 		_, _ = l.c.clear(l)
 	}
 	l.forget()
-	l.sig.Close(err)
 }
 
 // forget stops the expiry timer and drops the lease from its engine.
