@@ -406,6 +406,11 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 	<-e.loopDone
 	if len(held) > 0 {
+		// Each holder is told before its key is released, so that its Done
+		// has closed before a waiter can be granted the key.
+		for _, l := range held {
+			l.sig.Close(engine.ErrClosed)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), e.opts.timeout)
 		release := func() error {
 			pipe := e.c.Pipeline()
@@ -424,9 +429,6 @@ func (e *Engine) Close() error {
 			_ = release()
 		}
 		cancel()
-		for _, l := range held {
-			l.sig.Close(engine.ErrClosed)
-		}
 	}
 	e.hub.close()
 	e.frame.Wait() // each is bounded by the engine's timeout

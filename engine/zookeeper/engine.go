@@ -314,14 +314,15 @@ func (e *Engine) Close() error {
 	}
 	bound := e.sessionTimeout()
 	e.frame.WaitCallsUpTo(bound)
+	// Each holder is told before its node goes, so that its Done has
+	// closed before a waiter can be granted the key.
 	kit.ReleaseAll(held, bound, func(ctx context.Context, l *lease) {
-		if l.markEnded() {
+		ended := l.markEnded()
+		l.sig.Close(fmt.Errorf("%w: zookeeper engine closed", engine.ErrClosed))
+		if ended {
 			_ = e.removeNode(ctx, l.path)
 		}
 	})
-	for _, l := range held {
-		l.sig.Close(fmt.Errorf("%w: zookeeper engine closed", engine.ErrClosed))
-	}
 	e.frame.WaitUpTo(bound)
 	if e.own != nil {
 		e.own.Close()
