@@ -72,19 +72,7 @@ type Lister interface {
 
 // ListerOf returns the Lister of e, looking through wrappers (Wrapper),
 // or nil when e has none.
-func ListerOf(e Engine) Lister {
-	for e != nil {
-		if l, ok := e.(Lister); ok {
-			return l
-		}
-		w, ok := e.(Wrapper)
-		if !ok {
-			return nil
-		}
-		e = w.Unwrap()
-	}
-	return nil
-}
+func ListerOf(e Engine) Lister { return lookThrough[Lister](e) }
 
 // CheckList validates the arguments of Lister.List and returns the prefix
 // to match ("" for AllKeys) and the limit to apply (DefaultListLimit for

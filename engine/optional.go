@@ -69,34 +69,27 @@ type Watcher interface {
 
 // InspectorOf returns the Inspector of e, looking through wrappers
 // (Wrapper), or nil when e has none.
-func InspectorOf(e Engine) Inspector {
-	for e != nil {
-		if in, ok := e.(Inspector); ok {
-			return in
-		}
-		w, ok := e.(Wrapper)
-		if !ok {
-			return nil
-		}
-		e = w.Unwrap()
-	}
-	return nil
-}
+func InspectorOf(e Engine) Inspector { return lookThrough[Inspector](e) }
 
 // WatcherOf returns the Watcher of e, looking through wrappers (Wrapper),
 // or nil when e has none.
-func WatcherOf(e Engine) Watcher {
+func WatcherOf(e Engine) Watcher { return lookThrough[Watcher](e) }
+
+// lookThrough returns e as a T, or the first engine inside e's wrappers
+// (Wrapper) that is one, or T's zero value when there is none.
+func lookThrough[T any](e Engine) T {
 	for e != nil {
-		if w, ok := e.(Watcher); ok {
-			return w
+		if v, ok := e.(T); ok {
+			return v
 		}
-		u, ok := e.(Wrapper)
+		w, ok := e.(Wrapper)
 		if !ok {
-			return nil
+			break
 		}
-		e = u.Unwrap()
+		e = w.Unwrap()
 	}
-	return nil
+	var zero T
+	return zero
 }
 
 // NodeCounter is implemented by a lease held on several nodes at once (a

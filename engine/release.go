@@ -24,16 +24,4 @@ type Releaser interface {
 
 // ReleaserOf returns the Releaser of e, looking through wrappers
 // (Wrapper), or nil when e has none.
-func ReleaserOf(e Engine) Releaser {
-	for e != nil {
-		if r, ok := e.(Releaser); ok {
-			return r
-		}
-		w, ok := e.(Wrapper)
-		if !ok {
-			return nil
-		}
-		e = w.Unwrap()
-	}
-	return nil
-}
+func ReleaserOf(e Engine) Releaser { return lookThrough[Releaser](e) }
