@@ -281,8 +281,10 @@ func (e *Engine) Close() error {
 	defer cancel()
 	kit.ReleaseAll(held, cleanupTimeout, func(ctx context.Context, l *lease) {
 		if l.claim() {
-			_, _ = l.releaseOnServer(ctx)
+			// Told first, so that its Done has closed before a waiter can
+			// be granted the key.
 			l.finish(engine.ErrClosed)
+			_, _ = l.releaseOnServer(ctx)
 		}
 	})
 	e.expiring.Wait()

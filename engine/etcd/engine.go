@@ -238,16 +238,18 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 	bound := e.ttl()
 	e.frame.WaitCallsUpTo(bound)
+	// Each holder is told before the revoke frees its key, so that its
+	// Done has closed before a waiter can be granted the key.
+	for _, l := range held {
+		if l.markEnded() {
+			l.sig.Close(fmt.Errorf("%w: etcd engine closed", engine.ErrClosed))
+		}
+	}
 	if ep != nil {
 		ep.end()
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		_, _ = e.c().Revoke(ctx, ep.id)
 		cancel()
-	}
-	for _, l := range held {
-		if l.markEnded() {
-			l.sig.Close(fmt.Errorf("%w: etcd engine closed", engine.ErrClosed))
-		}
 	}
 	e.frame.WaitUpTo(bound)
 	if c := e.client.Load(); c != nil && e.owns {
