@@ -161,21 +161,28 @@ func (e *Engine) renew(batch []*lease) (timedOut bool) {
 		loadScripts(ctx, e.c)
 		cmds, _ = e.renewPipeline(ctx, batch)
 	}
+	var gone []*lease // found gone, or out of time: ask the force-release mark why
+	var causes []error
 	for i, l := range batch {
 		n, err := cmds[i].Int64()
 		switch {
 		case err != nil && isTimeout(err) && e.retryLater(l):
 			timedOut = true
+		case err != nil && isTimeout(err):
+			gone = append(gone, l)
+			causes = append(causes, fmt.Errorf("%w: renewal failed: %w", engine.ErrLeaseLost, err))
 		case err != nil:
 			l.lost(fmt.Errorf("%w: renewal failed: %w", engine.ErrLeaseLost, err))
 		case n != 1:
-			l.lost(fmt.Errorf("%w: renewal found the key gone or held by another", engine.ErrLeaseLost))
+			gone = append(gone, l)
+			causes = append(causes, fmt.Errorf("%w: renewal found the key gone or held by another", engine.ErrLeaseLost))
 		default:
 			e.mu.Lock()
 			l.due, l.valid = sent.Add(l.ttl/3), sent.Add(l.life())
 			e.mu.Unlock()
 		}
 	}
+	e.endLost(gone, causes)
 	return timedOut
 }
 
@@ -229,7 +236,7 @@ var errNoScript = errors.New("NOSCRIPT")
 // loadScripts loads every script, for pipelines that use EVALSHA.
 func loadScripts(ctx context.Context, c Client) {
 	for _, s := range []*goredis.Script{acquireExclusive, acquireShared, releaseExclusive,
-		releaseShared, renewExclusive, renewShared, leaveQueue, holdersScript} {
+		releaseShared, renewExclusive, renewShared, leaveQueue, holdersScript, forceRelease} {
 		_ = s.Load(ctx, c).Err()
 	}
 }
