@@ -76,9 +76,16 @@ func (e *Engine) ForceRelease(ctx context.Context, key string) ([]engine.Holder,
 			}
 			markLease = g.ID
 		}
+		held := make(map[uint64]bool, len(hs))
+		for _, h := range hs {
+			held[h.Token] = true
+		}
 		var cmps []clientv3.Cmp
 		var ops []clientv3.Op
-		for _, en := range entries[:len(hs)] {
+		for _, en := range entries {
+			if !held[uint64(en.rev)] {
+				continue
+			}
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(en.name), "=", en.rev))
 			ops = append(ops, clientv3.OpDelete(en.name),
 				clientv3.OpPut(e.markName(queue, en), key, clientv3.WithLease(markLease)))

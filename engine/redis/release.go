@@ -171,8 +171,7 @@ func (e *Engine) marked(ls []*lease) []bool {
 
 // ForceRelease frees key on every node at once (Engine.ForceRelease on
 // each); see engine.Releaser. A quorum of nodes must answer. It returns
-// the holders freed on any node, known, as in List, by mode and value,
-// with the largest token a node reports; a key no node held is
+// the holders freed on any node (see mergeFreed); a key no node held is
 // engine.ErrNotHeld. The holder's node leases learn it from their
 // renewals, and the first to be told ends the Redlock lease with
 // engine.ErrReleasedByOperator, without taking any node again.
@@ -198,19 +197,42 @@ func (r *Redlock) ForceRelease(ctx context.Context, key string) ([]engine.Holder
 		return nil, r.quorumErr(ctx, "force release", key,
 			fmt.Sprintf("%d of %d nodes answered, %d needed", ok, len(r.nodes), r.quorum), errs)
 	}
-	invs := make([]engine.Inventory, len(freed))
-	for i, hs := range freed {
-		if len(hs) > 0 {
-			invs[i].Keys = []engine.HeldKey{{Key: key, Holders: engine.Listed(hs)}}
-		}
-	}
-	keys := majority(invs, 1)
-	if len(keys) == 0 || len(keys[0].Holders) == 0 {
+	hs := mergeFreed(freed)
+	if len(hs) == 0 {
 		return nil, fmt.Errorf("%w: %q is free on every node", engine.ErrNotHeld, key)
 	}
-	hs := make([]engine.Holder, len(keys[0].Holders))
-	for i, h := range keys[0].Holders {
-		hs[i] = h.Holder
-	}
 	return hs, nil
+}
+
+// mergeFreed merges what each node freed into the Redlock leases freed.
+// Nodes share no lease id, so a lease is known by its mode and value, and
+// the k-th holder with one mode and value on a node (in token order) is
+// taken for the k-th on every other; its token is the largest any node
+// reports for it, as the grant's was.
+func mergeFreed(freed [][]engine.Holder) []engine.Holder {
+	type id struct {
+		mode  engine.Mode
+		value string
+	}
+	toks := make(map[id][]uint64)
+	for _, hs := range freed {
+		seen := make(map[id]int)
+		for _, h := range hs {
+			k := id{h.Mode, h.Value}
+			if n := seen[k]; n < len(toks[k]) {
+				toks[k][n] = max(toks[k][n], h.Token)
+			} else {
+				toks[k] = append(toks[k], h.Token)
+			}
+			seen[k]++
+		}
+	}
+	var out []engine.Holder
+	for k, ts := range toks {
+		for _, t := range ts {
+			out = append(out, engine.Holder{Mode: k.mode, Token: t, Value: k.value})
+		}
+	}
+	slices.SortFunc(out, func(a, b engine.Holder) int { return cmp.Compare(a.Token, b.Token) })
+	return out
 }
