@@ -98,8 +98,9 @@
 // revision>", on an etcd lease of ReleaseMarkTTL of its own. The next
 // waiter watches the deleted entry and is granted at once, with its own,
 // higher create revision. The holder's engine reads the marks of its etcd
-// lease after every keep-alive (a third of the lease TTL) and before it
-// declares that lease lost (a process resumed from a pause), ends the
+// lease after every keep-alive (a third of the lease TTL) and, when the
+// process resumes from a pause past the lease's expiry, before it
+// declares that lease lost (a loss on time is not delayed), ends the
 // leases they name with engine.ErrReleasedByOperator, and deletes them.
 // Its etcd lease, shared with its other leases, is not touched.
 //

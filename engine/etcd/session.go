@@ -132,7 +132,12 @@ func (e *Engine) keepAlive(ep *epoch, expiry time.Time) {
 		select {
 		case <-next.C:
 		case <-loss.C:
-			e.tellBefore(ep)
+			if time.Now().After(expiry) {
+				// Past the server's expiry already (a pause): a round
+				// trip for the marks costs no safety. On time, the leases
+				// end now, before etcd can expire them.
+				e.tellBefore(ep)
+			}
 			e.lose(ep, fmt.Errorf("%w: etcd lease %x not renewed within its TTL (%v)",
 				engine.ErrLeaseLost, int64(ep.id), ep.ttl))
 			return

@@ -233,10 +233,12 @@
 // (see Hand-off), so a waiting writer is granted the key with the next
 // token in the same script. The holder, in any process, learns it from
 // its next renewal: a renewal that finds its lease gone, or that could not
-// be sent before the lease's validity ran out (a process resumed from a
-// SIGSTOP), asks the mark in one pipeline for all such leases (bounded by
-// 500ms) and ends the lease with engine.ErrReleasedByOperator if the mark
-// names it, engine.ErrLeaseLost otherwise. A Release that finds its lease
+// be sent before the server's own expiry of the key (a process resumed
+// from a SIGSTOP), asks the mark in one pipeline for all such leases
+// (bounded by 500ms) and ends the lease with engine.ErrReleasedByOperator
+// if the mark names it, engine.ErrLeaseLost otherwise. A lease whose
+// renewals merely time out until its validity ends is lost at once, as
+// before: its Done must close before the server can grant the key again. A Release that finds its lease
 // gone asks the same. Redlock.ForceRelease frees the key on every node; a
 // quorum must answer, and the first node lease told ends the Redlock lease
 // without re-taking any node.

@@ -133,8 +133,9 @@ func parseHolders(v []any) ([]engine.Holder, error) {
 // were freed by an operator: their Done waits for it.
 const releaseMarkWait = 500 * time.Millisecond
 
-// endLost ends leases that a renewal found gone, or could not renew
-// before their validity ran out: each is told engine.ErrReleasedByOperator
+// endLost ends leases that a renewal found gone (the server no longer
+// has them), or could not renew before the server's own expiry (the
+// process was paused): each is told engine.ErrReleasedByOperator
 // when the key's force-release mark names it (one pipeline for all of
 // them, bounded by releaseMarkWait), and cause otherwise.
 func (e *Engine) endLost(ls []*lease, causes []error) {
