@@ -20,6 +20,12 @@ var (
 	ErrLeaseLost = engine.ErrLeaseLost
 	// ErrReleased: the lease ended by Unlock.
 	ErrReleased = engine.ErrReleased
+	// ErrReleasedByOperator: the lease ended because an operator freed its
+	// key on the server (cerberusctl release, the failover Handler's
+	// release, engine.Releaser). It wraps ErrLeaseLost. The holder is told
+	// no later than its next renewal; its fenced writes are refused, since
+	// the next holder's token is higher.
+	ErrReleasedByOperator = engine.ErrReleasedByOperator
 	// ErrEngineSwitched: the lease ended because the client moved to another
 	// engine.
 	ErrEngineSwitched = engine.ErrEngineSwitched

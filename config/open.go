@@ -155,6 +155,7 @@ func newFailover(ctx context.Context, cfg *Config, named []Named, fl *atomic.Poi
 		engines[i] = failover.NamedEngine{Name: n.Name, Engine: n.Engine}
 	}
 	fo := cfg.FailoverOptions()
+	fo.Logger = log
 	if cfg.EngineKey.Set() {
 		if kv, kvDone, err = kvClient(&cfg.EngineKey); err != nil {
 			closeNamed(named)

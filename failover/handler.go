@@ -8,17 +8,31 @@ import (
 	"time"
 )
 
-// Handler serves the manager's status, and operators' switches when
-// allowSwitch is true, for a service to mount behind its own
-// authentication (a switch loses every lock held on the old engine; see
-// the example with a bearer token).
+// Handler serves the manager's status, and operators' actions (switch
+// and force release) when allowOps is true, for a service to mount behind
+// its own authentication (a switch loses every lock held on the old
+// engine, a release the key's holders; see the example with a bearer
+// token).
 //
 //	GET                        200, JSON: {"active","active_from","epoch","scope","engines":[...],"fleet"}
 //	POST ?engine=NAME[&wait=D] switch, then 200 with {"switch": report, ...status}
 //	                           (202 if processes of the fleet have not
 //	                           followed within D); 400 without a name or
 //	                           with a bad wait, 404 for an unknown engine,
-//	                           403 when switching is not allowed
+//	                           403 when operator actions are not allowed
+//	POST release=KEY&confirm=KEY[&engine=NAME]
+//	                           force release (ReleaseOn) on NAME or the
+//	                           active engine, then 200 with {"released",
+//	                           "engine","by","holders":[{"mode","token","value"}]};
+//	                           400 when confirm is not the key or the key
+//	                           is invalid, 404 for a key nobody holds or an
+//	                           unknown engine, 403 when operator actions
+//	                           are not allowed; who asked is Options.Caller's
+//	                           answer (default: the remote address), logged
+//	                           with key, engine and tokens
+//
+// A GET never changes anything: one that carries release is refused with
+// 405.
 //
 // Under a fleet coordinator (Options.Switch, set by package config
 // when an engine key is configured), a POST moves the whole fleet through
@@ -33,15 +47,25 @@ import (
 // "process_engine" is the engine this process's calls go to (Active).
 //
 // Any other method gets 405.
-func (m *Manager) Handler(allowSwitch bool) http.Handler {
+func (m *Manager) Handler(allowOps bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var rep *SwitchReport
 		code := http.StatusOK
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
+			if r.URL.Query().Has("release") {
+				w.Header().Set("Allow", "POST")
+				http.Error(w, "cerberus: a release must be a POST (form release=KEY&confirm=KEY); nothing was changed",
+					http.StatusMethodNotAllowed)
+				return
+			}
 		case http.MethodPost:
-			if !allowSwitch {
-				http.Error(w, "cerberus: switching is not allowed here", http.StatusForbidden)
+			if !allowOps {
+				http.Error(w, "cerberus: operator actions (switch, release) are not allowed here", http.StatusForbidden)
+				return
+			}
+			if r.FormValue("release") != "" || r.Form.Has("release") || r.Form.Has("confirm") {
+				m.serveRelease(w, r)
 				return
 			}
 			sw, err := m.handleSwitch(r)

@@ -3,6 +3,8 @@ package failover
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
@@ -54,6 +56,17 @@ type Options struct {
 	// engine became healthy or unhealthy, with the new status (as Status
 	// returns it). It must not block.
 	OnHealth func([]EngineStatus)
+	// OnRelease, if set, is called after every force release
+	// (ReleaseOn, ForceRelease, a release through the Handler), as
+	// metrics.Metrics.ForceReleased counts them. It must not block.
+	OnRelease func(ReleaseEvent)
+	// Caller, if set, names who sent a request to the Handler, for the
+	// log of a force release: the user the service's authentication
+	// found, say. The default is the request's remote address.
+	Caller func(*http.Request) string
+	// Logger receives the Manager's log of operator actions (a force
+	// release, at Warn). The default is slog.Default().
+	Logger *slog.Logger
 }
 
 // Defaults of Options: what a zero Interval or Threshold means.
@@ -84,8 +97,8 @@ func (o Options) withDefaults() Options {
 // override); an Epoch above the current one raises it, so that every
 // later token is larger (an operator can bring a fleet's epochs back in
 // step this way); a lower Epoch is ignored, since tokens must not go
-// back. OnSwitch and OnHealth stay as New set them. An unknown
-// Active clears the override, as an unknown one at start does, and
+// back. OnSwitch, OnHealth, OnRelease, Caller and Logger stay as New set
+// them. An unknown Active clears the override, as an unknown one at start does, and
 // Configure returns ErrUnknownEngine after applying the rest.
 func (m *Manager) Configure(opts Options) error {
 	opts = opts.withDefaults()

@@ -3,7 +3,7 @@
 // client.
 //
 //	m := metrics.New(prometheus.DefaultRegisterer)
-//	f, _ := failover.New(engines, failover.Options{OnSwitch: m.Switched})
+//	f, _ := failover.New(engines, failover.Options{OnSwitch: m.Switched, OnRelease: m.ForceReleased})
 //	m.Watch(prometheus.DefaultRegisterer, f)
 //	c, _ := cerberus.New(f, cerberus.WithObserver(m))
 //
@@ -12,11 +12,12 @@
 //	acquire_seconds{engine,result}   histogram of acquisition time, waiting included
 //	acquisitions_total{engine,mode}  granted leases
 //	acquire_failures_total{engine,reason}  not_acquired, context, error
-//	leases_lost_total{engine,reason}       lease_lost, engine_switched, closed
+//	leases_lost_total{engine,reason}       lease_lost, released_by_operator, engine_switched, closed
 //	active_engine{engine}            1 for the active engine (Manager.ActiveEngine: under an engine
 //	                                 key the key's engine), 0 for the others; all 0 while unknown
 //	engine_healthy{engine}           1 while the manager sees the engine healthy
 //	switches_total{from,to,reason}   engine switches
+//	force_releases_total{engine}     keys freed by an operator (failover.Options.OnRelease: ForceReleased)
 //	fleet_processes{engine}          live processes of the fleet on each engine (with engine_key)
 //	fleet_degraded                   1 while the fleet view has a note: this process outvoted, or
 //	                                 the engine key's Consul unreachable (no automatic switch)
@@ -33,7 +34,7 @@ import (
 )
 
 // Metrics is a cerberus.Observer that records into Prometheus collectors,
-// and the OnSwitch hook of a failover.Manager.
+// and the OnSwitch and OnRelease hooks of a failover.Manager.
 type Metrics struct {
 	acquire  *prometheus.HistogramVec
 	granted  *prometheus.CounterVec
@@ -42,6 +43,7 @@ type Metrics struct {
 	active   *prometheus.GaugeVec
 	healthy  *prometheus.GaugeVec
 	switches *prometheus.CounterVec
+	releases *prometheus.CounterVec
 }
 
 // Fleet gauges, computed from the manager at each scrape (see Watch).
@@ -76,6 +78,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "1 while the manager sees the engine healthy."}, []string{"engine"}),
 		switches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cerberus_switches_total",
 			Help: "Switches of the active engine."}, []string{"from", "to", "reason"}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cerberus_force_releases_total",
+			Help: "Keys freed by an operator's force release, by engine."}, []string{"engine"}),
 	}
 	if reg != nil {
 		for _, c := range m.collectors() {
@@ -87,7 +91,7 @@ func New(reg prometheus.Registerer) *Metrics {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.acquire, m.granted, m.failures, m.lost, m.active, m.healthy,
-		m.switches}
+		m.switches, m.releases}
 }
 
 // Acquired records one acquisition; see cerberus.Observer.
@@ -119,10 +123,18 @@ func (m *Metrics) Lost(e cerberus.LostEvent) {
 	switch {
 	case errors.Is(e.Err, cerberus.ErrEngineSwitched):
 		reason = "engine_switched"
+	case errors.Is(e.Err, cerberus.ErrReleasedByOperator):
+		reason = "released_by_operator"
 	case errors.Is(e.Err, cerberus.ErrClosed):
 		reason = "closed"
 	}
 	m.lost.WithLabelValues(e.Engine, reason).Inc()
+}
+
+// ForceReleased counts a force release; pass it as
+// failover.Options.OnRelease.
+func (m *Metrics) ForceReleased(ev failover.ReleaseEvent) {
+	m.releases.WithLabelValues(ev.Engine).Inc()
 }
 
 // Switched records a switch; pass it as failover.Options.OnSwitch.

@@ -2,8 +2,8 @@
 // health of a configuration's engines and which one is active (with
 // engine_key, the one the key names), switches every process (through the
 // engine key when the configuration has one, else by pinning the engine
-// in the file they watch), lists the keys held on every engine, and runs
-// the seckill demo.
+// in the file they watch), lists the keys held on every engine, frees a
+// key whoever holds it (force release), and runs the seckill demo.
 //
 // Usage:
 //
@@ -11,6 +11,7 @@
 //	cerberusctl use [-config cerberus.yaml] [-wait 10s] ENGINE
 //	cerberusctl locks [-config cerberus.yaml] (-prefix P | -all) [-limit 1000]
 //	                  [-timeout 10s] [-json]
+//	cerberusctl release [-config cerberus.yaml] [-engine NAME] [-timeout 10s] -yes KEY
 //	cerberusctl demo [-engine memory] [-buyers 1000] [-products 2] [-stock 10000]
 //	                 [-procs 1] [-failover]
 //
@@ -44,6 +45,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return useMain(args[1:], stdout, stderr)
 	case "locks":
 		return locksMain(args[1:], stdout, stderr)
+	case "release":
+		return releaseMain(args[1:], stdout, stderr)
 	case workerCommand:
 		return workerMain(args[1:], stdout, stderr)
 	case configWorkerCommand:
@@ -71,5 +74,9 @@ commands:
           (cerberusctl use -config cerberus.yaml NAME)
   locks   list the keys held under a prefix on every engine of a configuration,
           active or not: holders with mode, token, value, age or expiry, and
-          waiters (cerberusctl locks -config cerberus.yaml -prefix order: [-json])`)
+          waiters (cerberusctl locks -config cerberus.yaml -prefix order: [-json])
+  release free a key whoever holds it, on the active engine or -engine NAME: the
+          next waiter is granted it, the holders are told at their next renewal;
+          without -yes only shows what it would free
+          (cerberusctl release -config cerberus.yaml -yes order:42)`)
 }

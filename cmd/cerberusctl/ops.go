@@ -109,6 +109,16 @@ type pingResult struct {
 
 // pingAll pings every engine at once, each within timeout, and closes it.
 func pingAll(named []config.Named, timeout time.Duration) []pingResult {
+	res := pingOpen(named, timeout)
+	for _, n := range named {
+		_ = n.Engine.Close()
+	}
+	return res
+}
+
+// pingOpen pings every engine at once, each within timeout, and leaves
+// them open.
+func pingOpen(named []config.Named, timeout time.Duration) []pingResult {
 	res := make([]pingResult, len(named))
 	var wg sync.WaitGroup
 	for i, n := range named {
@@ -119,7 +129,6 @@ func pingAll(named []config.Named, timeout time.Duration) []pingResult {
 			defer cancel()
 			start := time.Now()
 			res[i] = pingResult{n.Engine.Ping(ctx), time.Since(start)}
-			_ = n.Engine.Close()
 		}()
 	}
 	wg.Wait()

@@ -90,6 +90,20 @@
 // Engine.Holders reads a key's range and applies the grant rule to it;
 // Engine.Watch forwards an etcd watch on the range.
 //
+// # Force release
+//
+// Engine.ForceRelease reads the key's queue and, in one transaction that
+// compares each holder's create revision, deletes the holders' entries
+// and puts a mark for each, "<prefix>\x01released/<etcd lease id>/<create
+// revision>", on an etcd lease of ReleaseMarkTTL of its own. The next
+// waiter watches the deleted entry and is granted at once, with its own,
+// higher create revision. The holder's engine reads the marks of its etcd
+// lease after every keep-alive (a third of the lease TTL) and, when the
+// process resumes from a pause past the lease's expiry, before it
+// declares that lease lost (a loss on time is not delayed), ends the
+// leases they name with engine.ErrReleasedByOperator, and deletes them.
+// Its etcd lease, shared with its other leases, is not touched.
+//
 // # Clients and credentials
 //
 // New takes a *clientv3.Client the caller made and never closes it; Dial

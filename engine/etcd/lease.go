@@ -83,7 +83,11 @@ func (l *lease) Release(ctx context.Context) error {
 		return nil
 	case err == nil:
 		l.ep.give(l.slot)
-		l.finish(fmt.Errorf("%w: etcd queue entry %q is gone", engine.ErrLeaseLost, l.name))
+		lost := fmt.Errorf("%w: etcd queue entry %q is gone", engine.ErrLeaseLost, l.name)
+		if e.releasedMark(bctx, l) {
+			lost = fmt.Errorf("%w: etcd queue entry %q was deleted", engine.ErrReleasedByOperator, l.name)
+		}
+		l.finish(lost)
 		return l.notHeld()
 	case down(err) || bctx.Err() != nil:
 		l.finish(fmt.Errorf("%w: release of %q did not complete: %w", engine.ErrLeaseLost, l.name, err))

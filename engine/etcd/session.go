@@ -132,6 +132,12 @@ func (e *Engine) keepAlive(ep *epoch, expiry time.Time) {
 		select {
 		case <-next.C:
 		case <-loss.C:
+			if time.Now().After(expiry) {
+				// Past the server's expiry already (a pause): a round
+				// trip for the marks costs no safety. On time, the leases
+				// end now, before etcd can expire them.
+				e.tellBefore(ep)
+			}
 			e.lose(ep, fmt.Errorf("%w: etcd lease %x not renewed within its TTL (%v)",
 				engine.ErrLeaseLost, int64(ep.id), ep.ttl))
 			return
@@ -149,7 +155,9 @@ func (e *Engine) keepAlive(ep *epoch, expiry time.Time) {
 			expiry = sent.Add(time.Duration(resp.TTL) * time.Second)
 			loss.Reset(time.Until(expiry) - margin)
 			next.Reset(interval)
+			e.tellBefore(ep)
 		case errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil:
+			e.tellBefore(ep)
 			e.lose(ep, fmt.Errorf("%w: etcd lease %x expired or was revoked", engine.ErrLeaseLost,
 				int64(ep.id)))
 			return
@@ -158,6 +166,18 @@ func (e *Engine) keepAlive(ep *epoch, expiry time.Time) {
 		}
 	}
 }
+
+// tellBefore reads ep's force-release marks (tellReleased), waiting for
+// the server no longer than releaseMarkWait.
+func (e *Engine) tellBefore(ep *epoch) {
+	ctx, cancel := context.WithTimeout(e.frame.Context(), releaseMarkWait)
+	defer cancel()
+	e.tellReleased(ctx, ep)
+}
+
+// releaseMarkWait bounds the read of the force-release marks that a
+// renewal, or the loss of the etcd lease, makes.
+const releaseMarkWait = 500 * time.Millisecond
 
 // lose ends ep and every lease granted in it with err, and revokes the
 // etcd lease in the background in case the server still keeps it (a

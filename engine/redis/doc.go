@@ -3,7 +3,7 @@
 //
 // # Data
 //
-// A lock key K lives in up to eleven Redis keys that share one hash slot (a
+// A lock key K lives in up to thirteen Redis keys that share one hash slot (a
 // {tag} built from K), so every script works on Redis Cluster:
 //
 //	<prefix>{k:K}:w   the exclusive holder's lease id, with PX = lease TTL
@@ -18,11 +18,13 @@
 //	<prefix>{k:K}:v   hash: each reader's "<token> <value>" by lease id
 //	<prefix>{k:K}:cq  list: arrival order of waiting counted readers
 //	<prefix>{k:K}:wt  the watch mark: someone watches K (expires by itself)
+//	<prefix>{k:K}:o   set: lease ids a force release freed (expires after ReleaseMarkTTL)
 //	<prefix>wake:E    engine E's channel: a release names the writer it wakes
 //
 // Keys containing '}' use {h:<sha256 of K>} as the tag instead. Only the
-// fencing counter outlives a lock: it must, so that tokens keep increasing
-// after a key is released, expires or the client restarts.
+// fencing counter outlives a lock (and a force release's mark, for an
+// hour): it must, so that tokens keep increasing after a key is released,
+// expires or the client restarts.
 //
 // # Scripts
 //
@@ -222,6 +224,24 @@
 // Holders runs one read-only script: the exclusive holder (from :w, :f and
 // :x, whose value counts only if it names the holder) and every reader
 // whose expiry by the server's clock is ahead, sorted by token.
+//
+// # Force release
+//
+// Engine.ForceRelease runs one script: it reads the holders as Holders
+// does, adds their lease ids to the mark :o (ReleaseMarkTTL to live),
+// deletes :w, :x, :r and :v, and serves the waiters as a release does
+// (see Hand-off), so a waiting writer is granted the key with the next
+// token in the same script. The holder, in any process, learns it from
+// its next renewal: a renewal that finds its lease gone, or that could not
+// be sent before the server's own expiry of the key (a process resumed
+// from a SIGSTOP), asks the mark in one pipeline for all such leases
+// (bounded by 500ms) and ends the lease with engine.ErrReleasedByOperator
+// if the mark names it, engine.ErrLeaseLost otherwise. A lease whose
+// renewals merely time out until its validity ends is lost at once, as
+// before: its Done must close before the server can grant the key again. A Release that finds its lease
+// gone asks the same. Redlock.ForceRelease frees the key on every node; a
+// quorum must answer, and the first node lease told ends the Redlock lease
+// without re-taking any node.
 //
 // # Watch
 //

@@ -3,9 +3,6 @@ package redis
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
-	"strconv"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -39,33 +36,10 @@ func (e *Engine) holdersAt(ctx context.Context, key string, k lockKeys) ([]engin
 	if err != nil && !errors.Is(err, goredis.Nil) {
 		return nil, e.opError(ctx, "holders", key, err)
 	}
-	if len(v)%3 != 0 {
-		return nil, e.opError(ctx, "holders", key, fmt.Errorf("holders script returned %d values", len(v)))
+	hs, err := parseHolders(v)
+	if err != nil {
+		return nil, e.opError(ctx, "holders", key, err)
 	}
-	hs := make([]engine.Holder, 0, len(v)/3)
-	for i := 0; i < len(v); i += 3 {
-		kind, _ := v[i].(string)
-		tok, _ := v[i+1].(string)
-		val, _ := v[i+2].(string)
-		t, perr := strconv.ParseUint(tok, 10, 64)
-		if perr != nil {
-			return nil, e.opError(ctx, "holders", key, fmt.Errorf("holders script returned token %q", tok))
-		}
-		m := engine.Shared
-		if kind == "x" {
-			m = engine.Exclusive
-		}
-		hs = append(hs, engine.Holder{Mode: m, Token: t, Value: val})
-	}
-	slices.SortFunc(hs, func(a, b engine.Holder) int {
-		switch {
-		case a.Token < b.Token:
-			return -1
-		case a.Token > b.Token:
-			return 1
-		}
-		return 0
-	})
 	return hs, nil
 }
 

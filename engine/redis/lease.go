@@ -336,6 +336,9 @@ func (l *lease) Release(ctx context.Context) error {
 		l.sig.Close(engine.ErrReleased)
 		return nil
 	default:
+		if l.e.marked([]*lease{l})[0] {
+			l.sig.Close(fmt.Errorf("%w: its release found %q freed", engine.ErrReleasedByOperator, l.key))
+		}
 		return l.sig.NotHeld(l.key)
 	}
 }

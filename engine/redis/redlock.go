@@ -493,6 +493,10 @@ func (l *redlockLease) nodeLost(i int, h *nodeHold, err error) {
 	l.mu.Unlock()
 	switch {
 	case !was:
+	case errors.Is(err, engine.ErrReleasedByOperator):
+		// Freed on purpose: taking the node again would fight the
+		// operator (and the next holder) for the key.
+		l.end(fmt.Errorf("%w: on node %d: %w", engine.ErrReleasedByOperator, i, err))
 	case l.nodeReq.Renew:
 		l.scheduleHeal(0)
 	case below:

@@ -161,21 +161,28 @@ func (e *Engine) renew(batch []*lease) (timedOut bool) {
 		loadScripts(ctx, e.c)
 		cmds, _ = e.renewPipeline(ctx, batch)
 	}
+	var gone []*lease // found gone, or paused past expiry: ask the force-release mark why
+	var causes []error
 	for i, l := range batch {
 		n, err := cmds[i].Int64()
 		switch {
 		case err != nil && isTimeout(err) && e.retryLater(l):
 			timedOut = true
+		case err != nil && isTimeout(err) && e.pausedPast(l):
+			gone = append(gone, l)
+			causes = append(causes, fmt.Errorf("%w: renewal failed: %w", engine.ErrLeaseLost, err))
 		case err != nil:
 			l.lost(fmt.Errorf("%w: renewal failed: %w", engine.ErrLeaseLost, err))
 		case n != 1:
-			l.lost(fmt.Errorf("%w: renewal found the key gone or held by another", engine.ErrLeaseLost))
+			gone = append(gone, l)
+			causes = append(causes, fmt.Errorf("%w: renewal found the key gone or held by another", engine.ErrLeaseLost))
 		default:
 			e.mu.Lock()
 			l.due, l.valid = sent.Add(l.ttl/3), sent.Add(l.life())
 			e.mu.Unlock()
 		}
 	}
+	e.endLost(gone, causes)
 	return timedOut
 }
 
@@ -185,6 +192,17 @@ func (e *Engine) renew(batch []*lease) (timedOut bool) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// pausedPast reports whether l's key has expired on the server even by
+// the server's clock (its validity and a margin more have passed): the
+// process was paused, or its timers ran very late. Only then may a lost
+// lease wait for a round trip to the force-release mark: otherwise Done
+// must close before the server can grant the key again.
+func (e *Engine) pausedPast(l *lease) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return time.Since(l.valid) > engine.Margin(l.ttl)
 }
 
 // retryLater schedules l's renewal again soon, no later than its validity,
@@ -229,7 +247,7 @@ var errNoScript = errors.New("NOSCRIPT")
 // loadScripts loads every script, for pipelines that use EVALSHA.
 func loadScripts(ctx context.Context, c Client) {
 	for _, s := range []*goredis.Script{acquireExclusive, acquireShared, releaseExclusive,
-		releaseShared, renewExclusive, renewShared, leaveQueue, holdersScript} {
+		releaseShared, renewExclusive, renewShared, leaveQueue, holdersScript, forceRelease} {
 		_ = s.Load(ctx, c).Err()
 	}
 }
