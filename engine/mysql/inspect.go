@@ -12,9 +12,9 @@ var _ engine.Inspector = (*Engine)(nil)
 // Holders returns the leases that hold key now, in grant order; see
 // engine.Inspector. With the lease strategy it is one SELECT over the key's
 // row and its reader rows, listing only those unexpired by the server's
-// NOW(6). With the session strategy it reads the holder rows of
-// "<table>_sessions" whose connection holds the key's lock name now
-// (IS_USED_LOCK). It returns engine.ErrClosed after Close.
+// NOW(6). With the session strategy it reads the row of the key's lock
+// name in "<table>_names", if its connection holds the name now
+// (IS_USED_LOCK) and it names the key. It returns engine.ErrClosed after Close.
 func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, error) {
 	return e.core.Holders(ctx, key, e.Limits().MaxKeyLen, e.readHolders)
 }

@@ -28,10 +28,10 @@ var listSlack = engine.MaxLimit
 // from NOW(6), so the server's time zone does not matter). With the row
 // strategy it reads the holders' uncommitted records in a READ
 // UNCOMMITTED transaction, as Holders does, without Expires. With the
-// session strategy it is one statement over "<table>_sessions" (one row
-// per connection that took a session lease, read whole: the MEMORY
-// table's hash index has no order), listing the rows whose connection
-// holds their lock name now. Waiters is -1: waiters poll, or wait inside
+// session strategy it is one statement over "<table>_names" (one row per
+// lock name granted since the server started and not swept by Migrate,
+// read whole: the MEMORY table's hash index has no order), listing the
+// rows whose connection holds their lock name now. Waiters is -1: waiters poll, or wait inside
 // InnoDB or GET_LOCK, where nothing counts them.
 // It returns engine.ErrClosed after Close.
 func (e *Engine) List(ctx context.Context, prefix string, limit int) (engine.Inventory, error) {

@@ -9,7 +9,7 @@ import (
 )
 
 // maxTableLen leaves room for the "_readers", "_fences", "_queue",
-// "_sessions" and "_grant1" suffixes within the 64-character identifier
+// "_names" and "_grant1" suffixes within the 64-character identifier
 // limit.
 const maxTableLen = 48
 
@@ -75,24 +75,18 @@ func schema(table string) []string {
 			"`fence` BIGINT UNSIGNED NOT NULL," +
 			"PRIMARY KEY (`lock_key`)" +
 			") ENGINE=InnoDB",
-		// The session strategy's token counters, one per lock name, and
-		// its holders, one row per connection that took a session lease,
-		// both MEMORY tables: nothing is flushed to disk per grant. A
-		// server restart empties them; the grant's clock floor (see
-		// sessionGrantProc) keeps tokens above the lost counters.
+		// The session strategy's token counter and holder of each lock
+		// name, a MEMORY table: nothing is flushed to disk per grant. A
+		// server restart empties it; the grant's clock floor (see
+		// sessionGrant) keeps tokens above the lost counters.
 		"CREATE TABLE IF NOT EXISTS `" + table + "_names` (" +
 			"`name` VARBINARY(64) NOT NULL," +
 			"`token` BIGINT UNSIGNED NOT NULL," +
-			"PRIMARY KEY (`name`)" +
-			") ENGINE=MEMORY",
-		"CREATE TABLE IF NOT EXISTS `" + table + "_sessions` (" +
 			"`conn` BIGINT UNSIGNED NOT NULL," +
-			"`name` VARBINARY(64) NOT NULL," +
 			"`lock_key` VARBINARY(512) NOT NULL," +
-			"`token` BIGINT UNSIGNED NOT NULL," +
 			valueColumn + "," +
-			"`released` TINYINT UNSIGNED NOT NULL DEFAULT 0," +
-			"PRIMARY KEY (`conn`)" +
+			"`released` BIGINT UNSIGNED NOT NULL DEFAULT 0," +
+			"PRIMARY KEY (`name`)" +
 			") ENGINE=MEMORY",
 		"CREATE TABLE IF NOT EXISTS `" + table + "_queue` (" +
 			"`ticket` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT," +
@@ -116,9 +110,9 @@ const errDupColumn = 1060
 // Migrate creates the engine's tables if they do not exist: the lock table,
 // "<table>_readers" for shared leases, "<table>_queue" for the lease
 // strategy's waiters, "<table>_fences" for the row strategy's fencing
-// tokens, and for the session strategy the MEMORY tables "<table>_names"
-// and "<table>_sessions" and the stored procedures "<table>_grant1" and
-// "<table>_kill1" (which needs the CREATE ROUTINE privilege). The lease strategy's statements name the queue table, so run
+// tokens, and for the session strategy the MEMORY table "<table>_names"
+// and the stored procedures "<table>_grant1" and "<table>_kill1" (which
+// needs the CREATE ROUTINE privilege). The lease strategy's statements name the queue table, so run
 // Migrate after upgrading from a version without it. On tables made by an earlier version it adds
 // the value column to the lock table and the readers table; run it once
 // after upgrading, before the new version takes locks. It is idempotent and
@@ -137,8 +131,8 @@ func (e *Engine) Migrate(ctx context.Context) error {
 			return e.opErr(ctx, "migrate", "", err)
 		}
 	}
-	// Holder rows of connections that hold nothing now (their process
-	// died, or they were dropped) are cleared.
+	// Rows of lock names nobody holds, whose counters the clock floor
+	// has overtaken, are cleared.
 	if _, err := e.db.ExecContext(ctx, e.q.sessSweep); err != nil {
 		return e.opErr(ctx, "migrate", "", err)
 	}
@@ -177,8 +171,8 @@ type queries struct {
 	rowLock, rowShare, rowTryLock, rowEnsure, rowToken                string
 	rowMark, rowMarkShared, rowHolders                                string
 	enqueue, queueTidy, queueRefresh, queuePlace, dequeue, ticketDone string
-	sessGrant, sessRelease, sessHolders, sessList, sessKill           string
-	sessHolder, sessMarked, sessSweep, sessForget                     string
+	sessTry, sessWait, sessRelease, sessHolders, sessList, sessKill   string
+	sessHolder, sessMarked, sessSweep                                 string
 }
 
 // buildQueries returns the statements on table and its "_readers",

@@ -15,13 +15,14 @@ var _ engine.Releaser = (*Engine)(nil)
 // session strategy has it; the others return an error wrapping
 // errors.ErrUnsupported.
 //
-// It reads the key's holder (the holder row whose connection holds the
-// key's lock name), then one CALL of "<table>_kill1" marks that holder row
-// released and kills the holder's connection with KILL CONNECTION, which
-// frees the name at once: a session lease pins a connection of its own, so
-// the KILL ends no other lease. The holder learns it at its next ping (a
-// third of its lease period at most), which fails; it then reads the mark
-// and ends with engine.ErrReleasedByOperator. A holder in this engine is
+// It reads the key's holder (the row of the key's lock name, if its
+// connection holds the name), then one CALL of "<table>_kill1" records the
+// holder's token as released and kills the holder's connection with KILL
+// CONNECTION, which frees the name at once: a session lease pins a
+// connection of its own, so the KILL ends no other lease. The holder
+// learns it at its next ping (every WithConnCheck, and a third of its
+// lease period at most), which fails; it then reads the record and ends
+// with engine.ErrReleasedByOperator. A holder in this engine is
 // told at once. KILL CONNECTION of another user's connection needs the
 // CONNECTION_ADMIN (MySQL) or CONNECTION ADMIN (MariaDB) privilege.
 func (e *Engine) ForceRelease(ctx context.Context, key string) ([]engine.Holder, error) {

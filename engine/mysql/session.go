@@ -62,9 +62,11 @@ func (e *Engine) setIdle(ctx context.Context, rc *rowConn, ttl time.Duration) er
 	return nil
 }
 
-// acquireSession grants req with GET_LOCK on a pinned connection: one CALL
-// takes the lock, draws the token and records the holder (see
-// sessionGrantProc). Waiters wait inside the server, in GET_LOCK.
+// acquireSession grants req with GET_LOCK on a pinned connection. The
+// first attempt is one statement that tries the lock (GET_LOCK(name, 0)),
+// draws the token and records the holder (sessionGrant); a waiting request
+// that finds the key held then waits inside the server, in GET_LOCK, with
+// one CALL that draws the token too (sessionWaitProc).
 func (e *Engine) acquireSession(ctx context.Context, req engine.Request) (engine.Lease, error) {
 	name := lockName(e.cfg.table, req.Key)
 	rc, err := e.getConn(ctx)
@@ -72,7 +74,7 @@ func (e *Engine) acquireSession(ctx context.Context, req engine.Request) (engine
 		return nil, e.pinErr(ctx, req, err)
 	}
 	for try := 0; try < maxRowTries; try++ {
-		l, next, err := e.trySession(ctx, rc, req, name)
+		l, next, err := e.trySession(ctx, rc, req, name, try == 0)
 		if next == nil {
 			return l, err
 		}
@@ -93,13 +95,14 @@ func (e *Engine) pinErr(ctx context.Context, req engine.Request, err error) erro
 	return e.opErr(ctx, "acquire", req.Key, err)
 }
 
-// trySession is one grant CALL on rc. When next is nil it returns the lease
-// or the error that ends the Acquire, and has put rc back or dropped it;
-// otherwise next is the connection to try again on: rc when the wait ran
-// out without a deadline, a new one when rc's session was cut after the
-// grant or its holder table was full.
-func (e *Engine) trySession(ctx context.Context, rc *rowConn, req engine.Request,
-	name string) (l engine.Lease, next *rowConn, err error) {
+// trySession is one attempt on rc: the one-statement try first (when
+// first), then, for a waiting request, the waiting CALL. When next is nil
+// it returns the lease or the error that ends the Acquire, and has put rc
+// back or dropped it; otherwise next is the connection to try again on:
+// rc when the wait ran out without a deadline, a new one when rc's
+// session was cut after the grant or the names table was full.
+func (e *Engine) trySession(ctx context.Context, rc *rowConn, req engine.Request, name string,
+	first bool) (l engine.Lease, next *rowConn, err error) {
 	if err := ctx.Err(); err != nil {
 		e.putConn(rc)
 		return nil, nil, errors.Join(engine.ErrNotAcquired, err)
@@ -109,14 +112,18 @@ func (e *Engine) trySession(ctx context.Context, rc *rowConn, req engine.Request
 		return nil, nil, e.acquireErr(ctx, req, err)
 	}
 	var (
-		g     sql.NullInt64
-		token uint64
+		g      int64
+		token  uint64
+		killed bool
 	)
 	sent := time.Now()
-	err, killed := e.killable(ctx, rc, func(qctx context.Context) error {
-		return rc.conn.QueryRowContext(qctx, e.q.sessGrant, name, getLockWait(ctx, req.Wait), req.Key,
-			req.Value).Scan(&g, &token)
-	})
+	if first {
+		g, token, err = e.tryGrant(ctx, rc, req, name)
+	}
+	if !first || err == nil && g == 0 && req.Wait {
+		sent = time.Now()
+		g, token, err, killed = e.waitGrant(ctx, rc, req, name)
+	}
 	switch {
 	case killed:
 		// killable drops rc, which frees the lock should the grant
@@ -126,22 +133,55 @@ func (e *Engine) trySession(ctx context.Context, rc *rowConn, req engine.Request
 		e.sweep() // then try again
 		return e.renewConn(ctx, rc, req)
 	case err != nil:
-		e.discard(rc)
+		e.discard(rc) // which frees the lock if the grant came first
 		return nil, nil, e.acquireErr(ctx, req, err)
-	case !g.Valid || g.Int64 != 0 && g.Int64 != 1:
+	case g != 0 && g != 1:
 		e.discard(rc)
 		return nil, nil, e.opErr(ctx, "acquire", req.Key, errors.New("GET_LOCK failed"))
-	case g.Int64 == 0 && !req.Wait:
+	case g == 0 && !req.Wait:
 		e.putConn(rc)
 		return nil, nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
-	case g.Int64 == 0:
+	case g == 0:
 		return nil, rc, nil // the wait ran out (no deadline): ask again
 	}
 	return e.grantedSession(ctx, rc, req, name, token, sent)
 }
 
-// sweep clears, best effort, the holder rows of connections that hold
-// nothing now, when the MEMORY table is full.
+// tryGrant runs the one-statement try on rc, bounded by ctx and the op
+// timeout: g is 1 and token the new token if it granted the lock, g is 0 if
+// the key is held. A statement that ctx cuts short breaks rc's connection.
+func (e *Engine) tryGrant(ctx context.Context, rc *rowConn, req engine.Request, name string) (g int64,
+	token uint64, err error) {
+	qctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
+	defer cancel()
+	res, err := rc.conn.ExecContext(qctx, e.q.sessTry, name, req.Key, req.Value, name)
+	if err != nil {
+		return 0, 0, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return 0, 0, err
+	}
+	id, err := res.LastInsertId()
+	return 1, uint64(id), err
+}
+
+// waitGrant runs the waiting CALL on rc (see killable for killed): g is
+// GET_LOCK's answer, -1 for NULL, and token the new token if g is 1.
+func (e *Engine) waitGrant(ctx context.Context, rc *rowConn, req engine.Request, name string) (g int64,
+	token uint64, err error, killed bool) {
+	var got sql.NullInt64
+	err, killed = e.killable(ctx, rc, func(qctx context.Context) error {
+		return rc.conn.QueryRowContext(qctx, e.q.sessWait, name, getLockWait(ctx, req.Wait), req.Key,
+			req.Value).Scan(&got, &token)
+	})
+	if !got.Valid {
+		return -1, 0, err, killed
+	}
+	return got.Int64, token, err, killed
+}
+
+// sweep clears, best effort, the rows of lock names that nobody holds and
+// whose counters the clock has overtaken, when the MEMORY table is full.
 func (e *Engine) sweep() {
 	ctx, cancel := e.core.OpCtx()
 	defer cancel()
@@ -181,7 +221,7 @@ func (e *Engine) anchor(ctx context.Context, rc *rowConn, ttl time.Duration, sen
 func life(ttl time.Duration) time.Duration { return ttl - engine.Margin(ttl) }
 
 // grantedSession makes the lease of a grant of token on rc, whose session
-// holds name, by a CALL sent at sent; see trySession for next. The lease
+// holds name, by a statement sent at sent; see trySession for next. The lease
 // is valid until its anchor plus life(TTL), renewed by its watchdog's
 // pings when req.Renew. On an error rc is dropped, which frees the lock
 // (the drawn token is skipped).
@@ -217,14 +257,6 @@ func (e *Engine) grantedSession(ctx context.Context, rc *rowConn, req engine.Req
 	// goroutine of its own, which Close waits for.
 	e.frame.Run(l.watch)
 	return l, nil, nil
-}
-
-// dropSession drops rc, whose lease has ended, and clears its holder row.
-func (e *Engine) dropSession(rc *rowConn) {
-	e.discard(rc)
-	ctx, cancel := e.core.OpCtx()
-	defer cancel()
-	_, _ = e.db.ExecContext(ctx, e.q.sessForget, rc.id)
 }
 
 // sessionLease is a session-strategy lease: a GET_LOCK name held by the
@@ -306,14 +338,14 @@ func (l *sessionLease) ping() error {
 }
 
 // lostErr is the error of a lease whose connection failed with cause:
-// engine.ErrReleasedByOperator if a force release marked its holder row,
-// else engine.ErrLeaseLost.
+// engine.ErrReleasedByOperator if a force release recorded its token as
+// its name's released one, else engine.ErrLeaseLost.
 func (l *sessionLease) lostErr(cause error) error {
 	ctx, cancel := l.e.core.OpCtx()
 	defer cancel()
-	var marked int
-	err := l.e.db.QueryRowContext(ctx, l.e.q.sessMarked, l.conn, l.token).Scan(&marked)
-	if err == nil && marked == 1 {
+	var released uint64
+	err := l.e.db.QueryRowContext(ctx, l.e.q.sessMarked, l.name).Scan(&released)
+	if err == nil && released == l.token {
 		return fmt.Errorf("%w: %q", engine.ErrReleasedByOperator, l.key)
 	}
 	return fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, cause)
@@ -366,7 +398,7 @@ func (l *sessionLease) Release(ctx context.Context) error {
 			err = errors.New("the session no longer held the lock")
 		}
 		l.sig.Close(l.lostErr(err))
-		l.e.dropSession(rc)
+		l.e.discard(rc)
 		return l.sig.NotHeld(l.key)
 	}
 	l.e.putConn(rc)
@@ -384,7 +416,7 @@ func (l *sessionLease) end(err error) {
 		if held, uerr := l.unlock(rc); uerr == nil && held {
 			l.e.putConn(rc)
 		} else {
-			l.e.dropSession(rc)
+			l.e.discard(rc)
 		}
 	}
 	l.e.frame.Forget(l)

@@ -2,63 +2,80 @@ package mysql
 
 // The session strategy's statements and stored procedures.
 
-// sessionGrantProc returns the CREATE PROCEDURE statement of the session
-// strategy's grant, "<table>_grant1": one CALL, so one round trip, that
-// takes the lock name n with GET_LOCK(n, w) (w seconds; 0 for a TryLock)
-// and, if it was granted, draws the token and records the holder; it
-// answers GET_LOCK's result (1, 0 on timeout, NULL on error) and the token
-// (0 when not granted). Each statement runs after the one before it, so
-// the lock is held before anything is written, and no table is locked
-// while GET_LOCK waits (a single statement would hold the MEMORY tables'
-// table locks for the whole wait):
+// clockTicks is the server's UTC clock in 8µs ticks since 2025-01-01,
+// computed exactly (TIMESTAMPDIFF counts whole microseconds). UTC_TIMESTAMP
+// does not depend on the session's time zone, so no daylight saving change
+// moves it back.
+const clockTicks = "(TIMESTAMPDIFF(MICROSECOND, '2025-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 8)"
+
+// sessionGrant returns the session strategy's grant of lock name ?1 for
+// key ?2 with value ?3, on the quoted names table n, written under the lock
+// taken by cond: one statement, INSERT ... SELECT ... WHERE cond, that
+// inserts or updates the name's row only if cond (GET_LOCK) granted the
+// lock, so that it affects no row when it did not, and otherwise leaves
+// the token as LAST_INSERT_ID, which the server returns with the answer:
 //
-//   - the token is max(counter + 1, the server's UTC clock in 8µs ticks
-//     since 2025-01-01), in "<table>_names", a MEMORY table keyed by lock
-//     name: a counter the server loses (any restart or crash empties the
-//     table, a row deleted) starts again above every token before it, as
-//     long as the server's clock does not step back across the loss and
-//     no name is granted more than once per 8µs on average; GET_LOCK
-//     orders a name's grants. Keys whose names collide share a counter,
-//     which still increases for each. UTC_TIMESTAMP does not depend on
-//     the session's time zone;
-//   - so nothing is flushed to disk per grant (a MEMORY table has no
-//     redo log);
-//   - the holder row, in "<table>_sessions", is keyed by CONNECTION_ID():
-//     the grant replaces the row of the connection's last lease, and the
-//     row counts as a holder only while its connection holds the lock
-//     name (IS_USED_LOCK), so a release need not touch it.
-func sessionGrantProc(table string) string {
-	n, s := "`"+table+"_names`", "`"+table+"_sessions`"
+//   - the token is max(counter + 1, clockTicks), kept in the name's row of
+//     "<table>_names", a MEMORY table: a counter the server loses (any
+//     restart or crash empties the table; a row the sweep deleted) starts
+//     again above every token before it, as long as the server's clock
+//     does not step back across the loss and no name is granted more than
+//     once per 8µs on average; GET_LOCK orders a name's grants. Keys whose
+//     names collide share a counter, which still increases for each;
+//   - so nothing is flushed to disk per grant (a MEMORY table has no redo
+//     log);
+//   - the row also names the holder (CONNECTION_ID, key, value), for
+//     Holders and List: the holder of a name is always its last grant, and
+//     the row counts only while that connection holds the name
+//     (IS_USED_LOCK), so a release need not touch it. released, the token
+//     of the last force release, is left alone.
+//
+// A MEMORY table is locked whole for each statement, which is why cond
+// never waits here: a TryLock's GET_LOCK(name, 0). A wait runs GET_LOCK
+// first, in a statement of its own (sessionWaitProc).
+func sessionGrant(n, cond string) string {
+	return "INSERT INTO " + n + " (`name`, `token`, `conn`, `lock_key`, `value`) " +
+		"SELECT ?, LAST_INSERT_ID(GREATEST(1, " + clockTicks + ")), CONNECTION_ID(), ?, ? FROM DUAL WHERE " +
+		cond + " ON DUPLICATE KEY UPDATE `token` = LAST_INSERT_ID(GREATEST(`token` + 1, VALUES(`token`))), " +
+		"`conn` = VALUES(`conn`), `lock_key` = VALUES(`lock_key`), `value` = VALUES(`value`)"
+}
+
+// sessionWaitProc returns the CREATE PROCEDURE statement of the session
+// strategy's waiting grant, "<table>_grant1": one CALL, so one round trip,
+// that waits up to w seconds in GET_LOCK(n, w), which locks no table, and
+// if it was granted runs sessionGrant's statement (its condition true);
+// it answers GET_LOCK's result (1, 0 on timeout, NULL on error) and the
+// token (0 when not granted).
+func sessionWaitProc(table string) string {
+	n := "`" + table + "_names`"
 	return "CREATE PROCEDURE IF NOT EXISTS `" + table + "_grant1`(IN n VARBINARY(64), IN w DOUBLE, " +
 		"IN k VARBINARY(512), IN v VARBINARY(256)) MODIFIES SQL DATA BEGIN " +
 		"DECLARE g INT DEFAULT NULL; DECLARE t BIGINT UNSIGNED DEFAULT 0; " +
 		"SET g = GET_LOCK(n, w); " +
 		"IF g = 1 THEN " +
-		"INSERT INTO " + n + " (`name`, `token`) VALUES (n, LAST_INSERT_ID(GREATEST(1, " +
-		"TIMESTAMPDIFF(MICROSECOND, '2025-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 8))) " +
-		"ON DUPLICATE KEY UPDATE `token` = LAST_INSERT_ID(GREATEST(`token` + 1, VALUES(`token`))); " +
+		"INSERT INTO " + n + " (`name`, `token`, `conn`, `lock_key`, `value`) " +
+		"VALUES (n, LAST_INSERT_ID(GREATEST(1, " + clockTicks + ")), CONNECTION_ID(), k, v) " +
+		"ON DUPLICATE KEY UPDATE `token` = LAST_INSERT_ID(GREATEST(`token` + 1, VALUES(`token`))), " +
+		"`conn` = VALUES(`conn`), `lock_key` = VALUES(`lock_key`), `value` = VALUES(`value`); " +
 		"SET t = LAST_INSERT_ID(); " +
-		"INSERT INTO " + s + " (`conn`, `name`, `lock_key`, `token`, `value`, `released`) " +
-		"VALUES (CONNECTION_ID(), n, k, t, v, 0) ON DUPLICATE KEY UPDATE `name` = VALUES(`name`), " +
-		"`lock_key` = VALUES(`lock_key`), `token` = VALUES(`token`), `value` = VALUES(`value`), `released` = 0; " +
 		"END IF; " +
 		"SELECT g, t; END"
 }
 
 // sessionKillProc returns the CREATE PROCEDURE statement of the force
 // release, "<table>_kill1": if connection c still holds lock name n with
-// the lease of token t, it marks that lease's holder row released (the
-// holder reads the mark when its connection breaks) and kills the
-// connection, which frees the name; it answers 1, or 0 when the lease had
-// already ended. The check and the KILL run on the server, one statement
-// apart, so a connection that let the lease go and took another one in
-// between is not killed for it, except within that gap.
+// the lease of token t, it records t as the name's released token (the
+// holder reads it when its connection breaks) and kills the connection,
+// which frees the name; it answers 1, or 0 when the lease had already
+// ended. The check and the KILL run on the server, a statement apart, so
+// a connection that let the lease go and took another one in between is
+// not killed for it, except within that gap.
 func sessionKillProc(table string) string {
-	s := "`" + table + "_sessions`"
+	n := "`" + table + "_names`"
 	return "CREATE PROCEDURE IF NOT EXISTS `" + table + "_kill1`(IN n VARBINARY(64), IN c BIGINT UNSIGNED, " +
 		"IN t BIGINT UNSIGNED) MODIFIES SQL DATA BEGIN " +
 		"IF IS_USED_LOCK(n) = c THEN " +
-		"UPDATE " + s + " SET `released` = 1 WHERE `conn` = c AND `token` = t AND `name` = n; " +
+		"UPDATE " + n + " SET `released` = t WHERE `name` = n AND `conn` = c AND `token` = t; " +
 		"IF ROW_COUNT() = 1 AND IS_USED_LOCK(n) = c THEN KILL CONNECTION c; SELECT 1; ELSE SELECT 0; END IF; " +
 		"ELSE SELECT 0; END IF; END"
 }
@@ -67,22 +84,25 @@ func sessionKillProc(table string) string {
 // stored procedures. Their names carry a version, so that a release that
 // changes one creates it under a new name instead of running an old body.
 func procedures(table string) []string {
-	return []string{sessionGrantProc(table), sessionKillProc(table)}
+	return []string{sessionWaitProc(table), sessionKillProc(table)}
 }
 
 // session fills in the session strategy's statements on table.
 func (q *queries) session(table string) {
-	s := "`" + table + "_sessions`"
-	q.sessGrant = "CALL `" + table + "_grant1`(?, ?, ?, ?)"
+	n := "`" + table + "_names`"
+	q.sessTry = sessionGrant(n, "GET_LOCK(?, 0) = 1")
+	q.sessWait = "CALL `" + table + "_grant1`(?, ?, ?, ?)"
 	q.sessKill = "CALL `" + table + "_kill1`(?, ?, ?)"
 	q.sessRelease = "SELECT RELEASE_LOCK(?)"
-	// The holder rows that count: those whose connection holds their
-	// lock name now.
+	// The rows that count: those whose connection holds their lock name
+	// now.
 	held := "IS_USED_LOCK(`name`) = `conn`"
-	q.sessHolders = "SELECT 0, `token`, `value` FROM " + s + " WHERE `name` = ? AND `lock_key` = ? AND " + held
-	q.sessHolder = "SELECT `conn`, `token`, `value` FROM " + s + " WHERE `name` = ? AND `lock_key` = ? AND " + held
-	q.sessList = "SELECT `lock_key`, 0, `token`, `value`, NULL FROM " + s + " WHERE " + held
-	q.sessMarked = "SELECT `released` FROM " + s + " WHERE `conn` = ? AND `token` = ?"
-	q.sessSweep = "DELETE FROM " + s + " WHERE NOT (IS_USED_LOCK(`name`) <=> `conn`)"
-	q.sessForget = "DELETE FROM " + s + " WHERE `conn` = ?"
+	q.sessHolders = "SELECT 0, `token`, `value` FROM " + n + " WHERE `name` = ? AND `lock_key` = ? AND " + held
+	q.sessHolder = "SELECT `conn`, `token`, `value` FROM " + n + " WHERE `name` = ? AND `lock_key` = ? AND " + held
+	q.sessList = "SELECT `lock_key`, 0, `token`, `value`, NULL FROM " + n + " WHERE " + held
+	q.sessMarked = "SELECT `released` FROM " + n + " WHERE `name` = ?"
+	// Rows of names nobody holds whose counters are behind the clock: the
+	// next grant's clock floor is above them, so deleting them loses no
+	// order.
+	q.sessSweep = "DELETE FROM " + n + " WHERE IS_USED_LOCK(`name`) IS NULL AND `token` < " + clockTicks
 }
