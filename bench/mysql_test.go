@@ -67,8 +67,9 @@ type mysqlLocker struct {
 // mysqlLibraries: cerberus on each strategy, and the server's own named
 // locks (GET_LOCK/RELEASE_LOCK on a pinned connection), which wake waiters
 // inside the server: the baseline; and get_lock+token, the floor of the
-// session strategy: its grant procedure (GET_LOCK and the token in one
-// CALL) and RELEASE_LOCK on a pinned connection, without the library.
+// session strategy: its statements without the library on a pinned
+// connection (the one-statement try of GET_LOCK(name, 0) and the token,
+// then if the key is held the waiting CALL; RELEASE_LOCK).
 func mysqlLibraries(dsn, table string) []mysqlLocker {
 	cerb := func(strategy mysql.Strategy) func(b *testing.B, key string) LockFunc {
 		return func(b *testing.B, key string) LockFunc {
@@ -100,15 +101,27 @@ func mysqlLibraries(dsn, table string) []mysqlLocker {
 		}},
 		{"get_lock+token", func(b *testing.B, key string) LockFunc {
 			name := fmt.Sprintf("%.40s/%s", table, key)
-			return rawGetLock(b, dsn, name, "CALL `"+table+"_grant1`(?, ?, ?, NULL)", true, key)
+			try := rawTry(table)
+			wait := rawGetLock(b, dsn, name, "CALL `"+table+"_grant1`(?, ?, ?, NULL)", true, key)
+			return func(ctx context.Context) (func() error, error) {
+				return wait(context.WithValue(ctx, tryKey{}, func(conn *sql.Conn) (bool, error) {
+					res, err := conn.ExecContext(ctx, try, name, key, name)
+					if err != nil {
+						return false, err
+					}
+					n, err := res.RowsAffected()
+					return n > 0, err
+				}))
+			}
 		}},
 	}
 }
 
 // rawGetLock is a client of its own connection that locks name with the
 // statement grant (its parameters the name, GET_LOCK's timeout and extra;
-// its first column GET_LOCK's result, then token columns if tokens) and
-// unlocks it with RELEASE_LOCK.
+// its first column GET_LOCK's result, then token columns if tokens),
+// unless a try in the call's context (tryKey) took it first, and unlocks
+// it with RELEASE_LOCK.
 func rawGetLock(b *testing.B, dsn, name, grant string, tokens bool, extra ...any) LockFunc {
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
@@ -119,10 +132,25 @@ func rawGetLock(b *testing.B, dsn, name, grant string, tokens bool, extra ...any
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = conn.Close(); _ = db.Close() })
+	unlock := func() error {
+		var rel sql.NullInt64
+		if err := conn.QueryRowContext(context.Background(), "SELECT RELEASE_LOCK(?)", name).Scan(&rel); err != nil {
+			return err
+		}
+		if rel.Int64 != 1 {
+			return fmt.Errorf("RELEASE_LOCK(%q) = %v", name, rel)
+		}
+		return nil
+	}
 	return func(ctx context.Context) (func() error, error) {
 		wait := 3600
 		if dl, ok := ctx.Deadline(); ok {
 			wait = int(math.Ceil(time.Until(dl).Seconds()))
+		}
+		if try, ok := ctx.Value(tryKey{}).(func(*sql.Conn) (bool, error)); ok {
+			if held, err := try(conn); err != nil || held {
+				return unlock, err
+			}
 		}
 		var got sql.NullInt64
 		dest := []any{&got}
@@ -135,17 +163,23 @@ func rawGetLock(b *testing.B, dsn, name, grant string, tokens bool, extra ...any
 		if got.Int64 != 1 {
 			return nil, fmt.Errorf("GET_LOCK(%q) = %v", name, got)
 		}
-		return func() error {
-			var rel sql.NullInt64
-			if err := conn.QueryRowContext(context.Background(), "SELECT RELEASE_LOCK(?)", name).Scan(&rel); err != nil {
-				return err
-			}
-			if rel.Int64 != 1 {
-				return fmt.Errorf("RELEASE_LOCK(%q) = %v", name, rel)
-			}
-			return nil
-		}, nil
+		return unlock, nil
 	}
+}
+
+// tryKey carries, in a rawGetLock call's context, a one-statement try to
+// run on its connection before the grant statement.
+type tryKey struct{}
+
+// rawTry is the session strategy's one-statement try on table's names
+// table (its parameters the lock name, the key and the name again): the
+// lock and the token in one INSERT ... SELECT.
+func rawTry(table string) string {
+	clock := "(TIMESTAMPDIFF(MICROSECOND, '2025-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 8)"
+	return "INSERT INTO `" + table + "_names` (`name`, `token`, `conn`, `lock_key`, `value`) " +
+		"SELECT ?, LAST_INSERT_ID(GREATEST(1, " + clock + ")), CONNECTION_ID(), ?, NULL FROM DUAL " +
+		"WHERE GET_LOCK(?, 0) = 1 ON DUPLICATE KEY UPDATE `token` = LAST_INSERT_ID(GREATEST(`token` + 1, " +
+		"VALUES(`token`))), `conn` = VALUES(`conn`), `lock_key` = VALUES(`lock_key`), `value` = VALUES(`value`)"
 }
 
 // BenchmarkMySQLUncontended: one client, lock+unlock cycles on one key.
