@@ -103,13 +103,20 @@ func mysqlLibraries(dsn, table string) []mysqlLocker {
 			name := fmt.Sprintf("%.40s/%s", table, key)
 			try := rawTry(table)
 			wait := rawGetLock(b, dsn, name, "CALL `"+table+"_grant1`(?, ?, ?, NULL)", true, key)
+			var held time.Time // when a try last found the key held: then wait at once for a second, as the engine does
 			return func(ctx context.Context) (func() error, error) {
+				if time.Since(held) < time.Second {
+					return wait(ctx)
+				}
 				return wait(context.WithValue(ctx, tryKey{}, func(conn *sql.Conn) (bool, error) {
 					res, err := conn.ExecContext(ctx, try, name, key, name)
 					if err != nil {
 						return false, err
 					}
 					n, err := res.RowsAffected()
+					if n == 0 {
+						held = time.Now()
+					}
 					return n > 0, err
 				}))
 			}

@@ -132,6 +132,8 @@ type Engine struct {
 	mu    *sync.Mutex // guards frame and idle
 	idle  []*rowConn
 	pins  chan struct{} // one token per pinned row connection
+
+	hot hotNames // the session strategy's recently contended lock names
 }
 
 var _ engine.Engine = (*Engine)(nil)

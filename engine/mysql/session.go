@@ -84,6 +84,43 @@ func (e *Engine) acquireSession(ctx context.Context, req engine.Request) (engine
 	return nil, e.opErr(ctx, "acquire", req.Key, fmt.Errorf("%w after %d attempts", errGaveUp, maxRowTries))
 }
 
+// hotFor is how long a waiting Acquire goes straight to the waiting CALL
+// after a try of its engine found the key held: on a hot key the try
+// would fail again, and it takes the names table's lock for nothing.
+const hotFor = time.Second
+
+// maxHot bounds the names hotNames keeps.
+const maxHot = 4096
+
+// hotNames records when a try last found a lock name held.
+type hotNames struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+// mark records that a try found name held now.
+func (h *hotNames) mark(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.at == nil || len(h.at) >= maxHot {
+		h.at = make(map[string]time.Time)
+	}
+	h.at[name] = time.Now()
+}
+
+// recent reports whether a try found name held within hotFor, and forgets
+// an older record.
+func (h *hotNames) recent(name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	at, ok := h.at[name]
+	if ok && time.Since(at) >= hotFor {
+		delete(h.at, name)
+		return false
+	}
+	return ok
+}
+
 // pinErr is the error of an Acquire that could not pin a connection.
 func (e *Engine) pinErr(ctx context.Context, req engine.Request, err error) error {
 	switch {
@@ -96,7 +133,8 @@ func (e *Engine) pinErr(ctx context.Context, req engine.Request, err error) erro
 }
 
 // trySession is one attempt on rc: the one-statement try first (when
-// first), then, for a waiting request, the waiting CALL. When next is nil
+// first, unless a waiting request's key was found held within hotFor),
+// then, for a waiting request, the waiting CALL. When next is nil
 // it returns the lease or the error that ends the Acquire, and has put rc
 // back or dropped it; otherwise next is the connection to try again on:
 // rc when the wait ran out without a deadline, a new one when rc's
@@ -117,10 +155,14 @@ func (e *Engine) trySession(ctx context.Context, rc *rowConn, req engine.Request
 		killed bool
 	)
 	sent := time.Now()
-	if first {
+	try := first && !(req.Wait && e.hot.recent(name))
+	if try {
 		g, token, err = e.tryGrant(ctx, rc, req, name)
+		if err == nil && g == 0 && req.Wait {
+			e.hot.mark(name)
+		}
 	}
-	if !first || err == nil && g == 0 && req.Wait {
+	if !try || err == nil && g == 0 && req.Wait {
 		sent = time.Now()
 		g, token, err, killed = e.waitGrant(ctx, rc, req, name)
 	}
