@@ -130,15 +130,7 @@ func mysqlLibraries(dsn, table string) []mysqlLocker {
 // unless a try in the call's context (tryKey) took it first, and unlocks
 // it with RELEASE_LOCK.
 func rawGetLock(b *testing.B, dsn, name, grant string, tokens bool, extra ...any) LockFunc {
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	conn, err := db.Conn(context.Background())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = conn.Close(); _ = db.Close() })
+	conn := pinnedConn(b, dsn)
 	unlock := func() error {
 		var rel sql.NullInt64
 		if err := conn.QueryRowContext(context.Background(), "SELECT RELEASE_LOCK(?)", name).Scan(&rel); err != nil {
@@ -219,9 +211,9 @@ func BenchmarkMySQLUncontended(b *testing.B) {
 	})
 }
 
-// twoCommits returns a cycle of two autocommit UPDATEs of one row of the
-// lock table on a pinned connection: no lock, only the writes.
-func twoCommits(b *testing.B, dsn, table string) func() error {
+// pinnedConn returns a connection of a pool of its own on dsn, both closed
+// when the benchmark ends.
+func pinnedConn(b *testing.B, dsn string) *sql.Conn {
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		b.Fatal(err)
@@ -231,6 +223,13 @@ func twoCommits(b *testing.B, dsn, table string) func() error {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = conn.Close(); _ = db.Close() })
+	return conn
+}
+
+// twoCommits returns a cycle of two autocommit UPDATEs of one row of the
+// lock table on a pinned connection: no lock, only the writes.
+func twoCommits(b *testing.B, dsn, table string) func() error {
+	conn := pinnedConn(b, dsn)
 	ctx := context.Background()
 	if _, err := conn.ExecContext(ctx, "INSERT IGNORE INTO `"+table+"` (`lock_key`) VALUES ('floor')"); err != nil {
 		b.Fatal(err)

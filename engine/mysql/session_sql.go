@@ -34,11 +34,19 @@ const clockTicks = "(TIMESTAMPDIFF(MICROSECOND, '2025-01-01 00:00:00', UTC_TIMES
 // never waits here: a TryLock's GET_LOCK(name, 0). A wait runs GET_LOCK
 // first, in a statement of its own (sessionWaitProc).
 func sessionGrant(n, cond string) string {
-	return "INSERT INTO " + n + " (`name`, `token`, `conn`, `lock_key`, `value`) " +
-		"SELECT ?, LAST_INSERT_ID(GREATEST(1, " + clockTicks + ")), CONNECTION_ID(), ?, ? FROM DUAL WHERE " +
-		cond + " ON DUPLICATE KEY UPDATE `token` = LAST_INSERT_ID(GREATEST(`token` + 1, VALUES(`token`))), " +
-		"`conn` = VALUES(`conn`), `lock_key` = VALUES(`lock_key`), `value` = VALUES(`value`)"
+	return "INSERT INTO " + n + nameColumns + "SELECT ?, " + firstToken + ", CONNECTION_ID(), ?, ? FROM DUAL WHERE " +
+		cond + nameUpsert
 }
+
+// nameColumns, firstToken and nameUpsert are the parts of a grant's write
+// to the names table: the columns, a first grant's token, and the update
+// of a name's row that exists (the next token, the new holder).
+const (
+	nameColumns = " (`name`, `token`, `conn`, `lock_key`, `value`) "
+	firstToken  = "LAST_INSERT_ID(GREATEST(1, " + clockTicks + "))"
+	nameUpsert  = " ON DUPLICATE KEY UPDATE `token` = LAST_INSERT_ID(GREATEST(`token` + 1, VALUES(`token`))), " +
+		"`conn` = VALUES(`conn`), `lock_key` = VALUES(`lock_key`), `value` = VALUES(`value`)"
+)
 
 // sessionWaitProc returns the CREATE PROCEDURE statement of the session
 // strategy's waiting grant, "<table>_grant1": one CALL, so one round trip,
@@ -53,10 +61,7 @@ func sessionWaitProc(table string) string {
 		"DECLARE g INT DEFAULT NULL; DECLARE t BIGINT UNSIGNED DEFAULT 0; " +
 		"SET g = GET_LOCK(n, w); " +
 		"IF g = 1 THEN " +
-		"INSERT INTO " + n + " (`name`, `token`, `conn`, `lock_key`, `value`) " +
-		"VALUES (n, LAST_INSERT_ID(GREATEST(1, " + clockTicks + ")), CONNECTION_ID(), k, v) " +
-		"ON DUPLICATE KEY UPDATE `token` = LAST_INSERT_ID(GREATEST(`token` + 1, VALUES(`token`))), " +
-		"`conn` = VALUES(`conn`), `lock_key` = VALUES(`lock_key`), `value` = VALUES(`value`); " +
+		"INSERT INTO " + n + nameColumns + "VALUES (n, " + firstToken + ", CONNECTION_ID(), k, v)" + nameUpsert + "; " +
 		"SET t = LAST_INSERT_ID(); " +
 		"END IF; " +
 		"SELECT g, t; END"
