@@ -65,7 +65,9 @@ func (c *Client) TryLock(ctx context.Context, key string, opts ...Option) (*Leas
 
 // RLock takes key shared, waiting while a writer holds it or waits for it.
 // Its errors are Lock's; an owner that holds key shared and asks for it
-// exclusively gets ErrUpgrade.
+// exclusively gets ErrUpgrade. An engine with exclusive leases only
+// (engine.Limits.ExclusiveOnly: MySQL's session strategy) refuses it with
+// ErrInvalidRequest before any I/O.
 func (c *Client) RLock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
 	return c.acquire(ctx, key, engine.Shared, true, opts)
 }

@@ -47,8 +47,11 @@ func mysqlSetup(b *testing.B) (dsn, table string) {
 			return
 		}
 		defer db.Close()
-		for _, s := range []string{"", "_readers", "_fences", "_queue"} {
+		for _, s := range []string{"", "_readers", "_fences", "_queue", "_names"} {
 			_, _ = db.Exec("DROP TABLE IF EXISTS `" + table + s + "`")
+		}
+		for _, p := range []string{"_grant1", "_kill1"} {
+			_, _ = db.Exec("DROP PROCEDURE IF EXISTS `" + table + p + "`")
 		}
 	})
 	return dsn, table
@@ -63,7 +66,10 @@ type mysqlLocker struct {
 
 // mysqlLibraries: cerberus on each strategy, and the server's own named
 // locks (GET_LOCK/RELEASE_LOCK on a pinned connection), which wake waiters
-// inside the server: the baseline.
+// inside the server: the baseline; and get_lock+token, the floor of the
+// session strategy: its statements without the library on a pinned
+// connection (the one-statement try of GET_LOCK(name, 0) and the token,
+// then if the key is held the waiting CALL; RELEASE_LOCK).
 func mysqlLibraries(dsn, table string) []mysqlLocker {
 	cerb := func(strategy mysql.Strategy) func(b *testing.B, key string) LockFunc {
 		return func(b *testing.B, key string) LockFunc {
@@ -88,42 +94,91 @@ func mysqlLibraries(dsn, table string) []mysqlLocker {
 	return []mysqlLocker{
 		{"cerberus-lease", cerb(mysql.StrategyLease)},
 		{"cerberus-row", cerb(mysql.StrategyRow)},
+		{"cerberus-session", cerb(mysql.StrategySession)},
 		{"get_lock", func(b *testing.B, key string) LockFunc {
-			db, err := sql.Open("mysql", dsn)
-			if err != nil {
-				b.Fatal(err)
-			}
-			conn, err := db.Conn(context.Background())
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = conn.Close(); _ = db.Close() })
 			name := fmt.Sprintf("%.40s/%s", table, key) // GET_LOCK names are at most 64 characters
+			return rawGetLock(b, dsn, name, "SELECT GET_LOCK(?, ?)", false)
+		}},
+		{"get_lock+token", func(b *testing.B, key string) LockFunc {
+			name := fmt.Sprintf("%.40s/%s", table, key)
+			try := rawTry(table)
+			wait := rawGetLock(b, dsn, name, "CALL `"+table+"_grant1`(?, ?, ?, NULL)", true, key)
+			var held time.Time // when a try last found the key held: then wait at once for a second, as the engine does
 			return func(ctx context.Context) (func() error, error) {
-				wait := 3600
-				if dl, ok := ctx.Deadline(); ok {
-					wait = int(math.Ceil(time.Until(dl).Seconds()))
+				if time.Since(held) < time.Second {
+					return wait(ctx)
 				}
-				var got sql.NullInt64
-				if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", name, wait).Scan(&got); err != nil {
-					return nil, err
-				}
-				if got.Int64 != 1 {
-					return nil, fmt.Errorf("GET_LOCK(%q) = %v", name, got)
-				}
-				return func() error {
-					var rel sql.NullInt64
-					if err := conn.QueryRowContext(context.Background(), "SELECT RELEASE_LOCK(?)", name).Scan(&rel); err != nil {
-						return err
+				return wait(context.WithValue(ctx, tryKey{}, func(conn *sql.Conn) (bool, error) {
+					res, err := conn.ExecContext(ctx, try, name, key, name)
+					if err != nil {
+						return false, err
 					}
-					if rel.Int64 != 1 {
-						return fmt.Errorf("RELEASE_LOCK(%q) = %v", name, rel)
+					n, err := res.RowsAffected()
+					if n == 0 {
+						held = time.Now()
 					}
-					return nil
-				}, nil
+					return n > 0, err
+				}))
 			}
 		}},
 	}
+}
+
+// rawGetLock is a client of its own connection that locks name with the
+// statement grant (its parameters the name, GET_LOCK's timeout and extra;
+// its first column GET_LOCK's result, then token columns if tokens),
+// unless a try in the call's context (tryKey) took it first, and unlocks
+// it with RELEASE_LOCK.
+func rawGetLock(b *testing.B, dsn, name, grant string, tokens bool, extra ...any) LockFunc {
+	conn := pinnedConn(b, dsn)
+	unlock := func() error {
+		var rel sql.NullInt64
+		if err := conn.QueryRowContext(context.Background(), "SELECT RELEASE_LOCK(?)", name).Scan(&rel); err != nil {
+			return err
+		}
+		if rel.Int64 != 1 {
+			return fmt.Errorf("RELEASE_LOCK(%q) = %v", name, rel)
+		}
+		return nil
+	}
+	return func(ctx context.Context) (func() error, error) {
+		wait := 3600
+		if dl, ok := ctx.Deadline(); ok {
+			wait = int(math.Ceil(time.Until(dl).Seconds()))
+		}
+		if try, ok := ctx.Value(tryKey{}).(func(*sql.Conn) (bool, error)); ok {
+			if held, err := try(conn); err != nil || held {
+				return unlock, err
+			}
+		}
+		var got sql.NullInt64
+		dest := []any{&got}
+		if tokens {
+			dest = append(dest, new(uint64))
+		}
+		if err := conn.QueryRowContext(ctx, grant, append([]any{name, wait}, extra...)...).Scan(dest...); err != nil {
+			return nil, err
+		}
+		if got.Int64 != 1 {
+			return nil, fmt.Errorf("GET_LOCK(%q) = %v", name, got)
+		}
+		return unlock, nil
+	}
+}
+
+// tryKey carries, in a rawGetLock call's context, a one-statement try to
+// run on its connection before the grant statement.
+type tryKey struct{}
+
+// rawTry is the session strategy's one-statement try on table's names
+// table (its parameters the lock name, the key and the name again): the
+// lock and the token in one INSERT ... SELECT.
+func rawTry(table string) string {
+	clock := "(TIMESTAMPDIFF(MICROSECOND, '2025-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 8)"
+	return "INSERT INTO `" + table + "_names` (`name`, `token`, `conn`, `lock_key`, `value`) " +
+		"SELECT ?, LAST_INSERT_ID(GREATEST(1, " + clock + ")), CONNECTION_ID(), ?, NULL FROM DUAL " +
+		"WHERE GET_LOCK(?, 0) = 1 ON DUPLICATE KEY UPDATE `token` = LAST_INSERT_ID(GREATEST(`token` + 1, " +
+		"VALUES(`token`))), `conn` = VALUES(`conn`), `lock_key` = VALUES(`lock_key`), `value` = VALUES(`value`)"
 }
 
 // BenchmarkMySQLUncontended: one client, lock+unlock cycles on one key.
@@ -150,12 +205,15 @@ func BenchmarkMySQLUncontended(b *testing.B) {
 		Ratio(out, "mysql_uncontended_cycles", "cerberus-lease", "get_lock", rates["cerberus-lease"], rates["get_lock"])
 		Ratio(out, "mysql_uncontended_cycles", "cerberus-lease", "two_commits", rates["cerberus-lease"], rates["two_commits"])
 		Ratio(out, "mysql_uncontended_cycles", "cerberus-row", "get_lock", rates["cerberus-row"], rates["get_lock"])
+		Ratio(out, "mysql_uncontended_cycles", "cerberus-session", "get_lock", rates["cerberus-session"], rates["get_lock"])
+		Ratio(out, "mysql_uncontended_cycles", "cerberus-session", "get_lock+token", rates["cerberus-session"], rates["get_lock+token"])
+		Ratio(out, "mysql_uncontended_cycles", "get_lock+token", "get_lock", rates["get_lock+token"], rates["get_lock"])
 	})
 }
 
-// twoCommits returns a cycle of two autocommit UPDATEs of one row of the
-// lock table on a pinned connection: no lock, only the writes.
-func twoCommits(b *testing.B, dsn, table string) func() error {
+// pinnedConn returns a connection of a pool of its own on dsn, both closed
+// when the benchmark ends.
+func pinnedConn(b *testing.B, dsn string) *sql.Conn {
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		b.Fatal(err)
@@ -165,6 +223,13 @@ func twoCommits(b *testing.B, dsn, table string) func() error {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = conn.Close(); _ = db.Close() })
+	return conn
+}
+
+// twoCommits returns a cycle of two autocommit UPDATEs of one row of the
+// lock table on a pinned connection: no lock, only the writes.
+func twoCommits(b *testing.B, dsn, table string) func() error {
+	conn := pinnedConn(b, dsn)
 	ctx := context.Background()
 	if _, err := conn.ExecContext(ctx, "INSERT IGNORE INTO `"+table+"` (`lock_key`) VALUES ('floor')"); err != nil {
 		b.Fatal(err)
@@ -183,15 +248,26 @@ func twoCommits(b *testing.B, dsn, table string) func() error {
 func BenchmarkMySQLHotKey(b *testing.B) {
 	once(b, func() {
 		dsn, table := mysqlSetup(b)
+		libs := mysqlLibraries(dsn, table)
+		names := make([]string, len(libs))
+		for i, l := range libs {
+			names[i] = "mysql/" + l.name
+		}
+		// Interleaved rounds, so that the machine's load weighs on every
+		// library alike.
+		rounds := hotKeyRounds(names, func(i int) LockFunc { return libs[i].build(b, "hot/"+libs[i].name) }, 30*time.Second)
 		res := map[string]HotKeyResult{}
-		for _, lib := range mysqlLibraries(dsn, table) {
-			r := hotKey("mysql/"+lib.name, func() LockFunc { return lib.build(b, "hot/"+lib.name) }, 30*time.Second)
+		for i, r := range rounds {
 			r.Report(out)
-			res[lib.name] = r
+			res[libs[i].name] = r
 		}
 		Ratio(out, "mysql_hotkey_acq", "cerberus-lease", "get_lock", res["cerberus-lease"].Rate(), res["get_lock"].Rate())
 		Ratio(out, "mysql_hotkey_acq", "cerberus-row", "get_lock", res["cerberus-row"].Rate(), res["get_lock"].Rate())
 		Ratio(out, "mysql_hotkey_wait_p99", "cerberus-row", "get_lock", float64(res["cerberus-row"].WaitP99), float64(res["get_lock"].WaitP99))
 		Ratio(out, "mysql_hotkey_wait_p99", "cerberus-lease", "get_lock", float64(res["cerberus-lease"].WaitP99), float64(res["get_lock"].WaitP99))
+		Ratio(out, "mysql_hotkey_acq", "cerberus-session", "get_lock", res["cerberus-session"].Rate(), res["get_lock"].Rate())
+		Ratio(out, "mysql_hotkey_wait_p99", "cerberus-session", "get_lock", float64(res["cerberus-session"].WaitP99), float64(res["get_lock"].WaitP99))
+		Ratio(out, "mysql_hotkey_wait_p99", "cerberus-session", "get_lock+token", float64(res["cerberus-session"].WaitP99), float64(res["get_lock+token"].WaitP99))
+		Ratio(out, "mysql_hotkey_wait_p99", "get_lock+token", "get_lock", float64(res["get_lock+token"].WaitP99), float64(res["get_lock"].WaitP99))
 	})
 }

@@ -332,7 +332,8 @@ type EngineSpec struct {
 	// consul). Nil means the engine's default; an explicit 0s turns
 	// starvation mode off.
 	Starvation *time.Duration `mapstructure:"starvation"`
-	// Strategy is the mysql strategy: "lease" (the default) or "row"; or
+	// Strategy is the mysql strategy: "lease" (the default), "row" or
+	// "session" (GET_LOCK, exclusive leases only); or
 	// the postgres strategy: "session" (the default) or "lease".
 	Strategy string `mapstructure:"strategy"`
 	// Table is the mysql or postgres lock table. Empty means the engine's
@@ -410,7 +411,7 @@ func (c *Config) Warnings() []string {
 			w = append(w, fmt.Sprintf("%s: %v is below engines[%d] (%s)'s session timeout: a crashed or "+
 				"paused holder keeps its keys until the server expires its session, within %v",
 				key, period, i, e.Name, e.zkFloor()))
-		case e.Kind == KindMySQL && e.Strategy == "row" && period < 2*time.Second:
+		case e.Kind == KindMySQL && (e.Strategy == "row" || e.Strategy == "session") && period < 2*time.Second:
 			w = append(w, fmt.Sprintf("%s: %v is below engines[%d] (%s)'s floor of 2s: the server ends a "+
 				"silent holder's session after a wait_timeout of whole seconds, one more than the period",
 				key, period, i, e.Name))

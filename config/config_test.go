@@ -303,14 +303,16 @@ func TestWarnings(t *testing.T) {
 	cfg, err = Parse([]byte(`engines:
   - {name: z, kind: zookeeper, addrs: ["127.0.0.1:2181"], session_timeout: 4s}
   - {name: r, kind: mysql, dsn: "u@tcp(127.0.0.1:3306)/d", strategy: row}
+  - {name: s, kind: mysql, dsn: "u@tcp(127.0.0.1:3306)/d", strategy: session}
 lease: {watchdog: 500ms}
 `), "yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := cfg.Warnings()
-	if len(w) != 2 || !strings.HasPrefix(w[0], "lease.watchdog: 500ms is below engines[0] (z)'s session timeout") || !strings.Contains(w[0], "within 6s") ||
-		!strings.HasPrefix(w[1], "lease.watchdog: 500ms is below engines[1] (r)'s floor of 2s") {
+	if len(w) != 3 || !strings.HasPrefix(w[0], "lease.watchdog: 500ms is below engines[0] (z)'s session timeout") || !strings.Contains(w[0], "within 6s") ||
+		!strings.HasPrefix(w[1], "lease.watchdog: 500ms is below engines[1] (r)'s floor of 2s") ||
+		!strings.HasPrefix(w[2], "lease.watchdog: 500ms is below engines[2] (s)'s floor of 2s") {
 		t.Errorf("Warnings = %q", w)
 	}
 }

@@ -423,9 +423,9 @@ func (e *EngineSpec) validateMySQL(p string) []error {
 		add("%s.dsn: does not parse: %s", p, scrub(err.Error(), []string{e.DSN, dsnPassword(e.DSN)}))
 	}
 	switch e.Strategy {
-	case "", "lease", "row":
+	case "", "lease", "row", "session":
 	default:
-		add("%s.strategy: unknown strategy %q (want \"lease\" or \"row\")", p, e.Strategy)
+		add("%s.strategy: unknown strategy %q (want \"lease\", \"row\" or \"session\")", p, e.Strategy)
 	}
 	if e.Table != "" && !tableRE.MatchString(e.Table) {
 		add("%s.table: %q must be 1 to 48 ASCII letters, digits or underscores", p, e.Table)

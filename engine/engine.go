@@ -89,6 +89,11 @@ type Limits struct {
 	// CheckRequest refuses a request with a Limit from an engine that does
 	// not, so that no engine grants more than Limit permits by ignoring it.
 	Counted bool
+	// ExclusiveOnly reports that the engine grants Exclusive leases only
+	// (a server lock with no shared mode, such as MySQL's GET_LOCK).
+	// CheckRequest refuses a Shared request from such an engine with
+	// ErrInvalidRequest, before any I/O.
+	ExclusiveOnly bool
 }
 
 // Engine grants leases on one kind of server. Its methods are safe for

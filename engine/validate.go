@@ -65,8 +65,8 @@ func CheckValue(v string) error {
 	return nil
 }
 
-// CheckRequest validates req against lim: the key with CheckKey, the mode,
-// the limit (0, or 1..MaxLimit on a Shared request to an engine whose
+// CheckRequest validates req against lim: the key with CheckKey, the mode
+// (Exclusive only when lim.ExclusiveOnly), the limit (0, or 1..MaxLimit on a Shared request to an engine whose
 // lim.Counted is true), the value with
 // CheckValue, and the TTL within [lim.MinTTL, lim.MaxTTL]. Engines call it first in
 // Validate and add their own rules after it.
@@ -76,6 +76,10 @@ func CheckRequest(req Request, lim Limits) error {
 	}
 	if req.Mode != Exclusive && req.Mode != Shared {
 		return fmt.Errorf("%w: unknown %v", ErrInvalidRequest, req.Mode)
+	}
+	if req.Mode == Shared && lim.ExclusiveOnly {
+		return fmt.Errorf("%w: this engine grants exclusive leases only (no shared or counted requests)",
+			ErrInvalidRequest)
 	}
 	if req.Limit < 0 || req.Limit > MaxLimit {
 		return fmt.Errorf("%w: limit %d is outside [1, %d]", ErrInvalidRequest, req.Limit, MaxLimit)

@@ -11,6 +11,8 @@ import (
 func TestCheckRequestLimit(t *testing.T) {
 	counted := Common
 	counted.Counted = true
+	exclusive := Common
+	exclusive.ExclusiveOnly = true
 	for _, tc := range []struct {
 		name string
 		req  Request
@@ -24,6 +26,9 @@ func TestCheckRequestLimit(t *testing.T) {
 		{"negative", Request{Key: "k", Mode: Shared, Limit: -1, TTL: time.Second}, counted, false},
 		{"above MaxLimit", Request{Key: "k", Mode: Shared, Limit: MaxLimit + 1, TTL: time.Second}, counted, false},
 		{"MaxLimit", Request{Key: "k", Mode: Shared, Limit: MaxLimit, TTL: time.Second}, counted, true},
+		{"shared on an exclusive-only engine", Request{Key: "k", Mode: Shared, TTL: time.Second}, exclusive, false},
+		{"counted on an exclusive-only engine", Request{Key: "k", Mode: Shared, Limit: 2, TTL: time.Second}, exclusive, false},
+		{"exclusive on an exclusive-only engine", Request{Key: "k", Mode: Exclusive, TTL: time.Second}, exclusive, true},
 	} {
 		err := CheckRequest(tc.req, tc.lim)
 		switch {

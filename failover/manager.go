@@ -125,6 +125,7 @@ func (m *Manager) Limits() engine.Limits {
 		lim.MaxTTL = min(lim.MaxTTL, l.MaxTTL)
 		lim.Floor = max(lim.Floor, l.Floor)
 		lim.Counted = lim.Counted && l.Counted
+		lim.ExclusiveOnly = lim.ExclusiveOnly || l.ExclusiveOnly
 	}
 	return lim
 }

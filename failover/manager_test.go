@@ -438,3 +438,28 @@ func TestPassiveDetection(t *testing.T) {
 
 // Unwrap lets the Manager find the memory engine's Inspector and Watcher.
 func (f *flaky) Unwrap() engine.Engine { return f.Engine }
+
+// exclusiveOnly wraps a real engine so that it reports
+// Limits().ExclusiveOnly, as MySQL's session strategy does.
+type exclusiveOnly struct{ engine.Engine }
+
+func (e exclusiveOnly) Limits() engine.Limits {
+	lim := e.Engine.Limits()
+	lim.ExclusiveOnly = true
+	return lim
+}
+
+// TestLimitsExclusiveOnly: a Manager with one exclusive-only engine is
+// exclusive-only itself, so that a shared request valid now is not refused
+// after a switch.
+func TestLimitsExclusiveOnly(t *testing.T) {
+	f, err := failover.New([]failover.NamedEngine{{Name: "a", Engine: memory.New()},
+		{Name: "b", Engine: exclusiveOnly{memory.New()}}}, failover.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if !f.Limits().ExclusiveOnly {
+		t.Errorf("Limits().ExclusiveOnly = false with an exclusive-only engine in the list")
+	}
+}

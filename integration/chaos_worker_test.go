@@ -41,7 +41,7 @@ const workerEnv = "CERBERUS_CHECKER_WORKER"
 // workerSpec is what one worker process does.
 type workerSpec struct {
 	Proc       int           // this worker's number
-	Engine     string        // redis, redis-cluster, zookeeper, consul, mysql, mysql-row
+	Engine     string        // redis, redis-cluster, zookeeper, consul, mysql, mysql-row, mysql-session
 	Addrs      []string      // server addresses (through the fault proxy when there is one); a DSN for mysql
 	Table      string        // mysql lock table, migrated by the parent
 	Prefix     string        // key prefix of this run
@@ -154,6 +154,8 @@ func dialEngine(s workerSpec) (engine.Engine, error) {
 		return mysql.Open(s.Addrs[0], mysql.WithTable(s.Table), mysql.WithOpTimeout(time.Second))
 	case "mysql-row":
 		return mysql.Open(s.Addrs[0], mysql.WithTable(s.Table), mysql.WithStrategy(mysql.StrategyRow), mysql.WithOpTimeout(time.Second))
+	case "mysql-session":
+		return mysql.Open(s.Addrs[0], mysql.WithTable(s.Table), mysql.WithStrategy(mysql.StrategySession), mysql.WithOpTimeout(time.Second))
 	case "postgres", "postgres-lease":
 		return dialPostgres(s)
 	}

@@ -181,10 +181,10 @@ func TestPostgresDeadlines(t *testing.T) {
 }
 
 // TestMySQLDeadlines is TestPostgresDeadlines on a private MariaDB, for
-// the lease and row strategies.
+// the lease, row and session strategies.
 func TestMySQLDeadlines(t *testing.T) {
 	srv, px, dsn, table := startMySQLTarget(t)
-	for _, strategy := range []string{"mysql", "mysql-row"} {
+	for _, strategy := range []string{"mysql", "mysql-row", "mysql-session"} {
 		t.Run(strategy, func(t *testing.T) {
 			deadlinePhases(t, deadlineClient(t, strategy, dsn, table), px, srv)
 		})

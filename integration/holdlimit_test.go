@@ -43,6 +43,7 @@ func TestHoldLimit(t *testing.T) {
 		{Engine: "etcd", Addrs: []string{testenv.EtcdAddr(t)}, TTL: etcdLease},
 		{Engine: "mysql", Addrs: []string{dsn}, Table: table},
 		{Engine: "mysql-row", Addrs: []string{dsn}, Table: table},
+		{Engine: "mysql-session", Addrs: []string{dsn}, Table: table},
 		{Engine: "postgres", Addrs: []string{pgDSN}, Table: pgTable},
 		{Engine: "postgres-lease", Addrs: []string{pgDSN}, Table: pgTable},
 	} {

@@ -48,6 +48,8 @@ func TestPausedHolder(t *testing.T) {
 		{engine: "etcd", addrs: []string{testenv.EtcdAddr(t)}, period: etcdLease, bound: etcdLease + time.Second},
 		{engine: "mysql", addrs: []string{dsn}, table: table, period: time.Second, bound: time.Second + 500*time.Millisecond},
 		{engine: "mysql-row", addrs: []string{dsn}, table: table, period: time.Second, bound: time.Second + 2*time.Second},
+		// The same wait_timeout cuts a silent GET_LOCK holder's session.
+		{engine: "mysql-session", addrs: []string{dsn}, table: table, period: time.Second, bound: time.Second + 2*time.Second},
 		{engine: "postgres-lease", addrs: []string{pgDSN}, table: pgTable, period: time.Second, bound: time.Second + 500*time.Millisecond},
 		// The server ends a silent holder's session after its
 		// idle_session_timeout (the lease period); its checks run on a timer

@@ -232,6 +232,19 @@ func TestCheckerMySQL(t *testing.T) {
 	})
 }
 
+// TestCheckerMySQLSession: the session strategy (GET_LOCK on a pinned
+// connection) on a private MariaDB behind a fault proxy. Like the row
+// strategy's, its locks die with the server (volatile); its tokens stay
+// above the old ones after a crash by the clock floor.
+func TestCheckerMySQLSession(t *testing.T) {
+	srv, px, dsn, table := startMySQLTarget(t)
+	checkEngine(t, chaosTarget{
+		name: "mysql-session", engine: "mysql-session", addrs: []string{dsn}, table: table, ttl: chaosTTL, volatile: true,
+		faults:      append(networkFaults(t, px, chaosTTL), serverFaults(srv, chaosTTL)...),
+		clientPause: 2*chaosTTL + time.Second,
+	})
+}
+
 // TestCheckerMySQLRow: the row strategy (SELECT ... FOR UPDATE on a pinned
 // connection) on a private MariaDB behind a fault proxy. Its locks die with
 // the server: after a crash a new server can grant a key again before the

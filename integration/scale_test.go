@@ -65,15 +65,17 @@ func TestScale(t *testing.T) {
 		{"etcd", []string{testenv.EtcdAddr(t)}, ""},
 		{"mysql", []string{dsn}, table},
 		{"mysql-row", []string{dsn}, rowTable},
+		{"mysql-session", []string{dsn}, table},
 		{"postgres-lease", []string{pgDSN}, pgTable},
 		{"postgres", []string{pgDSN}, pgTable},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
 			n, hold := scaleSize(tc.engine)
 			switch tc.engine {
-			case "mysql-row":
-				// A row lease pins a pool connection (48 with the default
-				// pool of 50): its scale is the pool, not renewal.
+			case "mysql-row", "mysql-session":
+				// A row or session lease pins a pool connection (48 with
+				// the default pool of 50): its scale is the pool, not
+				// renewal.
 				n = 40
 			case "postgres":
 				// So does a session lease (the workers' pool is pgConns).

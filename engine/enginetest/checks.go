@@ -118,7 +118,7 @@ func checkLeaseFields(h *harness) {
 	if e.Name() == "" || strings.ToLower(e.Name()) != e.Name() {
 		h.t.Errorf("Name() = %q, want a non-empty lower-case name", e.Name())
 	}
-	for _, mode := range []engine.Mode{engine.Exclusive, engine.Shared} {
+	for _, mode := range h.modes(e) {
 		key := h.key()
 		req := hold(key)
 		req.Mode = mode
@@ -227,7 +227,7 @@ func checkTryLockHeld(h *harness) {
 	a, b := h.engine(), h.engine()
 	key := h.key()
 	l := h.acquire(a, hold(key))
-	for _, mode := range []engine.Mode{engine.Exclusive, engine.Shared} {
+	for _, mode := range h.modes(a) {
 		req := try(key)
 		req.Mode = mode
 		// A single attempt returns long before this deadline; one that
@@ -533,6 +533,10 @@ func checkTokens(h *harness) {
 func checkShared(h *harness) {
 	r1e, r2e, we := h.engine(), h.engine(), h.engine()
 	key := h.key()
+	if r1e.Limits().ExclusiveOnly {
+		h.refusesShared(r1e, key)
+		return
+	}
 	r1 := h.acquire(r1e, shared(try(key)))
 	r2 := h.acquire(r2e, shared(try(key)))
 	h.mustBeHeld(we, key, engine.Exclusive)
@@ -579,6 +583,10 @@ func checkShared(h *harness) {
 // writer alongside anyone else.
 func checkSharedStress(h *harness) {
 	key := h.key()
+	if e := h.engine(); e.Limits().ExclusiveOnly {
+		h.refusesShared(e, key)
+		return
+	}
 	const clients, rounds = 6, 40
 	var (
 		readers, writers, violations, failures atomic.Int64
@@ -800,4 +808,31 @@ func checkFairness(h *harness) {
 		return
 	}
 	h.t.Logf("grants per client %v: min/max %.2f", counts, float64(lo)/float64(hi))
+}
+
+// modes returns the modes e grants: Exclusive and Shared, or Exclusive
+// alone when its Limits().ExclusiveOnly.
+func (h *harness) modes(e engine.Engine) []engine.Mode {
+	if e.Limits().ExclusiveOnly {
+		return []engine.Mode{engine.Exclusive}
+	}
+	return []engine.Mode{engine.Exclusive, engine.Shared}
+}
+
+// refusesShared checks that e, an engine with Limits().ExclusiveOnly,
+// refuses a shared request in Validate and in Acquire with
+// ErrInvalidRequest, leaving key free.
+func (h *harness) refusesShared(e engine.Engine, key string) {
+	h.t.Helper()
+	req := shared(try(key))
+	if err := e.Validate(req); !errors.Is(err, engine.ErrInvalidRequest) {
+		h.t.Errorf("Validate of a shared request on an exclusive-only engine: %v, want ErrInvalidRequest", err)
+	}
+	if l, err := e.Acquire(h.ctx(), req); !errors.Is(err, engine.ErrInvalidRequest) {
+		if l != nil {
+			_ = l.Release(context.Background())
+		}
+		h.t.Errorf("Acquire of a shared request on an exclusive-only engine: %v, want ErrInvalidRequest", err)
+	}
+	h.mustBeFree(e, key)
 }

@@ -16,7 +16,8 @@ import (
 // key returns its holder, grants the waiting Acquire with a higher token,
 // and closes the old holder's Done with ErrReleasedByOperator within its
 // TTL, after which the old holder's Release is ErrNotHeld and leaves the
-// new grant alone; a shared key's holders are all freed and told. It fails
+// new grant alone; a shared key's holders are all freed and told (on an
+// engine with Limits().ExclusiveOnly, a shared request is refused instead). It fails
 // when the engine has no Releaser.
 func RunRelease(t *testing.T, newEngine Factory) {
 	t.Helper()
@@ -94,6 +95,12 @@ func RunRelease(t *testing.T, newEngine Factory) {
 	}
 
 	shared := base + "/s"
+	if holder.Limits().ExclusiveOnly {
+		if err := holder.Validate(req(shared, engine.Shared, false)); !errors.Is(err, engine.ErrInvalidRequest) {
+			t.Errorf("Validate of a shared request on an exclusive-only engine = %v; want engine.ErrInvalidRequest", err)
+		}
+		return
+	}
 	s1, err := holder.Acquire(ctx, req(shared, engine.Shared, false))
 	if err != nil {
 		t.Fatalf("acquire %s shared: %v", shared, err)

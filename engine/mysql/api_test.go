@@ -56,7 +56,7 @@ func TestBadOptions(t *testing.T) {
 // TestErrorsHideDSN: a server failure is an *engine.OpError wrapping
 // ErrUnavailable, and nothing of the DSN's password shows.
 func TestErrorsHideDSN(t *testing.T) {
-	for _, s := range []Strategy{StrategyLease, StrategyRow} {
+	for _, s := range []Strategy{StrategyLease, StrategyRow, StrategySession} {
 		e, err := Open(unreachableDSN, WithStrategy(s))
 		if err != nil {
 			t.Fatal(err)

@@ -52,6 +52,35 @@ func TestConformanceRow(t *testing.T) {
 	})
 }
 
+func TestConformanceSession(t *testing.T) {
+	dsn := testDSN(t)
+	table := testTable(t, dsn)
+	db := rawDB(t, dsn)
+	grantless := grantlessDSN(t, dsn, table)
+	enginetest.Run(t, func() (engine.Engine, error) {
+		return Open(dsn, WithTable(table), WithStrategy(StrategySession))
+	}, enginetest.Options{
+		Leftovers: heldSession(db, table),
+		Unreachable: func() (engine.Engine, error) {
+			return Open(unreachableDSN, WithTable(table), WithStrategy(StrategySession))
+		},
+		// The server accepts the login but refuses the grant procedure
+		// (1370).
+		AccessDenied: func() (engine.Engine, error) {
+			return Open(grantless, WithTable(table), WithStrategy(StrategySession))
+		},
+	})
+}
+
+// TestReleaseSession runs enginetest.RunRelease on the session strategy.
+func TestReleaseSession(t *testing.T) {
+	dsn := testDSN(t)
+	table := testTable(t, dsn)
+	enginetest.RunRelease(t, func() (engine.Engine, error) {
+		return Open(dsn, WithTable(table), WithStrategy(StrategySession))
+	})
+}
+
 // withUser returns dsn with its user (unless empty) and password replaced.
 func withUser(t *testing.T, dsn, user, password string) string {
 	t.Helper()

@@ -225,6 +225,48 @@
 // slots, and a lock wait is on one row), so they would poll: what the row
 // strategy exists to avoid. Use the lease strategy for semaphores.
 //
+// # Session strategy (StrategySession)
+//
+// A lease is a named lock of the server, GET_LOCK, held by the session of
+// a connection pinned out of the pool until Release runs RELEASE_LOCK
+// (which the connection's end does too). Exclusive only: GET_LOCK has no
+// shared mode, so Limits().ExclusiveOnly is true and a shared or counted
+// request is refused by Validate before any I/O. A key maps to the lock
+// name "cerberus:" and 48 hex digits of SHA-256 over the table name and
+// the key (57 characters, within MySQL's 64, whatever the key holds); two
+// keys whose names collide exclude each other, which costs false
+// contention only.
+//
+// The first attempt is one statement, an INSERT ... SELECT ... WHERE
+// GET_LOCK(name, 0) = 1 into the MEMORY table "<table>_names": it takes
+// the lock, sets the name's token to max(counter + 1, the server's UTC
+// clock in 8µs ticks since 2025-01-01) and records the holder (connection
+// id, key, value), or affects no row if the key is held. A waiting request
+// then CALLs "<table>_grant1", which waits in GET_LOCK (locking no table)
+// and runs the same write once granted: one round trip. The MEMORY table
+// has no redo log, so no grant waits for a disk flush; a restart or crash
+// empties it, and the clock floor keeps the next tokens above every token
+// before, as long as the server's clock does not step back across the
+// loss and no name is granted more than once per 8µs on average.
+// Cancelling a wait sends KILL QUERY for the waiter's connection from
+// another one and drops the waiter's connection, which also frees a grant
+// that raced the cancel.
+//
+// A silent holder is cut off as with the row strategy: its session's
+// wait_timeout is the lease period in whole seconds plus one, and a holder
+// pings its connection every WithConnCheck interval and three times a
+// period, so Limits().Floor is 2s. A lease counts as held until its last
+// successful ping's send time (the grant's, or for a fixed TTL the grant's
+// only) plus the period less engine.Margin, so a holder whose pings stop
+// answering is told before the server frees its lock; a failed ping ends
+// it at once. Holders and List read the names table's rows whose
+// connection holds their name (IS_USED_LOCK). ForceRelease
+// (engine.Releaser) records the holder's token as the name's released one
+// and kills the holder's connection with KILL CONNECTION, which frees the
+// name at once (a session lease pins a connection of its own, so no other
+// lease ends); the holder's next ping fails, it reads the record, and its
+// lease ends with engine.ErrReleasedByOperator.
+//
 // # Holders and Watch
 //
 // Holders (engine.Inspector) is one statement. With the lease strategy it

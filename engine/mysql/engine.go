@@ -16,7 +16,8 @@ import (
 	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
-// Strategy is how the engine holds locks: StrategyLease or StrategyRow.
+// Strategy is how the engine holds locks: StrategyLease, StrategyRow or
+// StrategySession.
 type Strategy string
 
 // The strategies WithStrategy accepts.
@@ -28,6 +29,11 @@ const (
 	// UPDATE or LOCK IN SHARE MODE) inside a transaction on a pinned
 	// connection, until Release ends the transaction.
 	StrategyRow Strategy = "row"
+	// StrategySession holds each lock as a named lock of the server
+	// (GET_LOCK) on a pinned connection, until Release runs RELEASE_LOCK.
+	// It grants exclusive leases only: shared and counted requests are
+	// refused by Validate (Limits().ExclusiveOnly).
+	StrategySession Strategy = "session"
 )
 
 // DefaultTable is the lock table's name unless WithTable says otherwise.
@@ -79,8 +85,9 @@ func WithMaxConns(n int) Option { return func(c *config) { c.maxConns = n } }
 // before any I/O. The default is DefaultTable.
 func WithTable(table string) Option { return func(c *config) { c.table = table } }
 
-// WithStrategy picks how locks are held: StrategyLease or StrategyRow. New
-// refuses any other name before any I/O. The default is StrategyLease.
+// WithStrategy picks how locks are held: StrategyLease, StrategyRow or
+// StrategySession. New refuses any other name before any I/O. The default
+// is StrategyLease.
 func WithStrategy(s Strategy) Option { return func(c *config) { c.strategy = s } }
 
 // WithBackoff sets the polling delays of a waiting lease-strategy
@@ -125,6 +132,8 @@ type Engine struct {
 	mu    *sync.Mutex // guards frame and idle
 	idle  []*rowConn
 	pins  chan struct{} // one token per pinned row connection
+
+	hot hotNames // the session strategy's recently contended lock names
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -210,10 +219,10 @@ func buildConfig(opts []Option) (config, error) {
 		return cfg, err
 	}
 	switch cfg.strategy {
-	case StrategyLease, StrategyRow:
+	case StrategyLease, StrategyRow, StrategySession:
 	default:
-		return cfg, fmt.Errorf("%w: mysql: unknown strategy %q (want %q or %q)", engine.ErrInvalidRequest,
-			cfg.strategy, StrategyLease, StrategyRow)
+		return cfg, fmt.Errorf("%w: mysql: unknown strategy %q (want %q, %q or %q)", engine.ErrInvalidRequest,
+			cfg.strategy, StrategyLease, StrategyRow, StrategySession)
 	}
 	if cfg.minBackoff <= 0 || cfg.maxBackoff < cfg.minBackoff {
 		return cfg, fmt.Errorf("%w: mysql: backoff %v..%v", engine.ErrInvalidRequest, cfg.minBackoff,
@@ -245,7 +254,7 @@ func newEngine(cfg config, db *sql.DB, owned bool) *Engine {
 // Name returns "mysql".
 func (e *Engine) Name() string { return name }
 
-// Strategy returns StrategyLease or StrategyRow.
+// Strategy returns StrategyLease, StrategyRow or StrategySession.
 func (e *Engine) Strategy() Strategy { return e.cfg.strategy }
 
 // Table returns the lock table's name.
@@ -254,11 +263,11 @@ func (e *Engine) Table() string { return e.cfg.table }
 // Limits returns the common bounds: keys up to MaxKeyLen bytes, TTLs from
 // engine.MinTTL to engine.MaxTTL. The lease strategy counts
 // (Request.Limit); the row strategy does not (see the package
-// documentation).
+// documentation); the session strategy grants exclusive leases only.
 func (e *Engine) Limits() engine.Limits {
 	lim := engine.Limits{MaxKeyLen: MaxKeyLen, MinTTL: engine.MinTTL, MaxTTL: engine.MaxTTL,
-		Counted: e.cfg.strategy == StrategyLease}
-	if e.cfg.strategy == StrategyRow {
+		Counted: e.cfg.strategy == StrategyLease, ExclusiveOnly: e.cfg.strategy == StrategySession}
+	if e.cfg.strategy != StrategyLease {
 		// A silent holder's session ends after its wait_timeout: the
 		// period in whole seconds, at least one, plus one (idleTimeout).
 		lim.Floor = 2 * time.Second
@@ -280,14 +289,18 @@ func (e *Engine) Ping(ctx context.Context) error {
 
 // Acquire grants a lease with the engine's strategy; see engine.Engine.
 // A waiting lease Acquire polls (see the package documentation); a waiting
-// row Acquire queues inside InnoDB.
+// row Acquire queues inside InnoDB; a waiting session Acquire waits inside
+// GET_LOCK.
 func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
 	if err := e.frame.Enter(ctx, e.Validate(req)); err != nil {
 		return nil, err
 	}
 	defer e.frame.Exit()
-	if e.cfg.strategy == StrategyRow {
+	switch e.cfg.strategy {
+	case StrategyRow:
 		return e.acquireRow(ctx, req)
+	case StrategySession:
+		return e.acquireSession(ctx, req)
 	}
 	return e.core.AcquireLease(ctx, req)
 }
@@ -298,7 +311,10 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 // a *gorm.DB passed to New stays open. Close is idempotent.
 func (e *Engine) Close() error {
 	endRow := func(l engine.Lease) {
-		if l, ok := l.(*rowLease); ok {
+		switch l := l.(type) {
+		case *rowLease:
+			l.end(engine.ErrClosed)
+		case *sessionLease:
 			l.end(engine.ErrClosed)
 		}
 	}

@@ -12,7 +12,9 @@ var _ engine.Inspector = (*Engine)(nil)
 // Holders returns the leases that hold key now, in grant order; see
 // engine.Inspector. With the lease strategy it is one SELECT over the key's
 // row and its reader rows, listing only those unexpired by the server's
-// NOW(6). It returns engine.ErrClosed after Close.
+// NOW(6). With the session strategy it reads the row of the key's lock
+// name in "<table>_names", if its connection holds the name now
+// (IS_USED_LOCK) and it names the key. It returns engine.ErrClosed after Close.
 func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, error) {
 	return e.core.Holders(ctx, key, e.Limits().MaxKeyLen, e.readHolders)
 }
@@ -22,6 +24,13 @@ func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, erro
 // UNCOMMITTED transaction: they exist exactly as long as their holders'
 // transactions, which hold the locks.
 func (e *Engine) readHolders(ctx context.Context, key string) ([]engine.Holder, error) {
+	if e.cfg.strategy == StrategySession {
+		rows, err := e.db.QueryContext(ctx, e.q.sessHolders, lockName(e.cfg.table, key), key)
+		if err != nil {
+			return nil, err
+		}
+		return scanHolders(rows)
+	}
 	if e.cfg.strategy == StrategyLease {
 		rows, err := e.db.QueryContext(ctx, e.q.holders, key, key)
 		if err != nil {

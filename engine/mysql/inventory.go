@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
@@ -28,16 +27,17 @@ var listSlack = engine.MaxLimit
 // NOW(6), and Expires is the server's expires_at (taken as an interval
 // from NOW(6), so the server's time zone does not matter). With the row
 // strategy it reads the holders' uncommitted records in a READ
-// UNCOMMITTED transaction, as Holders does, without Expires. Waiters is
-// -1: waiters poll, or wait inside InnoDB, where nothing counts them.
+// UNCOMMITTED transaction, as Holders does, without Expires. With the
+// session strategy it is one statement over "<table>_names" (one row per
+// lock name granted since the server started and not swept by Migrate,
+// read whole: the MEMORY table's hash index has no order), listing the
+// rows whose connection holds their lock name now. Waiters is -1: waiters poll, or wait inside
+// InnoDB or GET_LOCK, where nothing counts them.
 // It returns engine.ErrClosed after Close.
 func (e *Engine) List(ctx context.Context, prefix string, limit int) (engine.Inventory, error) {
 	prefix, limit, err := engine.CheckList(prefix, limit, e.Limits().MaxKeyLen)
 	if err != nil {
 		return engine.Inventory{}, err
-	}
-	if e.cfg.strategy != StrategyLease && e.cfg.strategy != StrategyRow {
-		return engine.Inventory{}, fmt.Errorf("mysql: list with strategy %q: %w", e.cfg.strategy, errors.ErrUnsupported)
 	}
 	if err := e.frame.Enter(ctx, nil); err != nil {
 		if errors.Is(err, engine.ErrClosed) {
@@ -72,6 +72,13 @@ func (e *Engine) readList(ctx context.Context, prefix string, rows int) ([]engin
 			where += " AND `lock_key` < ?"
 			args = append(args, []byte(end))
 		}
+	}
+	if e.cfg.strategy == StrategySession {
+		res, err := e.db.QueryContext(ctx, e.q.sessList+where+" ORDER BY 1, 3 LIMIT ?", append(args, rows+1)...)
+		if err != nil {
+			return nil, false, err
+		}
+		return scanList(res, rows+1)
 	}
 	alive, left := " AND `expires_at` > NOW(6)", "TIMESTAMPDIFF(MICROSECOND, NOW(6), `expires_at`)"
 	if e.cfg.strategy == StrategyRow {

@@ -10,10 +10,10 @@ import (
 )
 
 // TestList runs enginetest.RunList on a table of the test's own, with the
-// lease strategy and with the row strategy.
+// lease, row and session strategies.
 func TestList(t *testing.T) {
 	dsn := testDSN(t)
-	for _, s := range []Strategy{StrategyLease, StrategyRow} {
+	for _, s := range []Strategy{StrategyLease, StrategyRow, StrategySession} {
 		t.Run(string(s), func(t *testing.T) {
 			table := testTable(t, dsn)
 			enginetest.RunList(t, func() (engine.Engine, error) {

@@ -25,13 +25,37 @@ func testTable(t *testing.T, dsn string) string {
 		return e.Migrate(ctx)
 	}
 	return testenv.SQLTable(t, migrate, func(table string) {
-		db := rawDB(t, dsn)
-		for _, s := range []string{"", "_readers", "_fences", "_queue"} {
-			if _, err := db.Exec("DROP TABLE IF EXISTS `" + table + s + "`"); err != nil {
-				t.Errorf("drop %s%s: %v", table, s, err)
-			}
-		}
+		dropTables(t, rawDB(t, dsn), table)
 	})
+}
+
+// dropTables drops the tables and procedures Migrate made for table.
+func dropTables(t testing.TB, db *sql.DB, table string) {
+	for _, s := range []string{"", "_readers", "_fences", "_queue", "_names"} {
+		if _, err := db.Exec("DROP TABLE IF EXISTS `" + table + s + "`"); err != nil {
+			t.Errorf("drop %s%s: %v", table, s, err)
+		}
+	}
+	for _, p := range []string{"_grant1", "_kill1"} {
+		if _, err := db.Exec("DROP PROCEDURE IF EXISTS `" + table + p + "`"); err != nil {
+			t.Errorf("drop %s%s: %v", table, p, err)
+		}
+	}
+}
+
+// heldSession lists what the session strategy still holds for key in
+// table: its lock name, if any connection holds it.
+func heldSession(db *sql.DB, table string) func(ctx context.Context, key string) ([]string, error) {
+	return func(ctx context.Context, key string) ([]string, error) {
+		var conn sql.NullInt64
+		if err := db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?)", lockName(table, key)).Scan(&conn); err != nil {
+			return nil, err
+		}
+		if conn.Valid {
+			return []string{fmt.Sprintf("lock name held by connection %d", conn.Int64)}, nil
+		}
+		return nil, nil
+	}
 }
 
 // rawDB is a plain database/sql pool on dsn for the tests' own statements,

@@ -8,8 +8,9 @@ import (
 	"github.com/cerberus-go/cerberus/engine"
 )
 
-// maxTableLen leaves room for the "_readers", "_fences" and "_queue"
-// suffixes within the 64-character identifier limit.
+// maxTableLen leaves room for the "_readers", "_fences", "_queue",
+// "_names" and "_grant1" suffixes within the 64-character identifier
+// limit.
 const maxTableLen = 48
 
 // checkTable accepts 1 to maxTableLen ASCII letters, digits and underscores,
@@ -74,6 +75,19 @@ func schema(table string) []string {
 			"`fence` BIGINT UNSIGNED NOT NULL," +
 			"PRIMARY KEY (`lock_key`)" +
 			") ENGINE=InnoDB",
+		// The session strategy's token counter and holder of each lock
+		// name, a MEMORY table: nothing is flushed to disk per grant. A
+		// server restart empties it; the grant's clock floor (see
+		// sessionGrant) keeps tokens above the lost counters.
+		"CREATE TABLE IF NOT EXISTS `" + table + "_names` (" +
+			"`name` VARBINARY(64) NOT NULL," +
+			"`token` BIGINT UNSIGNED NOT NULL," +
+			"`conn` BIGINT UNSIGNED NOT NULL," +
+			"`lock_key` VARBINARY(512) NOT NULL," +
+			valueColumn + "," +
+			"`released` BIGINT UNSIGNED NOT NULL DEFAULT 0," +
+			"PRIMARY KEY (`name`)" +
+			") ENGINE=MEMORY",
 		"CREATE TABLE IF NOT EXISTS `" + table + "_queue` (" +
 			"`ticket` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT," +
 			"`lock_key` VARBINARY(512) NOT NULL," +
@@ -95,8 +109,10 @@ const errDupColumn = 1060
 
 // Migrate creates the engine's tables if they do not exist: the lock table,
 // "<table>_readers" for shared leases, "<table>_queue" for the lease
-// strategy's waiters and "<table>_fences" for the row strategy's fencing
-// tokens. The lease strategy's statements name the queue table, so run
+// strategy's waiters, "<table>_fences" for the row strategy's fencing
+// tokens, and for the session strategy the MEMORY table "<table>_names"
+// and the stored procedures "<table>_grant1" and "<table>_kill1" (which
+// needs the CREATE ROUTINE privilege). The lease strategy's statements name the queue table, so run
 // Migrate after upgrading from a version without it. On tables made by an earlier version it adds
 // the value column to the lock table and the readers table; run it once
 // after upgrading, before the new version takes locks. It is idempotent and
@@ -109,6 +125,16 @@ func (e *Engine) Migrate(ctx context.Context) error {
 		if _, err := e.db.ExecContext(ctx, stmt); err != nil {
 			return e.opErr(ctx, "migrate", "", err)
 		}
+	}
+	for _, stmt := range procedures(e.cfg.table) {
+		if _, err := e.db.ExecContext(ctx, stmt); err != nil {
+			return e.opErr(ctx, "migrate", "", err)
+		}
+	}
+	// Rows of lock names nobody holds, whose counters the clock floor
+	// has overtaken, are cleared.
+	if _, err := e.db.ExecContext(ctx, e.q.sessSweep); err != nil {
+		return e.opErr(ctx, "migrate", "", err)
 	}
 	for _, t := range []string{e.cfg.table, e.cfg.table + "_readers"} {
 		if err := e.addColumn(ctx, t, "value", valueColumn); err != nil {
@@ -145,6 +171,8 @@ type queries struct {
 	rowLock, rowShare, rowTryLock, rowEnsure, rowToken                string
 	rowMark, rowMarkShared, rowHolders                                string
 	enqueue, queueTidy, queueRefresh, queuePlace, dequeue, ticketDone string
+	sessTry, sessWait, sessRelease, sessHolders, sessList, sessKill   string
+	sessHolder, sessMarked, sessSweep                                 string
 }
 
 // buildQueries returns the statements on table and its "_readers",
@@ -156,6 +184,7 @@ func buildQueries(table string) queries {
 	q.shared(t, r, w)
 	q.queue(w)
 	q.row(t, r, k)
+	q.session(table)
 	return q
 }
 

@@ -1,0 +1,113 @@
+package mysql
+
+// The session strategy's statements and stored procedures.
+
+// clockTicks is the server's UTC clock in 8µs ticks since 2025-01-01,
+// computed exactly (TIMESTAMPDIFF counts whole microseconds). UTC_TIMESTAMP
+// does not depend on the session's time zone, so no daylight saving change
+// moves it back.
+const clockTicks = "(TIMESTAMPDIFF(MICROSECOND, '2025-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 8)"
+
+// sessionGrant returns the session strategy's grant of lock name ?1 for
+// key ?2 with value ?3, on the quoted names table n, written under the lock
+// taken by cond: one statement, INSERT ... SELECT ... WHERE cond, that
+// inserts or updates the name's row only if cond (GET_LOCK) granted the
+// lock, so that it affects no row when it did not, and otherwise leaves
+// the token as LAST_INSERT_ID, which the server returns with the answer:
+//
+//   - the token is max(counter + 1, clockTicks), kept in the name's row of
+//     "<table>_names", a MEMORY table: a counter the server loses (any
+//     restart or crash empties the table; a row the sweep deleted) starts
+//     again above every token before it, as long as the server's clock
+//     does not step back across the loss and no name is granted more than
+//     once per 8µs on average; GET_LOCK orders a name's grants. Keys whose
+//     names collide share a counter, which still increases for each;
+//   - so nothing is flushed to disk per grant (a MEMORY table has no redo
+//     log);
+//   - the row also names the holder (CONNECTION_ID, key, value), for
+//     Holders and List: the holder of a name is always its last grant, and
+//     the row counts only while that connection holds the name
+//     (IS_USED_LOCK), so a release need not touch it. released, the token
+//     of the last force release, is left alone.
+//
+// A MEMORY table is locked whole for each statement, which is why cond
+// never waits here: a TryLock's GET_LOCK(name, 0). A wait runs GET_LOCK
+// first, in a statement of its own (sessionWaitProc).
+func sessionGrant(n, cond string) string {
+	return "INSERT INTO " + n + nameColumns + "SELECT ?, " + firstToken + ", CONNECTION_ID(), ?, ? FROM DUAL WHERE " +
+		cond + nameUpsert
+}
+
+// nameColumns, firstToken and nameUpsert are the parts of a grant's write
+// to the names table: the columns, a first grant's token, and the update
+// of a name's row that exists (the next token, the new holder).
+const (
+	nameColumns = " (`name`, `token`, `conn`, `lock_key`, `value`) "
+	firstToken  = "LAST_INSERT_ID(GREATEST(1, " + clockTicks + "))"
+	nameUpsert  = " ON DUPLICATE KEY UPDATE `token` = LAST_INSERT_ID(GREATEST(`token` + 1, VALUES(`token`))), " +
+		"`conn` = VALUES(`conn`), `lock_key` = VALUES(`lock_key`), `value` = VALUES(`value`)"
+)
+
+// sessionWaitProc returns the CREATE PROCEDURE statement of the session
+// strategy's waiting grant, "<table>_grant1": one CALL, so one round trip,
+// that waits up to w seconds in GET_LOCK(n, w), which locks no table, and
+// if it was granted runs sessionGrant's statement (its condition true);
+// it answers GET_LOCK's result (1, 0 on timeout, NULL on error) and the
+// token (0 when not granted).
+func sessionWaitProc(table string) string {
+	n := "`" + table + "_names`"
+	return "CREATE PROCEDURE IF NOT EXISTS `" + table + "_grant1`(IN n VARBINARY(64), IN w DOUBLE, " +
+		"IN k VARBINARY(512), IN v VARBINARY(256)) MODIFIES SQL DATA BEGIN " +
+		"DECLARE g INT DEFAULT NULL; DECLARE t BIGINT UNSIGNED DEFAULT 0; " +
+		"SET g = GET_LOCK(n, w); " +
+		"IF g = 1 THEN " +
+		"INSERT INTO " + n + nameColumns + "VALUES (n, " + firstToken + ", CONNECTION_ID(), k, v)" + nameUpsert + "; " +
+		"SET t = LAST_INSERT_ID(); " +
+		"END IF; " +
+		"SELECT g, t; END"
+}
+
+// sessionKillProc returns the CREATE PROCEDURE statement of the force
+// release, "<table>_kill1": if connection c still holds lock name n with
+// the lease of token t, it records t as the name's released token (the
+// holder reads it when its connection breaks) and kills the connection,
+// which frees the name; it answers 1, or 0 when the lease had already
+// ended. The check and the KILL run on the server, a statement apart, so
+// a connection that let the lease go and took another one in between is
+// not killed for it, except within that gap.
+func sessionKillProc(table string) string {
+	n := "`" + table + "_names`"
+	return "CREATE PROCEDURE IF NOT EXISTS `" + table + "_kill1`(IN n VARBINARY(64), IN c BIGINT UNSIGNED, " +
+		"IN t BIGINT UNSIGNED) MODIFIES SQL DATA BEGIN " +
+		"IF IS_USED_LOCK(n) = c THEN " +
+		"UPDATE " + n + " SET `released` = t WHERE `name` = n AND `conn` = c AND `token` = t; " +
+		"IF ROW_COUNT() = 1 AND IS_USED_LOCK(n) = c THEN KILL CONNECTION c; SELECT 1; ELSE SELECT 0; END IF; " +
+		"ELSE SELECT 0; END IF; END"
+}
+
+// procedures returns the statements that create the session strategy's
+// stored procedures. Their names carry a version, so that a release that
+// changes one creates it under a new name instead of running an old body.
+func procedures(table string) []string {
+	return []string{sessionWaitProc(table), sessionKillProc(table)}
+}
+
+// session fills in the session strategy's statements on table.
+func (q *queries) session(table string) {
+	n := "`" + table + "_names`"
+	q.sessTry = sessionGrant(n, "GET_LOCK(?, 0) = 1")
+	q.sessWait = "CALL `" + table + "_grant1`(?, ?, ?, ?)"
+	q.sessKill = "CALL `" + table + "_kill1`(?, ?, ?)"
+	q.sessRelease = "SELECT RELEASE_LOCK(?)"
+	// The rows that count: those whose connection holds their lock name
+	// now.
+	held := "IS_USED_LOCK(`name`) = `conn`"
+	q.sessHolders = "SELECT 0, `token`, `value` FROM " + n + " WHERE `name` = ? AND `lock_key` = ? AND " + held
+	q.sessHolder = "SELECT `conn`, `token`, `value` FROM " + n + " WHERE `name` = ? AND `lock_key` = ? AND " + held
+	q.sessList = "SELECT `lock_key`, 0, `token`, `value`, NULL FROM " + n + " WHERE " + held
+	q.sessMarked = "SELECT `released` FROM " + n + " WHERE `name` = ?"
+	// Rows of names nobody holds whose counters are behind the clock: the
+	// next grant's clock floor is above them, so deleting them loses no
+	// order.
+	q.sessSweep = "DELETE FROM " + n + " WHERE IS_USED_LOCK(`name`) IS NULL AND `token` < " + clockTicks
+}
