@@ -27,8 +27,8 @@ type listQuery struct {
 
 // parseListQuery reads ?prefix and ?limit and checks them as
 // cerberusctl locks does, before any I/O: an empty prefix is refused (AllKeys,
-// "*", lists every key), and so are a limit outside 1..MaxListLimit and a
-// prefix that is not a valid key.
+// "*", lists every key), and so are a limit outside 1..MaxListLimit (empty
+// is DefaultListLimit) and a prefix that is not a valid key.
 func parseListQuery(v url.Values, maxKeyLen int) (listQuery, error) {
 	q := listQuery{prefix: v.Get("prefix"), limit: engine.DefaultListLimit}
 	_, hasPrefix := v["prefix"]
@@ -40,7 +40,7 @@ func parseListQuery(v url.Values, maxKeyLen int) (listQuery, error) {
 		return listQuery{}, fmt.Errorf("%w: give a prefix (?prefix=orders/), or %s to list every key",
 			errBadList, engine.AllKeys)
 	}
-	if s := v.Get("limit"); hasLimit {
+	if s := v.Get("limit"); s != "" { // an empty limit (the page's form left blank) is the default
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > engine.MaxListLimit {
 			return listQuery{}, fmt.Errorf("%w: limit %q is not a number from 1 to %d",
