@@ -293,7 +293,7 @@ func checkPageForms(t *testing.T, i int, v pageView, allow bool, held map[string
 }
 
 // checkListingForm types the prefix into the page's listing form and
-// submits it with a click, as an operator would with JavaScript off: the
+// submits it with Enter, as an operator would with JavaScript off: the
 // browser's own GET brings the keys.
 func checkListingForm(t *testing.T, ctx context.Context, u, prefix string, held map[string]uint64) {
 	t.Helper()
@@ -303,12 +303,16 @@ func checkListingForm(t *testing.T, ctx context.Context, u, prefix string, held 
 	if v := readPage(t, ctx); len(v.Held) != 0 {
 		t.Fatalf("the page without ?prefix lists %v", v.Held)
 	}
-	if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS(`#list-form input[name="prefix"]`), prefix)); err != nil {
-		t.Fatal(err)
+	// Enter in the field submits the form: the browser's own implicit
+	// submission, no script and no mouse position.
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(sctx, chromedp.WaitVisible(chromedp.CSS(`#list-form input[name="prefix"]`))); err != nil {
+		t.Fatalf("the listing form's field: %v", err)
 	}
-	resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(`#list-form button`)))
+	resp, err := chromedp.RunResponse(sctx, chromedp.SendKeys(chromedp.CSS(`#list-form input[name="prefix"]`), prefix+"\r"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("submitting the listing form: %v", err)
 	}
 	v := readPage(t, ctx)
 	if resp.Status != http.StatusOK || !strings.Contains(resp.URL, "prefix="+url.QueryEscape(prefix)) || len(v.Held) != len(held) {

@@ -25,11 +25,13 @@ type pageView struct {
 // readPage reads the page loaded in ctx's tab.
 func readPage(t *testing.T, ctx context.Context) pageView {
 	t.Helper()
-	docRes, err := chromedp.Call(ctx, dom.GetDocument, dom.GetDocumentParams{})
-	if err != nil {
-		t.Fatal(err)
+	// The root comes from chromedp's own view of the DOM: a DOM.getDocument
+	// here would renumber the nodes under chromedp's later queries.
+	nodes, err := chromedp.Run(ctx, chromedp.Nodes(chromedp.CSS("html")))
+	if err != nil || len(nodes) == 0 {
+		t.Fatalf("no document: %v", err)
 	}
-	res, err := chromedp.Call(ctx, dom.GetOuterHTML, dom.GetOuterHTMLParams{BackendNodeID: docRes.Root.BackendNodeID})
+	res, err := chromedp.Call(ctx, dom.GetOuterHTML, dom.GetOuterHTMLParams{BackendNodeID: nodes[0].BackendNodeID})
 	if err != nil {
 		t.Fatal(err)
 	}
