@@ -15,6 +15,16 @@ import (
 // token).
 //
 //	GET                        200, JSON: {"active","active_from","epoch","scope","engines":[...],"fleet"}
+//	GET ?prefix=P[&limit=N]    the same and "locks": the keys held under P on
+//	                           every engine (P "*" for every key; N from 1
+//	                           to engine.MaxListLimit, default
+//	                           engine.DefaultListLimit); 400 for an empty
+//	                           or invalid P or a bad N, before any I/O
+//	GET, Accept: text/html     the status page: the same answer as one
+//	                           self-contained HTML page (no script, no
+//	                           external asset), with a form for ?prefix;
+//	                           with allowOps, POST forms to switch and
+//	                           to force-release each listed key
 //	POST ?engine=NAME[&wait=D] switch, then 200 with {"switch": report, ...status}
 //	                           (202 if processes of the fleet have not
 //	                           followed within D); 400 without a name or
@@ -59,6 +69,8 @@ func (m *Manager) Handler(allowOps bool) http.Handler {
 					http.StatusMethodNotAllowed)
 				return
 			}
+			m.serveGet(w, r, allowOps)
+			return
 		case http.MethodPost:
 			if !allowOps {
 				http.Error(w, "cerberus: operator actions (switch, release) are not allowed here", http.StatusForbidden)
@@ -163,6 +175,7 @@ type statusDoc struct {
 	Engines       []engineDocItem `json:"engines"`
 	Fleet         *FleetStatus    `json:"fleet,omitempty"`
 	Switch        *SwitchReport   `json:"switch,omitempty"`
+	Locks         *locksDoc       `json:"locks,omitempty"`
 }
 
 type engineDocItem struct {

@@ -24,6 +24,9 @@
 #   env     Print the export lines for the CERBERUS_* variables the tests read:
 #           eval "$(scripts/services.sh env)"
 #
+#   `up` also installs Debian's chromium (apt-get) when no chromium is on
+#   PATH, in either mode: the status page test drives it headless.
+#
 # Environment:
 #   CERBERUS_REDIS_ADDR, CERBERUS_ZK_ADDR, CERBERUS_CONSUL_ADDR,
 #   CERBERUS_MYSQL_DSN, CERBERUS_ETCD_ADDR, CERBERUS_POSTGRES_DSN (a URL:
@@ -830,6 +833,24 @@ cmd_env() {
   echo "export CERBERUS_POSTGRES_DSN='$POSTGRES_DSN'"
   echo "export CERBERUS_REDIS_CLUSTER_ADDRS=$REDIS_CLUSTER_ADDRS"
   echo "export CERBERUS_REDLOCK_ADDRS=$REDLOCK_ADDRS"
+  local b
+  if b=$(browser_path); then echo "export CERBERUS_CHROMIUM=$b"; fi
+}
+
+# browser_path prints the chromium the status page test drives, if any.
+browser_path() {
+  if [ -n "${CERBERUS_CHROMIUM:-}" ] && [ -x "$CERBERUS_CHROMIUM" ]; then
+    echo "$CERBERUS_CHROMIUM"
+    return
+  fi
+  command -v chromium || command -v chromium-browser
+}
+
+# ensure_browser installs Debian's chromium when none is found.
+ensure_browser() {
+  if browser_path >/dev/null; then return; fi
+  apt_install chromium
+  browser_path >/dev/null || die "chromium installed but not found on PATH"
 }
 
 # The units of SERVICE: itself, or one per address for redis-cluster and
@@ -883,6 +904,7 @@ cmd_up() {
     log "no Docker engine: using local packages (run dir $run)"
     up_local "$@"
   fi
+  ensure_browser
   log "all up in $((SECONDS - t0))s"
   cmd_env
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cerberus-go/cerberus/config"
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/failover"
 )
 
 // locksUsage is the synopsis of cerberusctl locks.
@@ -101,29 +102,11 @@ type locksDoc struct {
 
 // engineLocks is what one engine listed, or why it could not.
 type engineLocks struct {
-	Name  string        `json:"name"`
-	Kind  string        `json:"kind"`
-	Error string        `json:"error,omitempty"`
-	More  bool          `json:"more"`
-	Keys  []lockedKeyJS `json:"keys"`
-}
-
-// lockedKeyJS is one held key in JSON; Waiters is -1 when the engine
-// cannot count them.
-type lockedKeyJS struct {
-	Key     string     `json:"key"`
-	Waiters int        `json:"waiters"`
-	Holders []holderJS `json:"holders"`
-}
-
-// holderJS is one holder in JSON; the times are absent when the engine
-// does not know them.
-type holderJS struct {
-	Mode    string     `json:"mode"`
-	Token   uint64     `json:"token"`
-	Value   string     `json:"value"`
-	Granted *time.Time `json:"granted,omitempty"`
-	Expires *time.Time `json:"expires,omitempty"`
+	Name  string               `json:"name"`
+	Kind  string               `json:"kind"`
+	Error string               `json:"error,omitempty"`
+	More  bool                 `json:"more"`
+	Keys  []failover.LockedKey `json:"keys"`
 }
 
 // listAll lists prefix on every engine at once, each within timeout, and
@@ -146,35 +129,9 @@ func listAll(cfg *config.Config, named []config.Named, prefix string, limit int,
 
 // listOne lists prefix on one engine.
 func listOne(n config.Named, kind, prefix string, limit int, timeout time.Duration) engineLocks {
-	out := engineLocks{Name: n.Name, Kind: kind, Keys: []lockedKeyJS{}}
-	ls := engine.ListerOf(n.Engine)
-	if ls == nil {
-		out.Error = "this engine cannot list held keys"
-		return out
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	inv, err := ls.List(ctx, prefix, limit)
-	if err != nil {
-		out.Error = err.Error()
-		return out
-	}
-	out.More = inv.More
-	for _, k := range inv.Keys {
-		lk := lockedKeyJS{Key: k.Key, Waiters: k.Waiters, Holders: []holderJS{}}
-		for _, h := range k.Holders {
-			hj := holderJS{Mode: h.Mode.String(), Token: h.Token, Value: h.Value}
-			if !h.Granted.IsZero() {
-				hj.Granted = &h.Granted
-			}
-			if !h.Expires.IsZero() {
-				hj.Expires = &h.Expires
-			}
-			lk.Holders = append(lk.Holders, hj)
-		}
-		out.Keys = append(out.Keys, lk)
-	}
-	return out
+	l := failover.ListEngine(context.Background(), failover.NamedEngine{Name: n.Name, Engine: n.Engine},
+		prefix, limit, timeout)
+	return engineLocks{Name: l.Name, Kind: kind, Error: l.Error, More: l.More, Keys: l.Keys}
 }
 
 // printLocks writes one table per engine: a row per holder, the key and
