@@ -26,7 +26,7 @@ func testTable(t *testing.T, dsn string) string {
 	}
 	return testenv.SQLTable(t, migrate, func(table string) {
 		db := rawDB(t, dsn)
-		for _, s := range []string{"", "_readers", "_fences", "_queue"} {
+		for _, s := range []string{"", "_readers", "_fences", "_queue", "_released"} {
 			if _, err := db.Exec("DROP TABLE IF EXISTS `" + table + s + "`"); err != nil {
 				t.Errorf("drop %s%s: %v", table, s, err)
 			}
