@@ -53,8 +53,12 @@ type Engine struct {
 	frame kit.Base[*lease]
 	sess  session
 
+	// watched holds the paths of the nodes of the engine's leases that
+	// their own watch (lease.watchNode) is on.
+	watched sync.Map
+
 	// Counters and hooks for tests (export_test.go).
-	nodeEvents  atomic.Int64 // watch notifications received
+	nodeEvents  atomic.Int64 // watch notifications received, but those of a lease on its own node
 	listings    atomic.Int64 // listings of a queue
 	existsCalls atomic.Int64 // czxids asked for with Exists
 	pokes       atomic.Int64 // counted grants that poked their successor

@@ -57,7 +57,11 @@ func (e *Engine) handleEvent(ev zk.Event) {
 	case zk.EventNotWatching:
 		return
 	default:
-		e.nodeEvents.Add(1)
+		// go-zookeeper calls this before it notifies the watch, so a
+		// lease's watch on its own node is still in watched.
+		if _, own := e.watched.Load(ev.Path); !own {
+			e.nodeEvents.Add(1)
+		}
 		return
 	}
 	switch ev.State {
