@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/cerberus-go/cerberus/engine/enginetest"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
@@ -21,6 +22,9 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv(holderEnv) != "" {
 		os.Exit(runHolder())
+	}
+	if code, ok := enginetest.Hold(leaseHolderEngine); ok {
+		os.Exit(code)
 	}
 	goleak.VerifyTestMain(m)
 }

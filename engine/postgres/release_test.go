@@ -1,20 +1,38 @@
 package postgres
 
 import (
+	"os"
 	"testing"
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/enginetest"
 )
 
-// TestForceRelease runs enginetest.RunRelease on tables of the test's own,
-// with the lease strategy.
+// The environment TestForceRelease gives its holder process.
+const (
+	leaseHolderDSNEnv   = "CERBERUS_POSTGRES_TEST_LEASE_HOLDER_DSN"
+	leaseHolderTableEnv = "CERBERUS_POSTGRES_TEST_LEASE_HOLDER_TABLE"
+)
+
+// leaseHolderEngine is the engine of a holder process of
+// enginetest.RunPausedRelease (see TestMain): the lease strategy, on the
+// DSN and table its environment names.
+func leaseHolderEngine() (engine.Engine, error) {
+	return Open(os.Getenv(leaseHolderDSNEnv), WithTable(os.Getenv(leaseHolderTableEnv)),
+		WithStrategy(StrategyLease))
+}
+
+// TestForceRelease runs enginetest.RunRelease, then
+// enginetest.RunPausedRelease with a holder process, on tables of the
+// test's own, with the lease strategy.
 func TestForceRelease(t *testing.T) {
 	dsn := testDSN(t)
 	table := testTable(t, dsn)
-	enginetest.RunRelease(t, func() (engine.Engine, error) {
+	newEngine := func() (engine.Engine, error) {
 		return Open(dsn, WithTable(table), WithStrategy(StrategyLease))
-	})
+	}
+	enginetest.RunRelease(t, newEngine)
+	enginetest.RunPausedRelease(t, newEngine, leaseHolderDSNEnv+"="+dsn, leaseHolderTableEnv+"="+table)
 }
 
 // TestForceReleaseAfterUpgrade runs enginetest.RunReleaseUpgrade on
