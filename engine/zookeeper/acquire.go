@@ -356,8 +356,8 @@ func (e *Engine) grant(req engine.Request, own, parent string, token uint64,
 		e.dropNode(own, parent, ep.sid)
 		return nil, err
 	}
-	e.watched.Store(own, struct{}{})
-	if !e.frame.Go(l.watchNode) {
+	e.watched.Store(own, l)
+	if !e.frame.Go(l.armWatch) {
 		e.watched.Delete(own)
 	}
 	return l, nil

@@ -126,7 +126,8 @@
 //
 // Every lease keeps a data watch on its own node from its grant (one
 // getData sent in the background after the grant, and set again after a
-// poke's setData), so a holder is told at once: when its node is gone
+// poke's setData; the engine's event callback hands its events over, so
+// no goroutine waits per lease), so a holder is told at once: when its node is gone
 // while held, it lists the key's children and ends with
 // engine.ErrReleasedByOperator if its tombstone is there (and deletes the
 // tombstone), else engine.ErrLeaseLost. A holder stopped (SIGSTOP) for
@@ -136,7 +137,7 @@
 // once. Its later Release returns engine.ErrNotHeld and deletes nothing
 // of anyone else's (its node name is its own). The cost: one more read
 // per grant, one more notification per release (to the holder itself),
-// one watch per held lease on the server. A tombstone that no holder read
+// one watch per held lease on the server and in go-zookeeper's table. A tombstone that no holder read
 // (its session had expired) is deleted by the next ForceRelease of the
 // key once older than ten minutes.
 //

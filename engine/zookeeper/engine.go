@@ -53,8 +53,8 @@ type Engine struct {
 	frame kit.Base[*lease]
 	sess  session
 
-	// watched holds the paths of the nodes of the engine's leases that
-	// their own watch (lease.watchNode) is on.
+	// watched maps the path of each held lease's node to the lease,
+	// whose own watch (lease.armWatch) is on it.
 	watched sync.Map
 
 	// Counters and hooks for tests (export_test.go).

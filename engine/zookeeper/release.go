@@ -22,7 +22,7 @@ var _ engine.Releaser = (*Engine)(nil)
 //	released-<unix milliseconds>-<the deleted node's name>
 //
 // which is no queue node (parseNode ignores it). The holder's node watch
-// (lease.watchNode) fires, finds its node gone and its tombstone there,
+// (lease.armWatch) fires, finds its node gone and its tombstone there,
 // ends the lease with engine.ErrReleasedByOperator and deletes the
 // tombstone. A tombstone nobody read (its holder's session had expired)
 // is deleted by the next ForceRelease of the key once older than
@@ -154,43 +154,46 @@ func (e *Engine) endReleased(paths []string) {
 	}
 }
 
-// watchNode watches the lease's node from its grant until the lease ends
-// or the engine closes, with a data watch set again after each event
-// (a poke's or a release's setData): when the node is gone while the
-// lease is held, the lease ends, with engine.ErrReleasedByOperator if its
-// tombstone is there (see ForceRelease), else engine.ErrLeaseLost. A
-// failed call is tried again after the recheck interval; a lost session
-// ends the lease by itself.
-func (l *lease) watchNode() {
+// armWatch sets a data watch (getData) on the lease's node: it fires on a
+// poke's or a release's setData and on the node's deletion, and
+// handleEvent hands the event to nodeEvent. A data watch, not an exists
+// watch: on a node that is gone it leaves no watch behind on the server.
+// The engine keeps no goroutine per lease: the watch's channel, buffered
+// by go-zookeeper, is not read. A node already gone ends the lease
+// (nodeGone); a failed call is tried again after the recheck interval
+// while the lease is held, and a lost session ends the lease by itself.
+func (l *lease) armWatch() {
 	e := l.eng
-	defer e.watched.Delete(l.path)
-	for {
-		var ch <-chan zk.Event
+	for l.isHeld() {
 		ctx, cancel := e.bound(e.frame.Context())
-		// A data watch (GetW), not an exists watch: on a node that is
-		// gone it leaves no watch behind on the server.
-		err := call(ctx, func() (err error) { _, _, ch, err = e.conn.GetW(l.path); return err })
+		err := call(ctx, func() error { _, _, _, err := e.conn.GetW(l.path); return err })
 		cancel()
-		var retry <-chan time.Time
 		switch {
+		case err == nil:
+			return
 		case errors.Is(err, zk.ErrNoNode):
 			l.nodeGone()
 			return
-		case err != nil:
-			retry = time.After(e.recheck)
 		}
 		select {
-		case <-ch:
-			if !l.isHeld() {
-				return // its own release: set no watch again
-			}
-		case <-retry:
+		case <-time.After(e.recheck):
 		case <-l.sig.Done():
 			return
 		case <-e.frame.Closing():
 			return
 		}
 	}
+}
+
+// nodeEvent is handleEvent's for a watch on the node of lease l: unless
+// l has ended, it sets the watch again, which finds out whether the node
+// is gone, in the background.
+func (e *Engine) nodeEvent(l *lease) {
+	if !l.isHeld() {
+		e.watched.Delete(l.path)
+		return
+	}
+	e.frame.Go(l.armWatch)
 }
 
 // nodeGone ends a held lease whose node is gone, and deletes its
