@@ -189,7 +189,7 @@ func (q *queries) free(t, r, x string) {
 		" WHERE `lock_key` = ? AND `expires_at` > NOW(6) FOR UPDATE"
 	q.freeTidy = "DELETE FROM " + x + " WHERE `expires_at` <= NOW(6)"
 	q.tombstone = "INSERT INTO " + x + " (`owner`, `lock_key`, `version`, `expires_at`) " +
-		"VALUES (?, ?, ?, NOW(6) + INTERVAL ? MICROSECOND) ON DUPLICATE KEY UPDATE `expires_at` = VALUES(`expires_at`)"
+		"VALUES (?, ?, ?, NOW(6) + INTERVAL ? MICROSECOND) ON DUPLICATE KEY UPDATE `version` = `version`"
 	q.freeClear = "UPDATE " + t + " SET `owner` = NULL, `expires_at` = NULL WHERE `lock_key` = ? AND `owner` = ?"
 	q.freeClearReaders = "DELETE FROM " + r + " WHERE `lock_key` = ? AND `owner` = ?"
 	q.released = "SELECT `owner` FROM " + x + " WHERE `owner` IN (%s)"
