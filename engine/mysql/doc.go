@@ -270,7 +270,8 @@
 // With the row strategy each holder's uncommitted record names its
 // connection's CONNECTION_ID() and its lease period. ForceRelease reads
 // the records (READ UNCOMMITTED, as Holders does), commits a tombstone for
-// each, then sends KILL <id> for each holder's connection: the server
+// each, reads the records again, and sends KILL <id> for the connection
+// of each holder still there: the server
 // rolls its transaction back, freeing the row lock, and InnoDB grants the
 // next waiter in its lock queue at once; its token comes from the fences
 // counter, above. The holder's connection check (every WithConnCheck,
@@ -278,10 +279,10 @@
 // engine.ErrReleasedByOperator; a holder stopped through it finds out at
 // its first check after it resumes. KILL of another user's connection
 // needs CONNECTION_ADMIN (or SUPER); of the engine's own user, nothing
-// more. A holder that released between the read and the KILL may have had
-// its connection reused by a new lease of the same engine, which the KILL
-// then ends with engine.ErrLeaseLost: a rare, visible loss, never an
-// overlap.
+// more. A holder that released in the moment between the second read and
+// the KILL may have had its connection reused by a new lease of the same
+// engine, which the KILL then ends with engine.ErrLeaseLost: a rare,
+// visible loss, never an overlap.
 //
 // # Fenced writes
 //

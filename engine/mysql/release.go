@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -108,7 +109,8 @@ func rowOwner(owner string, connID uint64) string {
 
 // forceReleaseRow frees key with the row strategy: it reads the holders'
 // uncommitted records (READ UNCOMMITTED, as Holders does), commits a
-// tombstone for each, and then KILLs each holder's connection, which
+// tombstone for each, reads the records again, and KILLs the connection
+// of each holder still there, which
 // rolls its transaction back and frees the row lock; InnoDB grants the
 // next waiter in its queue at once. The holder's connection check finds
 // its session gone and the tombstone there (see rowLease.lostErr).
@@ -127,10 +129,24 @@ func (e *Engine) forceReleaseRow(ctx context.Context, key string) ([]engine.Hold
 	}
 	out := make([]engine.Holder, len(freed))
 	for i, f := range freed {
-		if err := e.killRow(qctx, key, f); err != nil {
+		if _, err := e.db.ExecContext(qctx, e.q.tombstone, f.Owner, key, f.Token, f.ttlUS); err != nil {
 			return nil, e.opErr(ctx, "force release", key, err)
 		}
 		out[i] = f.Holder
+	}
+	// Read the records again just before the KILLs: a holder that
+	// released meanwhile may have given its connection to a new lease of
+	// its engine, which a KILL would end. Its record is gone by then.
+	still, err := e.rowRecords(qctx, key)
+	if err != nil {
+		return nil, e.opErr(ctx, "force release", key, err)
+	}
+	for _, f := range still {
+		if slices.ContainsFunc(freed, func(x rowFreed) bool { return x.Owner == f.Owner }) {
+			if err := e.killRow(qctx, f.Owner); err != nil {
+				return nil, e.opErr(ctx, "force release", key, err)
+			}
+		}
 	}
 	return out, nil
 }
@@ -172,15 +188,12 @@ func (e *Engine) rowRecords(ctx context.Context, key string) ([]rowFreed, error)
 	return out, rows.Err()
 }
 
-// killRow commits f's tombstone, then KILLs its holder's connection.
-func (e *Engine) killRow(ctx context.Context, key string, f rowFreed) error {
-	i := strings.LastIndexByte(f.Owner, '/')
-	id, err := strconv.ParseUint(f.Owner[i+1:], 10, 64)
+// killRow KILLs the connection of the holder whose owner value is owner.
+func (e *Engine) killRow(ctx context.Context, owner string) error {
+	i := strings.LastIndexByte(owner, '/')
+	id, err := strconv.ParseUint(owner[i+1:], 10, 64)
 	if i < 0 || err != nil {
-		return fmt.Errorf("a holder record with no connection id: %q", f.Owner)
-	}
-	if _, err := e.db.ExecContext(ctx, e.q.tombstone, f.Owner, key, f.Token, f.ttlUS); err != nil {
-		return err
+		return fmt.Errorf("a holder record with no connection id: %q", owner)
 	}
 	_, err = e.db.ExecContext(ctx, fmt.Sprintf("KILL %d", id))
 	if errNumber(err) == errNoSuchThread {
