@@ -356,9 +356,9 @@ func (e *Engine) grant(req engine.Request, own, parent string, token uint64,
 		e.dropNode(own, parent, ep.sid)
 		return nil, err
 	}
-	e.watched.Store(own, l)
+	e.watch(l)
 	if !e.frame.Go(l.armWatch) {
-		e.watched.Delete(own)
+		e.unwatch(own)
 	}
 	return l, nil
 }

@@ -55,7 +55,8 @@ type Engine struct {
 
 	// watched maps the path of each held lease's node to the lease,
 	// whose own watch (lease.armWatch) is on it.
-	watched sync.Map
+	watchMu sync.Mutex
+	watched map[string]*lease
 
 	// Counters and hooks for tests (export_test.go).
 	nodeEvents  atomic.Int64 // watch notifications received, but those of a lease on its own node

@@ -165,6 +165,6 @@ func (l *lease) markEnded() bool {
 	if l.timer != nil {
 		l.timer.Stop()
 	}
-	l.eng.watched.Delete(l.path) // after its own release's event (see handleEvent)
+	l.eng.unwatch(l.path) // after its own release's event (see handleEvent)
 	return true
 }

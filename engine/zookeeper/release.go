@@ -190,7 +190,7 @@ func (l *lease) armWatch() {
 // is gone, in the background.
 func (e *Engine) nodeEvent(l *lease) {
 	if !l.isHeld() {
-		e.watched.Delete(l.path)
+		e.unwatch(l.path)
 		return
 	}
 	e.frame.Go(l.armWatch)
@@ -224,4 +224,29 @@ func (l *lease) isHeld() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.state == held
+}
+
+// watch records l as the lease whose watch is on its node.
+func (e *Engine) watch(l *lease) {
+	e.watchMu.Lock()
+	if e.watched == nil {
+		e.watched = make(map[string]*lease)
+	}
+	e.watched[l.path] = l
+	e.watchMu.Unlock()
+}
+
+// unwatch forgets the lease of the node at path.
+func (e *Engine) unwatch(path string) {
+	e.watchMu.Lock()
+	delete(e.watched, path)
+	e.watchMu.Unlock()
+}
+
+// watcher returns the lease whose watch is on the node at path, if any.
+func (e *Engine) watcher(path string) (*lease, bool) {
+	e.watchMu.Lock()
+	defer e.watchMu.Unlock()
+	l, ok := e.watched[path]
+	return l, ok
 }

@@ -61,8 +61,8 @@ func (e *Engine) handleEvent(ev zk.Event) {
 		// go-zookeeper calls this before it notifies the watch, and a
 		// lease leaves watched only once its own release has been
 		// answered, after the event.
-		if l, own := e.watched.Load(ev.Path); own {
-			e.nodeEvent(l.(*lease))
+		if l, own := e.watcher(ev.Path); own {
+			e.nodeEvent(l)
 			return
 		}
 		e.nodeEvents.Add(1)
