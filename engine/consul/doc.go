@@ -156,6 +156,30 @@
 // it tells anyway and backs off (100ms to 2s) before asking again. One
 // goroutine per Watch, ended by its context or Close.
 //
+// # Force release
+//
+// ForceRelease (engine.Releaser) reads the key's folder once, then frees it
+// in one transaction checked against the lock document's index: it
+// deletes the document (and the shared holders' contender keys) and writes
+// a tombstone per freed holder, "<prefix>/.released/<session>/<lease id>",
+// locked with the holder's own session, so that Consul deletes it when
+// that session ends. A document changed meanwhile is read again (up to 32
+// times). The deletion moves the folder's index, so waiters' blocking
+// queries return at once, in fair mode too (a holder's queue key went with
+// its grant), and the next grant raises the fencing counter above the
+// freed tokens. One transaction frees at most 31 shared holders; a key
+// with more is an *engine.OpError. A holder of another engine is told
+// after its session's next renewal (every WithSessionTTL/2): the renewal
+// is followed by one KV read of its session's tombstones, which ends the
+// leases named with engine.ErrReleasedByOperator and deletes them; that
+// read is skipped while the engine holds nothing. A holder stopped
+// (SIGSTOP) through the release is told at its first renewal after it
+// resumes, if Consul still has its session (it keeps one for up to twice
+// its TTL); otherwise the session is gone and it is told that
+// (engine.ErrLeaseLost). The engine's own freed leases end at once. A
+// freed lease's Release finds its document gone or changed:
+// engine.ErrNotHeld, and the next holder's grant is left alone.
+//
 // # Waiting
 //
 // A waiting Acquire makes blocking queries from the last index it saw;

@@ -228,6 +228,7 @@ func (s *session) run() {
 				return
 			case ok:
 				lastOK, nextRenew = now, now.Add(every)
+				s.checkReleased()
 			default:
 				nextRenew = now.Add(min(time.Second, every/4))
 			}

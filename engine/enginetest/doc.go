@@ -26,4 +26,10 @@
 //
 // RunList checks the optional engine.Lister (the inventory of held keys)
 // apart from Run: an engine's tests call it when the engine has one.
+//
+// RunRelease checks the optional engine.Releaser (force release) the same
+// way; RunPausedRelease checks it against a holder in another process,
+// stopped with SIGSTOP through the release (the package's TestMain calls
+// Hold, which is that process), and RunReleaseUpgrade against a store of
+// the previous version that a migration brings up to date.
 package enginetest

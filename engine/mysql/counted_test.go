@@ -280,7 +280,7 @@ func TestMigrateOldTables(t *testing.T) {
 	_, _ = rand.Read(b[:])
 	table := "cerberus_o_" + hex.EncodeToString(b[:])
 	t.Cleanup(func() {
-		for _, s := range []string{"", "_readers", "_fences", "_queue"} {
+		for _, s := range []string{"", "_readers", "_fences", "_queue", "_released"} {
 			if _, err := db.Exec("DROP TABLE IF EXISTS `" + table + s + "`"); err != nil {
 				t.Errorf("drop %s%s: %v", table, s, err)
 			}

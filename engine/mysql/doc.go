@@ -55,7 +55,8 @@
 // "<table>_readers" holds one row per shared lease, keyed by (key, owner),
 // with its own version, expires_at and value. "<table>_queue" holds the
 // lease strategy's waiters' tickets (below). "<table>_fences" holds the
-// row strategy's token counter of each key. Migrate adds the value columns
+// row strategy's token counter of each key. "<table>_released" holds the
+// tombstones of ForceRelease (below). Migrate adds the value columns
 // to tables made by an earlier version (MySQL has no ADD COLUMN IF NOT
 // EXISTS, so it asks information_schema first); run it once after
 // upgrading, before the new version takes locks: until then its grants
@@ -281,6 +282,49 @@
 // and a polling loop inside the engine would be no better than the root
 // package's own, which re-reads Holders every 200ms for an engine without
 // Watch.
+//
+// # Force release
+//
+// ForceRelease (engine.Releaser) frees a key whoever holds it, and writes
+// a tombstone per freed lease in "<table>_released" (owner value, key,
+// token, expiry), which Migrate creates; on tables without it (Migrate not
+// run after upgrading) ForceRelease fails with an *engine.OpError and
+// changes nothing.
+//
+// With the lease strategy it is one transaction of at most six
+// statements: locking reads of the key row (which every grant of the key
+// updates, so no grant runs in between) and of its unexpired reader rows,
+// the deletion of expired tombstones, then per freed lease its tombstone,
+// lasting its TTL from now on NOW(6), and the clearing of its row (the
+// version stays, so the next grant's token is above). Waiters of other
+// processes are granted at their next poll (the head of the queue polls
+// at most WithBackoff's max apart), the engine's own at once. A holder in
+// another process is told at its next renewal (a third of its TTL): the
+// renewal finds its row gone, reads the tombstones of the leases it lost
+// (one more SELECT, only then) and ends those named with
+// engine.ErrReleasedByOperator. A holder stopped (SIGSTOP) through the
+// release is told at its first renewal after it resumes, unless its TTL
+// ran out meanwhile: then its own clock ends it first, with
+// engine.ErrLeaseLost. Its Release and renewals are conditional on its
+// owner value and find nothing: engine.ErrNotHeld, and the next holder's
+// row is left alone.
+//
+// With the row strategy each holder's uncommitted record names its
+// connection's CONNECTION_ID() and its lease period. ForceRelease reads
+// the records (READ UNCOMMITTED, as Holders does), commits a tombstone for
+// each, reads the records again, and sends KILL <id> for the connection
+// of each holder still there: the server
+// rolls its transaction back, freeing the row lock, and InnoDB grants the
+// next waiter in its lock queue at once; its token comes from the fences
+// counter, above. The holder's connection check (every WithConnCheck,
+// 250ms by default) fails, reads its tombstone and ends the lease with
+// engine.ErrReleasedByOperator; a holder stopped through it finds out at
+// its first check after it resumes. KILL of another user's connection
+// needs CONNECTION_ADMIN (or SUPER); of the engine's own user, nothing
+// more. A holder that released in the moment between the second read and
+// the KILL may have had its connection reused by a new lease of the same
+// engine, which the KILL then ends with engine.ErrLeaseLost: a rare,
+// visible loss, never an overlap.
 //
 // # Fenced writes
 //

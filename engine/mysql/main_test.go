@@ -31,7 +31,7 @@ func testTable(t *testing.T, dsn string) string {
 
 // dropTables drops the tables and procedures Migrate made for table.
 func dropTables(t testing.TB, db *sql.DB, table string) {
-	for _, s := range []string{"", "_readers", "_fences", "_queue", "_names"} {
+	for _, s := range []string{"", "_readers", "_fences", "_queue", "_names", "_released"} {
 		if _, err := db.Exec("DROP TABLE IF EXISTS `" + table + s + "`"); err != nil {
 			t.Errorf("drop %s%s: %v", table, s, err)
 		}

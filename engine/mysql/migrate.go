@@ -9,8 +9,8 @@ import (
 )
 
 // maxTableLen leaves room for the "_readers", "_fences", "_queue",
-// "_names" and "_grant1" suffixes within the 64-character identifier
-// limit.
+// "_names", "_grant1" and "_released" suffixes within the 64-character
+// identifier limit.
 const maxTableLen = 48
 
 // checkTable accepts 1 to maxTableLen ASCII letters, digits and underscores,
@@ -97,6 +97,18 @@ func schema(table string) []string {
 			"PRIMARY KEY (`ticket`)," +
 			"KEY `by_key` (`lock_key`, `ticket`)" +
 			") ENGINE=InnoDB",
+		// Tombstones of the leases an operator freed (ForceRelease), by
+		// owner value, each kept until its lease's period has run out
+		// after the release, so that the holder's next renewal tells why
+		// its lease ended.
+		"CREATE TABLE IF NOT EXISTS `" + table + "_released` (" +
+			"`owner` VARBINARY(64) NOT NULL," +
+			"`lock_key` VARBINARY(512) NOT NULL," +
+			"`version` BIGINT UNSIGNED NOT NULL," +
+			"`expires_at` DATETIME(6) NOT NULL," +
+			"PRIMARY KEY (`owner`)," +
+			"KEY `by_expiry` (`expires_at`)" +
+			") ENGINE=InnoDB",
 	}
 }
 
@@ -110,10 +122,14 @@ const errDupColumn = 1060
 // Migrate creates the engine's tables if they do not exist: the lock table,
 // "<table>_readers" for shared leases, "<table>_queue" for the lease
 // strategy's waiters, "<table>_fences" for the row strategy's fencing
-// tokens, and for the session strategy the MEMORY table "<table>_names"
-// and the stored procedures "<table>_grant1" and "<table>_kill1" (which
-// needs the CREATE ROUTINE privilege). The lease strategy's statements name the queue table, so run
-// Migrate after upgrading from a version without it. On tables made by an earlier version it adds
+// tokens, "<table>_released" for the tombstones of ForceRelease, and for
+// the session strategy the MEMORY table "<table>_names" and the stored
+// procedures "<table>_grant1" and "<table>_kill1" (which needs the CREATE
+// ROUTINE privilege). The lease strategy's statements name the queue
+// table, so run Migrate after upgrading from a version without it; on
+// tables without the released table everything but ForceRelease works,
+// and a released lease is told engine.ErrLeaseLost instead of
+// engine.ErrReleasedByOperator. On tables made by an earlier version it adds
 // the value column to the lock table and the readers table; run it once
 // after upgrading, before the new version takes locks. It is idempotent and
 // safe to run from many processes at once.
@@ -169,10 +185,12 @@ type queries struct {
 	sharedGrant, sharedInsert, readerAdd, readerTidy, readerRelease   string
 	readerAddCounted, readerRenew, readerAlive, readerUndo            string
 	rowLock, rowShare, rowTryLock, rowEnsure, rowToken                string
-	rowMark, rowMarkShared, rowHolders                                string
+	rowMark, rowMarkShared, rowHolders, rowRecords                    string
 	enqueue, queueTidy, queueRefresh, queuePlace, dequeue, ticketDone string
 	sessTry, sessWait, sessRelease, sessHolders, sessList, sessKill   string
 	sessHolder, sessMarked, sessSweep                                 string
+	freeRow, freeReaders, freeTidy, freeClear, freeClearReaders       string
+	tombstone, released                                               string
 }
 
 // buildQueries returns the statements on table and its "_readers",
@@ -185,7 +203,26 @@ func buildQueries(table string) queries {
 	q.queue(w)
 	q.row(t, r, k)
 	q.session(table)
+	q.free(t, r, "`"+table+"_released`")
 	return q
+}
+
+// free fills in ForceRelease's statements; t is the quoted lock table, r
+// the quoted readers table, x the quoted released table. They run in one
+// transaction: the locking reads of the key's row (which every grant of
+// the key updates, so no grant runs between them and the commit) and of
+// its readers, the tombstones, then the clearing.
+func (q *queries) free(t, r, x string) {
+	q.freeRow = "SELECT `owner`, `version`, `value`, `ttl_us`, `owner` IS NOT NULL AND `expires_at` > NOW(6) " +
+		"FROM " + t + " WHERE `lock_key` = ? FOR UPDATE"
+	q.freeReaders = "SELECT `owner`, `version`, `value`, `ttl_us` FROM " + r +
+		" WHERE `lock_key` = ? AND `expires_at` > NOW(6) FOR UPDATE"
+	q.freeTidy = "DELETE FROM " + x + " WHERE `expires_at` <= NOW(6)"
+	q.tombstone = "INSERT INTO " + x + " (`owner`, `lock_key`, `version`, `expires_at`) " +
+		"VALUES (?, ?, ?, NOW(6) + INTERVAL ? MICROSECOND) ON DUPLICATE KEY UPDATE `version` = `version`"
+	q.freeClear = "UPDATE " + t + " SET `owner` = NULL, `expires_at` = NULL WHERE `lock_key` = ? AND `owner` = ?"
+	q.freeClearReaders = "DELETE FROM " + r + " WHERE `lock_key` = ? AND `owner` = ?"
+	q.released = "SELECT `owner` FROM " + x + " WHERE `owner` IN (%s)"
 }
 
 // free holds of a key row that no unexpired writer holds.
@@ -298,11 +335,16 @@ func (q *queries) row(t, r, k string) {
 	q.rowToken = "INSERT INTO " + k + " (`lock_key`, `fence`) VALUES (?, 1)" +
 		" ON DUPLICATE KEY UPDATE `fence` = LAST_INSERT_ID(`fence` + 1)"
 	// A row holder's record, written in its transaction and never
-	// committed; rowHolders reads it uncommitted.
-	q.rowMark = "UPDATE " + t + " SET `owner` = ?, `mode` = 0, `version` = ?, `value` = ? " +
+	// committed; rowHolders and rowRecords read it uncommitted. Its
+	// owner names the holder's connection (rowOwner), and ttl_us its
+	// lease period, for ForceRelease.
+	q.rowMark = "UPDATE " + t + " SET `owner` = ?, `mode` = 0, `version` = ?, `value` = ?, `ttl_us` = ? " +
 		"WHERE `lock_key` = ?"
 	q.rowMarkShared = "INSERT INTO " + r +
-		" (`lock_key`, `owner`, `version`, `ttl_us`, `expires_at`, `value`) VALUES (?, ?, ?, 0, NOW(6), ?)"
+		" (`lock_key`, `owner`, `version`, `ttl_us`, `expires_at`, `value`) VALUES (?, ?, ?, ?, NOW(6), ?)"
+	q.rowRecords = "SELECT 0, `version`, `value`, `owner`, `ttl_us` FROM " + t +
+		" WHERE `lock_key` = ? AND `owner` IS NOT NULL UNION ALL SELECT 1, `version`, `value`, `owner`, `ttl_us` FROM " +
+		r + " WHERE `lock_key` = ? ORDER BY 2"
 	q.rowHolders = "SELECT 0, `version`, `value` FROM " + t + " WHERE `lock_key` = ? AND `owner` IS NOT NULL " +
 		"UNION ALL SELECT 1, `version`, `value` FROM " + r + " WHERE `lock_key` = ? ORDER BY 2"
 }

@@ -382,10 +382,11 @@ func (e *Engine) grantedRow(ctx context.Context, req engine.Request, rc *rowConn
 	if err != nil {
 		return fail(err)
 	}
-	if err := e.markRow(ctx, rc, req, token); err != nil {
+	owner := rowOwner(e.core.Owner(), rc.id)
+	if err := e.markRow(ctx, rc, req, token, owner); err != nil {
 		return fail(err)
 	}
-	l := &rowLease{e: e, key: req.Key, mode: req.Mode, token: token, rc: rc, period: req.TTL,
+	l := &rowLease{e: e, key: req.Key, mode: req.Mode, token: token, rc: rc, period: req.TTL, owner: owner,
 		sig: kit.NewSignal(req.OnLost), stop: make(chan struct{})}
 	if err := e.frame.Track(l, func() error {
 		if !req.Renew {
@@ -411,11 +412,13 @@ func (e *Engine) grantedRow(ctx context.Context, req engine.Request, rc *rowConn
 // it has locked; a shared one adds a row to "<table>_readers". Nothing is
 // committed: the release's ROLLBACK (or the end of the session) takes the
 // record away with the lock, and Holders reads it uncommitted.
-func (e *Engine) markRow(ctx context.Context, rc *rowConn, req engine.Request, token uint64) error {
+func (e *Engine) markRow(ctx context.Context, rc *rowConn, req engine.Request, token uint64,
+	owner string) error {
+	ttl := req.TTL.Microseconds()
 	if req.Mode == engine.Shared {
-		return e.exec(ctx, rc, e.q.rowMarkShared, req.Key, e.core.Owner(), token, req.Value)
+		return e.exec(ctx, rc, e.q.rowMarkShared, req.Key, owner, token, ttl, req.Value)
 	}
-	return e.exec(ctx, rc, e.q.rowMark, e.core.Owner(), token, req.Value, req.Key)
+	return e.exec(ctx, rc, e.q.rowMark, owner, token, req.Value, ttl, req.Key)
 }
 
 // drawToken raises key's counter in "<table>_fences" on a connection of its
@@ -455,6 +458,7 @@ type rowLease struct {
 	mode   engine.Mode
 	token  uint64
 	period time.Duration // the lease period: its session's wait_timeout
+	owner  string        // its record's owner value (rowOwner)
 	sig    *kit.Signal
 	stop   chan struct{}
 
@@ -473,7 +477,8 @@ func (l *rowLease) Err() error            { return l.sig.Err() }
 // least three times a lease period, which keeps the session inside its
 // wait_timeout while the holder runs; a failed ping means the server has
 // rolled the transaction back (connection killed or timed out, server
-// restarted, network gone), and the lease ends with engine.ErrLeaseLost.
+// restarted, network gone), and the lease ends with engine.ErrLeaseLost,
+// or engine.ErrReleasedByOperator if ForceRelease killed it.
 // A holder that was paused past its period finds that out with its first
 // tick after it resumes.
 func (l *rowLease) watch() {
@@ -498,10 +503,20 @@ func (l *rowLease) watch() {
 			return
 		}
 		if err != nil {
-			l.end(fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, err))
+			l.end(l.lostErr(err))
 			return
 		}
 	}
+}
+
+// lostErr is why the lease ended when its connection failed with err:
+// engine.ErrReleasedByOperator if an operator freed it (its tombstone is
+// there: ForceRelease killed the connection), else engine.ErrLeaseLost.
+func (l *rowLease) lostErr(err error) error {
+	if l.e.tombstoned(l.owner) {
+		return fmt.Errorf("%w (connection killed: %v)", engine.ErrReleasedByOperator, err)
+	}
+	return fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, err)
 }
 
 // take detaches the connection from the lease, stopping its timer and
@@ -536,7 +551,7 @@ func (l *rowLease) Release(ctx context.Context) error {
 	l.forget()
 	if err != nil {
 		l.e.discard(rc)
-		l.sig.Close(fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, err))
+		l.sig.Close(l.lostErr(err))
 		return l.sig.NotHeld(l.key)
 	}
 	l.e.putConn(rc)

@@ -56,7 +56,7 @@ func tokenTables(t *testing.T, dsn string) map[mysql.Strategy]string {
 		}
 		defer db.Close()
 		for _, table := range out {
-			for _, suffix := range []string{"", "_readers", "_fences", "_queue", "_names"} {
+			for _, suffix := range []string{"", "_readers", "_fences", "_queue", "_names", "_released"} {
 				_, _ = db.Exec("DROP TABLE IF EXISTS `" + table + suffix + "`")
 			}
 			_, _ = db.Exec("DROP PROCEDURE IF EXISTS `" + table + "_grant1`")

@@ -19,7 +19,7 @@
 // # Tables
 //
 // Migrate creates, under the name WithTable gives (DefaultTable unless it
-// says otherwise), four tables; both strategies' tables exist whatever the
+// says otherwise), five tables; both strategies' tables exist whatever the
 // engine's strategy, so the two can be switched without another Migrate:
 //
 //   - "<table>": the lease strategy's row per key that was ever locked:
@@ -33,6 +33,8 @@
 //     value.
 //   - "<table>_fences": the session strategy's token counter of each key,
 //     keyed by the full key.
+//   - "<table>_released": the lease strategy's tombstones of the leases
+//     ForceRelease freed (see Force release).
 //   - "<table>_sessions": one row per session holding a session lease,
 //     keyed by backend pid: key, mode, token and value, for Holders. The
 //     table is UNLOGGED: a row counts only while its backend holds the
@@ -263,6 +265,28 @@
 // default statement cache uses prepared statements: behind PgBouncer
 // older than 1.21 (or without max_prepared_statements), add
 // default_query_exec_mode=exec (or simple_protocol) to the DSN.
+//
+// # Force release
+//
+// With the lease strategy, ForceRelease (engine.Releaser) frees a key
+// whoever holds it in one round trip: a batch, one transaction, that locks
+// the key row (every grant of the key locks it first) and then, in one
+// statement, clears the unexpired writer, deletes the reader rows, deletes
+// expired tombstones and writes a tombstone per freed lease into
+// "<table>_released" (owner value, key, token, expiry its TTL from now()),
+// which Migrate creates; on tables without it ForceRelease fails with an
+// *engine.OpError and changes nothing. The version stays, so the next
+// grant's token is above. Waiters of other processes are granted at their
+// next poll, the engine's own at once. A holder in another process is told
+// at its next renewal (a third of its TTL): the renewal finds its row
+// gone, reads the tombstones of the leases it lost (one more SELECT, only
+// then) and ends those named with engine.ErrReleasedByOperator. A holder
+// stopped (SIGSTOP) through the release is told at its first renewal after
+// it resumes, unless its TTL ran out meanwhile: then its own clock ends it
+// first, with engine.ErrLeaseLost. Its Release and renewals are
+// conditional on its owner value and find nothing: engine.ErrNotHeld, and
+// the next holder's row is left alone. The session strategy has no
+// ForceRelease yet: it returns engine.ErrInvalidRequest.
 //
 // # Holders and Watch
 //

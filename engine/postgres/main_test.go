@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/cerberus-go/cerberus/engine/enginetest"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
@@ -21,6 +22,9 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv(holderEnv) != "" {
 		os.Exit(runHolder())
+	}
+	if code, ok := enginetest.Hold(leaseHolderEngine); ok {
+		os.Exit(code)
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -58,7 +62,7 @@ func testTable(t *testing.T, dsn string) string {
 		pool := rawPool(t, dsn)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		for _, s := range []string{"", "_readers", "_fences", "_sessions", "_queue"} {
+		for _, s := range []string{"", "_readers", "_fences", "_sessions", "_queue", "_released"} {
 			if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+quote(table+s)); err != nil {
 				t.Errorf("drop %s%s: %v", table, s, err)
 			}

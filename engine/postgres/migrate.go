@@ -46,6 +46,8 @@ func checkTable(t string) error {
 //   - "<table>_fences": the session strategy's token counter of each key
 //     (logged, though grants commit it without waiting for a WAL flush:
 //     see sessionGrant).
+//   - "<table>_released": the lease strategy's tombstones of the leases
+//     ForceRelease freed, by owner value, until their periods run out.
 //   - "<table>_sessions": one row per session holding a session lease,
 //     written under the advisory lock, for Holders. (Versions before it
 //     used "<table>_holders", keyed by owner, which Migrate leaves alone.)
@@ -93,6 +95,15 @@ func schema(table string) []string {
 			"mode smallint NOT NULL," +
 			"expires_at timestamptz NOT NULL)",
 		"CREATE INDEX IF NOT EXISTS " + quote(table+"_queue_key") + " ON " + w + " (lock_key, ticket)",
+		// Tombstones of the leases an operator freed (ForceRelease), by
+		// owner value, each kept until its lease's period has run out
+		// after the release, so that the holder's next renewal tells why
+		// its lease ended.
+		"CREATE TABLE IF NOT EXISTS " + quote(table+"_released") + " (" +
+			"owner text COLLATE \"C\" NOT NULL PRIMARY KEY," +
+			"lock_key text COLLATE \"C\" NOT NULL," +
+			"version bigint NOT NULL," +
+			"expires_at timestamptz NOT NULL)",
 	}
 }
 
@@ -104,7 +115,10 @@ func quote(ident string) string { return `"` + ident + `"` }
 // statements name the queue table: run Migrate after upgrading from a
 // version without it), "<table>_fences" and
 // "<table>_sessions" for the session strategy (both, whatever the engine's
-// strategy). It runs in one transaction under a transaction-level advisory
+// strategy) and "<table>_released" for the tombstones of ForceRelease (on
+// tables without it, everything but ForceRelease works, and a released
+// lease is told engine.ErrLeaseLost instead of
+// engine.ErrReleasedByOperator). It runs in one transaction under a transaction-level advisory
 // lock, so it is idempotent and safe to run from many processes at once
 // (CREATE TABLE IF NOT EXISTS alone is not, on PostgreSQL), and it needs
 // no session state, so it works behind PgBouncer too.
@@ -139,6 +153,7 @@ type queries struct {
 	release, readerRelease, renew, readerRenew        string
 	undo, readerUndo, holders                         string
 	ticketDone, enqueue, queued, dequeue              string
+	freeLock, free, released                          string
 	// session strategy
 	grantWait, grantWaitShared, grantTry, grantTryShared string
 	releaseExclusive, releaseShared, sessionHolders      string
@@ -151,7 +166,31 @@ func buildQueries(table string) queries {
 	q.lease(quote(table), quote(table+"_readers"), quote(table+"_queue"))
 	q.queue(quote(table), quote(table+"_readers"), quote(table+"_queue"))
 	q.session(quote(table+"_fences"), quote(table+"_sessions"))
+	q.forceRelease(quote(table), quote(table+"_readers"), quote(table+"_released"))
 	return q
+}
+
+// forceRelease fills in ForceRelease's statements; t is the quoted lock table,
+// r the quoted readers table, x the quoted released table. They run in
+// one transaction: freeLock locks the key's row (every grant of the key
+// locks it first, so none runs between it and the commit), then free, in
+// one statement, clears the key's unexpired writer and deletes its
+// readers, writes the tombstones of those that were unexpired, deletes
+// expired tombstones and returns what it freed.
+func (q *queries) forceRelease(t, r, x string) {
+	q.freeLock = "SELECT 1 FROM " + t + " WHERE lock_key = $1 FOR UPDATE"
+	q.free = "WITH w AS (SELECT 0 AS mode, owner, version, value, ttl_us FROM " + t +
+		" WHERE lock_key = $1 AND owner IS NOT NULL AND expires_at > now()), " +
+		"rd AS (DELETE FROM " + r + " WHERE lock_key = $1 " +
+		"RETURNING 1 AS mode, owner, version, value, ttl_us, expires_at > now() AS live), " +
+		"freed AS (SELECT * FROM w UNION ALL SELECT mode, owner, version, value, ttl_us FROM rd WHERE live), " +
+		"clr AS (UPDATE " + t + " SET owner = NULL, expires_at = NULL WHERE lock_key = $1 " +
+		"AND owner IN (SELECT owner FROM w)), " +
+		"tidy AS (DELETE FROM " + x + " WHERE expires_at <= now()), " +
+		"tomb AS (INSERT INTO " + x + " (owner, lock_key, version, expires_at) SELECT owner, $1, version, " +
+		"now() + (ttl_us::float8 * interval '1 microsecond') FROM freed ON CONFLICT (owner) DO NOTHING) " +
+		"SELECT mode, owner, version, coalesce(value, '') FROM freed"
+	q.released = "SELECT owner FROM " + x + " WHERE owner = ANY($1::text[])"
 }
 
 // us is $n microseconds as an interval; float8 is exact for every TTL the

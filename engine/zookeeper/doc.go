@@ -113,6 +113,34 @@
 // an expiry gets new watches. The watch goroutine ends when its context
 // ends or the engine closes, and Close waits for it.
 //
+// # Force release
+//
+// Engine.ForceRelease (engine.Releaser) lists the key's queue, reads the
+// holding nodes as Holders does, and deletes them in one multi that also
+// creates, beside each, a persistent tombstone node
+// "released-<unix ms>-<node name>" (no queue node: the grant rule ignores
+// it); if a holder left meanwhile the multi fails and it lists again, up
+// to five times. The next waiter's watch on a deleted node fires at once
+// and it is granted with a new node, so a larger czxid. A key nobody holds
+// is engine.ErrNotHeld.
+//
+// Every lease keeps a data watch on its own node from its grant (one
+// getData sent in the background after the grant, and set again after a
+// poke's setData; the engine's event callback hands its events over, so
+// no goroutine waits per lease), so a holder is told at once: when its node is gone
+// while held, it lists the key's children and ends with
+// engine.ErrReleasedByOperator if its tombstone is there (and deletes the
+// tombstone), else engine.ErrLeaseLost. A holder stopped (SIGSTOP) for
+// less than the session timeout reads the notification when it resumes;
+// one stopped longer has lost its session, and is told that
+// (engine.ErrLeaseLost). A lease of the releasing engine itself ends at
+// once. Its later Release returns engine.ErrNotHeld and deletes nothing
+// of anyone else's (its node name is its own). The cost: one more read
+// per grant, one more notification per release (to the holder itself),
+// one watch per held lease on the server and in go-zookeeper's table. A tombstone that no holder read
+// (its session had expired) is deleted by the next ForceRelease of the
+// key once older than ten minutes.
+//
 // # Tokens
 //
 // Lease.Token is the czxid of the holder's node. Every create is a new

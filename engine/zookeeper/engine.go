@@ -53,8 +53,13 @@ type Engine struct {
 	frame kit.Base[*lease]
 	sess  session
 
+	// watched maps the path of each held lease's node to the lease,
+	// whose own watch (lease.armWatch) is on it.
+	watchMu sync.Mutex
+	watched map[string]*lease
+
 	// Counters and hooks for tests (export_test.go).
-	nodeEvents  atomic.Int64 // watch notifications received
+	nodeEvents  atomic.Int64 // watch notifications received, but those of a lease on its own node
 	listings    atomic.Int64 // listings of a queue
 	existsCalls atomic.Int64 // czxids asked for with Exists
 	pokes       atomic.Int64 // counted grants that poked their successor

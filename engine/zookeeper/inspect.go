@@ -65,6 +65,27 @@ func (e *Engine) readHolders(ctx context.Context, parent string) (hs []engine.Ho
 	if len(nodes) == 0 {
 		return nil, false, nil
 	}
+	out, gone, err := e.readNodes(ctx, parent, nodes)
+	if err != nil {
+		return nil, false, err
+	}
+	kept := out[:0]
+	for i, h := range out {
+		if gone[i] {
+			changed = true
+			continue
+		}
+		kept = append(kept, h)
+	}
+	if len(kept) == 0 {
+		return nil, changed, nil
+	}
+	return kept, changed, nil
+}
+
+// readNodes reads the holding nodes under parent, a few at a time: each
+// one's holder, or gone if it no longer exists.
+func (e *Engine) readNodes(ctx context.Context, parent string, nodes []qnode) ([]engine.Holder, []bool, error) {
 	out := make([]engine.Holder, len(nodes))
 	gone := make([]bool, len(nodes))
 	errs := make([]error, len(nodes))
@@ -99,20 +120,9 @@ func (e *Engine) readHolders(ctx context.Context, parent string) (hs []engine.Ho
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, false, errs[firstErr(errs)]
+		return nil, nil, errs[firstErr(errs)]
 	}
-	kept := out[:0]
-	for i, h := range out {
-		if gone[i] {
-			changed = true
-			continue
-		}
-		kept = append(kept, h)
-	}
-	if len(kept) == 0 {
-		return nil, changed, nil
-	}
-	return kept, changed, nil
+	return out, gone, nil
 }
 
 // firstErr returns the index of the first non-nil error of errs.

@@ -48,6 +48,14 @@ type Dialect interface {
 	// one commit, and returns the owners it renewed. A nil map with a nil
 	// error means that it renewed every one.
 	Renew(ctx context.Context, shared bool, keys, owners []string) (map[string]bool, error)
+	// Free clears, in one transaction, every unexpired lease of key (its
+	// writer row and its reader rows), leaves a tombstone naming each
+	// one's owner that expires that lease's TTL from now on the server's
+	// clock (and deletes expired tombstones), and returns what it
+	// cleared.
+	Free(ctx context.Context, key string) ([]Freed, error)
+	// Released reports which of owners have a tombstone (Free).
+	Released(ctx context.Context, owners []string) (map[string]bool, error)
 	// Transient reports errors after which a grant attempt is simply
 	// repeated (a deadlock victim, a lock wait timeout).
 	Transient(err error) bool
@@ -154,21 +162,33 @@ func (c *Core) Close(end func(engine.Lease)) bool {
 // engine.Inspector. It returns engine.ErrClosed after Close.
 func (c *Core) Holders(ctx context.Context, key string, maxKeyLen int,
 	read func(ctx context.Context, key string) ([]engine.Holder, error)) ([]engine.Holder, error) {
-	if err := engine.CheckKey(key, maxKeyLen); err != nil {
+	qctx, exit, err := c.EnterKey(ctx, key, maxKeyLen)
+	if err != nil {
 		return nil, err
 	}
-	if err := c.Frame.Enter(ctx, nil); err != nil {
-		if errors.Is(err, engine.ErrClosed) {
-			return nil, err
-		}
-		return nil, ctx.Err()
-	}
-	defer c.Frame.Exit()
-	qctx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
-	defer cancel()
+	defer exit()
 	out, err := read(qctx, key)
 	if err != nil {
 		return nil, c.d.OpErr(ctx, "holders", key, err)
 	}
 	return out, nil
+}
+
+// EnterKey checks key against maxKeyLen, without I/O, and enters a call
+// on key that Close waits for: it returns a context bounded by ctx and the
+// op timeout, and exit, which the caller must call when the call returns.
+// It returns engine.ErrClosed after Close, and ctx's error if ctx has
+// ended.
+func (c *Core) EnterKey(ctx context.Context, key string, maxKeyLen int) (context.Context, func(), error) {
+	if err := engine.CheckKey(key, maxKeyLen); err != nil {
+		return nil, nil, err
+	}
+	if err := c.Frame.Enter(ctx, nil); err != nil {
+		if errors.Is(err, engine.ErrClosed) {
+			return nil, nil, err
+		}
+		return nil, nil, ctx.Err()
+	}
+	qctx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
+	return qctx, func() { cancel(); c.Frame.Exit() }, nil
 }

@@ -96,7 +96,8 @@ func (l *lease) validSince() time.Time {
 }
 
 // renewSome renews one batch (of reader rows if shared) with one
-// Dialect.Renew, and ends the leases it no longer found.
+// Dialect.Renew, and ends the leases it no longer found, with
+// engine.ErrReleasedByOperator those an operator freed (see lostErr).
 func (c *Core) renewSome(batch []*lease, shared bool) {
 	// The statement may not outlast the earliest validity in the batch: a
 	// renewal still in flight when the server may have expired a row
@@ -121,6 +122,7 @@ func (c *Core) renewSome(batch []*lease, shared bool) {
 		renewFailed(batch)
 		return
 	}
+	var lost []*lease
 	for _, l := range batch {
 		l.mu.Lock()
 		if alive == nil || alive[l.owner] {
@@ -131,8 +133,17 @@ func (c *Core) renewSome(batch []*lease, shared bool) {
 		releasing := l.releasing
 		l.mu.Unlock()
 		if !releasing {
-			l.end(engine.ErrLeaseLost, false)
+			lost = append(lost, l)
 		}
+	}
+	if len(lost) == 0 {
+		return
+	}
+	// A lease no longer found was released by an operator if its
+	// tombstone is there: one more statement, only when leases are lost.
+	why := c.lostErr(ctx, lost)
+	for _, l := range lost {
+		l.end(why(l), false)
 	}
 }
 
