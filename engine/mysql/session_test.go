@@ -57,14 +57,6 @@ func TestSessionBadInput(t *testing.T) {
 	if _, err := e.List(context.Background(), "", 0); !errors.Is(err, engine.ErrInvalidRequest) {
 		t.Errorf("List(\"\") = %v; want ErrInvalidRequest", err)
 	}
-	lease, err := Open(unreachableDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.Close()
-	if _, err := lease.ForceRelease(context.Background(), "k"); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("ForceRelease on the lease strategy = %v; want errors.ErrUnsupported", err)
-	}
 }
 
 // TestSessionLockName: every key, however long or whatever bytes it holds,
