@@ -274,7 +274,7 @@ func blocks(st *state, l *lease) bool {
 }
 
 // waitChange blocks on the key's folder until the state no longer blocks
-// l, or one wait time passes without a change (then the caller checks
+// l, or one recheck (WithRecheck) passes without a change (then the caller checks
 // again anyway, so a missed notification costs a delay, never a hang).
 func (e *Engine) waitChange(ctx context.Context, l *lease, st *state) (*state, error) {
 	for range 64 {

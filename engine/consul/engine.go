@@ -197,7 +197,7 @@ func (e *Engine) newID() string {
 // Acquire grants a lease; see engine.Engine. Exclusive leases lock the
 // key's document with the engine's session; Shared leases follow Consul's
 // semaphore recipe (see the package documentation). Waiting uses blocking
-// queries bounded by WithWaitTime.
+// queries bounded by WithRecheck.
 func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
 	if err := e.frame.Begin(ctx, e.Validate(req)); err != nil {
 		return nil, err

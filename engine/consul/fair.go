@@ -77,10 +77,10 @@ func (st *state) watched(ordered bool, me waiter, doc string) string {
 // waitKey blocks on one key until it changes after index, or for the
 // engine's wait time, and reports whether the key exists then.
 func (e *Engine) waitKey(ctx context.Context, key string, index uint64) (bool, error) {
-	rctx, cancel := context.WithTimeout(ctx, cleanupTimeout+2*e.cfg.waitTime)
+	rctx, cancel := context.WithTimeout(ctx, cleanupTimeout+2*e.cfg.recheck)
 	defer cancel()
 	q := e.query(rctx)
-	q.WaitIndex, q.WaitTime = max(index, 1), e.cfg.waitTime
+	q.WaitIndex, q.WaitTime = max(index, 1), e.cfg.recheck
 	p, _, err := e.kv.Get(key, q)
 	return p != nil, err
 }

@@ -21,7 +21,7 @@ type RedlockOption func(*redlockOptions)
 type redlockOptions struct {
 	nodeTimeout time.Duration
 	driftFactor float64
-	retryMax    time.Duration
+	maxPause    time.Duration
 	node        []Option
 }
 
@@ -31,8 +31,8 @@ const (
 	DefaultNodeTimeout = 50 * time.Millisecond
 	// DefaultDriftFactor is the default WithDriftFactor.
 	DefaultDriftFactor = 0.01
-	// DefaultRetryMax is the default WithRetryMax.
-	DefaultRetryMax = 50 * time.Millisecond
+	// DefaultMaxRetryPause is the default WithMaxRetryPause.
+	DefaultMaxRetryPause = 50 * time.Millisecond
 )
 
 // WithNodeTimeout bounds each node's answer to an acquire; a slower node
@@ -48,14 +48,14 @@ func WithDriftFactor(f float64) RedlockOption {
 	return func(o *redlockOptions) { o.driftFactor = f }
 }
 
-// WithRetryMax caps the randomised pause between attempts of a waiting
-// acquire. The default is DefaultRetryMax.
-func WithRetryMax(d time.Duration) RedlockOption {
-	return func(o *redlockOptions) { o.retryMax = d }
+// WithMaxRetryPause caps the randomised pause between attempts of a waiting
+// acquire. The default is DefaultMaxRetryPause.
+func WithMaxRetryPause(d time.Duration) RedlockOption {
+	return func(o *redlockOptions) { o.maxPause = d }
 }
 
 // WithNodeOptions passes options to the engine of every node, such as
-// WithPrefix or WithTimeout. WithFair is refused: arrival order cannot be
+// WithPrefix or WithOpTimeout. WithFair is refused: arrival order cannot be
 // kept across independent nodes.
 func WithNodeOptions(opts ...Option) RedlockOption {
 	return func(o *redlockOptions) { o.node = append(o.node, opts...) }
@@ -137,7 +137,7 @@ func NewRedlock(clients []Client, opts ...RedlockOption) (*Redlock, error) {
 			engine.ErrInvalidRequest, len(clients))
 	}
 	o := redlockOptions{nodeTimeout: DefaultNodeTimeout, driftFactor: DefaultDriftFactor,
-		retryMax: DefaultRetryMax}
+		maxPause: DefaultMaxRetryPause}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -155,9 +155,9 @@ func NewRedlock(clients []Client, opts ...RedlockOption) (*Redlock, error) {
 	case o.driftFactor < 0 || o.driftFactor >= 0.5:
 		return nil, fmt.Errorf("%w: redlock: drift factor %v is outside [0, 0.5)",
 			engine.ErrInvalidRequest, o.driftFactor)
-	case o.retryMax < time.Millisecond:
+	case o.maxPause < time.Millisecond:
 		return nil, fmt.Errorf("%w: redlock: retry cap %v is under 1ms", engine.ErrInvalidRequest,
-			o.retryMax)
+			o.maxPause)
 	}
 	r := &Redlock{clients: clients, quorum: len(clients)/2 + 1, opts: o,
 		healSlots: make(chan struct{}, healParallel)}
@@ -265,7 +265,7 @@ func (r *Redlock) Acquire(ctx context.Context, req engine.Request) (engine.Lease
 		if !req.Wait {
 			return nil, fmt.Errorf("%w: %q is held on a majority of nodes", engine.ErrNotAcquired, req.Key)
 		}
-		pause := time.Duration(rand.Int64N(int64(r.opts.retryMax))) + time.Millisecond
+		pause := time.Duration(rand.Int64N(int64(r.opts.maxPause))) + time.Millisecond
 		t := time.NewTimer(pause)
 		select {
 		case <-t.C:

@@ -97,7 +97,7 @@ func (e *Engine) acquire(ctx context.Context, req engine.Request) (*lease, error
 // queue creates the queue node and waits its turn, checking ctx between
 // server calls. On any failure it deletes its node before returning.
 func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (*lease, error) {
-	parent := e.base + "/" + EscapeKey(req.Key)
+	parent := e.base + "/" + EncodeKey(req.Key)
 	guid := newGUID()
 	var data []byte
 	if req.Value != "" {

@@ -74,26 +74,21 @@ type hooks struct {
 	session  func(up bool)     // the session came up or went down
 }
 
-// Dial connects to the ZooKeeper servers with the given session timeout and
-// returns an engine that owns the connection: Close closes it, which ends
+// Dial connects to the ZooKeeper servers, asking for the session timeout
+// WithSessionTimeout sets, and returns an engine that owns the connection: Close closes it, which ends
 // the session and so removes every node it still holds.
 //
 // Dial does not wait for the connection: an engine whose servers cannot be
 // reached is returned all the same, and its Acquire and Ping calls fail with
 // an *engine.OpError wrapping engine.ErrUnavailable.
-func Dial(servers []string, sessionTimeout time.Duration, opts ...Option) (*Engine, error) {
+func Dial(servers []string, opts ...Option) (*Engine, error) {
 	if len(servers) == 0 {
 		return nil, fmt.Errorf("%w: zookeeper: no servers", engine.ErrInvalidRequest)
-	}
-	if sessionTimeout <= 0 {
-		return nil, fmt.Errorf("%w: zookeeper: session timeout %v", engine.ErrInvalidRequest,
-			sessionTimeout)
 	}
 	cfg := defaults()
 	for _, o := range opts {
 		o(&cfg)
 	}
-	cfg.sessionTimeout = sessionTimeout
 	e, err := newEngine(cfg)
 	if err != nil {
 		return nil, err
@@ -103,7 +98,7 @@ func Dial(servers []string, sessionTimeout time.Duration, opts ...Option) (*Engi
 		e.auth = []byte(cfg.user + ":" + cfg.password)
 	}
 	ready := make(chan struct{})
-	conn, _, err := zk.Connect(servers, sessionTimeout,
+	conn, _, err := zk.Connect(servers, cfg.sessionTimeout,
 		zk.WithDialer(e.dial),
 		zk.WithLogger(&logSink{e: e, out: cfg.logger}),
 		zk.WithEventCallback(func(ev zk.Event) {
@@ -135,7 +130,6 @@ func New(conn Conn, events <-chan zk.Event, opts ...Option) (*Engine, error) {
 			engine.ErrInvalidRequest)
 	}
 	cfg := defaults()
-	cfg.sessionTimeout = 4 * time.Second
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -164,7 +158,7 @@ func New(conn Conn, events <-chan zk.Event, opts ...Option) (*Engine, error) {
 }
 
 func newEngine(cfg config) (*Engine, error) {
-	for _, p := range []struct{ name, path string }{{"base path", cfg.base}, {"chroot", cfg.chroot}} {
+	for _, p := range []struct{ name, path string }{{"prefix", cfg.base}, {"chroot", cfg.chroot}} {
 		if p.path == "" && p.name == "chroot" {
 			continue
 		}
@@ -249,7 +243,7 @@ func (e *Engine) sessionTimeout() time.Duration {
 func (e *Engine) Name() string { return "zookeeper" }
 
 // Limits returns the common bounds from package engine. Every key within
-// them has a znode name (see EscapeKey). Shorter lease periods than the
+// them has a znode name (see EncodeKey). Shorter lease periods than the
 // session timeout are accepted and honoured while the holder runs, but a
 // holder that stops talking keeps its keys until the server expires its
 // session: Floor is the longer of the requested and negotiated timeouts

@@ -70,7 +70,7 @@ func cycles(t *testing.T, e engine.Engine, key string, n int, after uint64) uint
 // engineOn dials an engine on servers under base, closed when the test ends.
 func engineOn(t *testing.T, base string, servers ...string) *zookeeper.Engine {
 	t.Helper()
-	e, err := zookeeper.Dial(servers, 4*time.Second, zookeeper.WithLogger(quiet{}), zookeeper.WithBasePath(base))
+	e, err := zookeeper.Dial(servers, zookeeper.WithSessionTimeout(4*time.Second), zookeeper.WithLogger(quiet{}), zookeeper.WithPrefix(base))
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
@@ -138,7 +138,7 @@ func TestTokensAfterTreeDeleted(t *testing.T) {
 	req := try("wipe")
 	req.Mode = engine.Shared
 	held := grantOnce(t, engineOn(t, base, addr), req)
-	parent := base + "/" + zookeeper.EscapeKey("wipe")
+	parent := base + "/" + zookeeper.EncodeKey("wipe")
 	if kids := children(t, admin, parent); len(kids) != 1 {
 		t.Fatalf("queue of the held key: %v, want the holder's node", kids)
 	}
