@@ -64,8 +64,8 @@
 //
 // An engine package holds its protocol; the frame around it is kit.Base,
 // kept in a named field of the engine type (see kit.Base for a skeleton).
-// In this list Base, Signal, NewSignal, ReleaseAll and UndoWait are
-// package kit's:
+// In this list Base, LeaseCore, NewLeaseCore, Signal, ReleaseAll and
+// UndoWait are package kit's:
 //
 //   - Acquire starts with Base.Begin(ctx, e.Validate(req)), or Enter and
 //     Exit when Close must wait for the call, so that bad input, a closed
@@ -79,8 +79,10 @@
 //     ErrClosed once Close has begun (the engine then gives the grant
 //     back). Whatever ends a lease calls Base.Forget, and only a call that
 //     gets true closes the lease's Signal (after Base.Shut, Close does).
-//   - Each lease carries a Signal made with NewSignal(req.OnLost): Done and
-//     Err read it; Release closes it with ErrReleased or returns
+//   - Each lease type embeds a LeaseCore, made with
+//     NewLeaseCore(req.Key, req.Mode, req.OnLost), which gives it Key,
+//     Mode, Token (set with SetToken) and, from its Signal, Done and Err;
+//     Release closes the Signal with ErrReleased or returns
 //     Signal.NotHeld. OnLost therefore runs before Done closes, on every
 //     engine.
 //   - Close is Base.Shut, then ReleaseAll (every lease given up on the
@@ -92,8 +94,7 @@
 // server, and the engine's own fault tests.
 //
 // What an engine still writes itself, besides its protocol: the contract's
-// small methods (Name, Limits, Validate, Ping), its lease type's five
-// accessors, the arming and stopping of a fixed lease's expiry timer
+// small methods (Name, Limits, Validate, Ping), the arming and stopping of a fixed lease's expiry timer
 // (each engine guards the timer with its own lock), and how Close gives
 // its leases up on the server.
 //

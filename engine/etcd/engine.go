@@ -246,7 +246,7 @@ func (e *Engine) Close() error {
 	}
 	for _, l := range held {
 		if l.markEnded() {
-			l.sig.Close(fmt.Errorf("%w: etcd engine closed", engine.ErrClosed))
+			l.Signal.Close(fmt.Errorf("%w: etcd engine closed", engine.ErrClosed))
 		}
 	}
 	e.frame.WaitUpTo(bound)

@@ -358,7 +358,7 @@ func (e *Engine) await(ctx context.Context, a *attempt, w *waiter, n int64, queu
 // meanwhile. The attempt is dropped: the lease keeps only what it needs.
 func (e *Engine) granted(a *attempt, token uint64, sent time.Time) (engine.Lease, error) {
 	l := a.lease
-	l.token = token
+	l.SetToken(token)
 	poke := false
 	if err := e.frame.Track(l, func() error {
 		l.valid = sent.Add(l.life())
@@ -425,7 +425,7 @@ func (e *Engine) Close() error {
 		}
 		cancel()
 		for _, l := range held {
-			l.sig.Close(engine.ErrClosed)
+			l.Signal.Close(engine.ErrClosed)
 		}
 	}
 	e.hub.close()

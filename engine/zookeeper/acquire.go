@@ -338,10 +338,10 @@ func (e *Engine) grant(req engine.Request, own, parent string, token uint64,
 		parent = own[:len(parent)] // the node's path holds it: keep one string, not two
 	}
 	l := &lease{
-		eng: e, key: req.Key, mode: req.Mode, token: token,
+		LeaseCore: kit.NewLeaseCore(req.Key, req.Mode, req.OnLost), eng: e,
 		path: own, parent: parent, sid: ep.sid,
-		sig: kit.NewSignal(req.OnLost),
 	}
+	l.SetToken(token)
 	if err := e.frame.Track(l, func() error {
 		if e.sess.epoch != ep.epoch {
 			return fmt.Errorf("%w: session lost during acquire", errNoSession)

@@ -314,7 +314,7 @@ func (e *Engine) Close() error {
 		}
 	})
 	for _, l := range held {
-		l.sig.Close(fmt.Errorf("%w: zookeeper engine closed", engine.ErrClosed))
+		l.Signal.Close(fmt.Errorf("%w: zookeeper engine closed", engine.ErrClosed))
 	}
 	e.frame.WaitUpTo(bound)
 	if e.own != nil {
