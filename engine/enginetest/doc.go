@@ -26,4 +26,8 @@
 //
 // RunList checks the optional engine.Lister (the inventory of held keys)
 // apart from Run: an engine's tests call it when the engine has one.
+//
+// Retry is for an engine's own token tests (a token survives a client's or
+// a server's restart): it grants and cycles a key across the restart,
+// trying again while the engine reports the server unavailable.
 package enginetest
