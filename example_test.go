@@ -134,7 +134,7 @@ func ExampleClient_Semaphore() {
 	sem := c.Semaphore("report-workers", 2)
 	a, _ := sem.Acquire(ctx)
 	b, _ := sem.Acquire(ctx)
-	n, _ := sem.Holders(ctx)
+	n, _ := sem.InUse(ctx)
 	fmt.Println("permits held:", n)
 
 	_, err := sem.TryAcquire(ctx)

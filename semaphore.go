@@ -78,9 +78,10 @@ func (s *Semaphore) check() error {
 	return nil
 }
 
-// Holders returns how many permits are held now. It needs an engine that
-// can list a key's holders (engine.Inspector).
-func (s *Semaphore) Holders(ctx context.Context) (int, error) {
+// InUse returns how many permits are held now. It needs an engine that
+// can list a key's holders (engine.Inspector), and counts them; Inspect
+// them through engine.Inspector.Holders for who holds them.
+func (s *Semaphore) InUse(ctx context.Context) (int, error) {
 	if err := s.check(); err != nil {
 		return 0, err
 	}

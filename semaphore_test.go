@@ -81,9 +81,9 @@ func TestSemaphoreNeverAboveN(t *testing.T) {
 	}
 }
 
-// TestSemaphoreTryAndHolders: TryAcquire is refused when every permit is
-// held and granted once one is given back; Holders counts.
-func TestSemaphoreTryAndHolders(t *testing.T) {
+// TestSemaphoreTryAndInUse: TryAcquire is refused when every permit is
+// held and granted once one is given back; InUse counts.
+func TestSemaphoreTryAndInUse(t *testing.T) {
 	c, err := cerberus.New(memory.New())
 	if err != nil {
 		t.Fatal(err)
@@ -99,8 +99,8 @@ func TestSemaphoreTryAndHolders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := sem.Holders(ctx); err != nil || n != 2 {
-		t.Fatalf("Holders = %d, %v; want 2", n, err)
+	if n, err := sem.InUse(ctx); err != nil || n != 2 {
+		t.Fatalf("InUse = %d, %v; want 2", n, err)
 	}
 	if _, err := sem.TryAcquire(ctx); !errors.Is(err, cerberus.ErrNotAcquired) {
 		t.Fatalf("third TryAcquire of 2 permits: %v, want ErrNotAcquired", err)
@@ -123,8 +123,8 @@ func TestSemaphoreTryAndHolders(t *testing.T) {
 	}
 	_ = b.Unlock(ctx)
 	_ = cc.Unlock(ctx)
-	if n, err := sem.Holders(ctx); err != nil || n != 0 {
-		t.Fatalf("Holders after every permit came back = %d, %v; want 0", n, err)
+	if n, err := sem.InUse(ctx); err != nil || n != 0 {
+		t.Fatalf("InUse after every permit came back = %d, %v; want 0", n, err)
 	}
 }
 
@@ -167,12 +167,12 @@ func TestSemaphoreBadInput(t *testing.T) {
 		if _, err := tc.sem.Acquire(ctx, tc.opts...); !errors.Is(err, tc.want) {
 			t.Errorf("Acquire of %q/%d: %v, want %v", tc.sem.Name(), tc.sem.Size(), err, tc.want)
 		}
-		if _, err := tc.sem.Holders(ctx); tc.want != cerberus.ErrInvalidTTL && !errors.Is(err, tc.want) {
-			t.Errorf("Holders of %q/%d: %v, want %v", tc.sem.Name(), tc.sem.Size(), err, tc.want)
+		if _, err := tc.sem.InUse(ctx); tc.want != cerberus.ErrInvalidTTL && !errors.Is(err, tc.want) {
+			t.Errorf("InUse of %q/%d: %v, want %v", tc.sem.Name(), tc.sem.Size(), err, tc.want)
 		}
 	}
-	if n, err := c.Semaphore("s", 2).Holders(ctx); err != nil || n != 0 {
-		t.Errorf("Holders after refused calls = %d, %v; want 0", n, err)
+	if n, err := c.Semaphore("s", 2).InUse(ctx); err != nil || n != 0 {
+		t.Errorf("InUse after refused calls = %d, %v; want 0", n, err)
 	}
 	plain, err := cerberus.New(uncounted{memory.New()})
 	if err != nil {
@@ -183,7 +183,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 	if !errors.Is(err, cerberus.ErrInvalidRequest) {
 		t.Errorf("Acquire on an engine that cannot count: %v, want ErrInvalidRequest", err)
 	}
-	if _, err := plain.Semaphore("s", 2).Holders(ctx); !errors.Is(err, cerberus.ErrInvalidRequest) {
-		t.Errorf("Holders on an engine that cannot list holders: %v, want ErrInvalidRequest", err)
+	if _, err := plain.Semaphore("s", 2).InUse(ctx); !errors.Is(err, cerberus.ErrInvalidRequest) {
+		t.Errorf("InUse on an engine that cannot list holders: %v, want ErrInvalidRequest", err)
 	}
 }

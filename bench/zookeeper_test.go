@@ -79,8 +79,8 @@ type zkLibrary struct {
 func zkLibraries(addr, root string) []zkLibrary {
 	return []zkLibrary{
 		{"cerberus", func(b *testing.B) zkLockKey {
-			e, err := zookeeper.Dial([]string{addr}, zkSessionTimeout,
-				zookeeper.WithBasePath(root+"/cerberus"), zookeeper.WithLogger(zkQuiet{}))
+			e, err := zookeeper.Dial([]string{addr}, zookeeper.WithSessionTimeout(zkSessionTimeout),
+				zookeeper.WithPrefix(root+"/cerberus"), zookeeper.WithLogger(zkQuiet{}))
 			if err != nil {
 				b.Fatal(err)
 			}

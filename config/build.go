@@ -154,14 +154,14 @@ func (e *EngineSpec) buildZooKeeper() (engine.Engine, error) {
 	if timeout == 0 {
 		timeout = DefaultZKSessionTimeout
 	}
-	var opts []zookeeper.Option
+	opts := []zookeeper.Option{zookeeper.WithSessionTimeout(timeout)}
 	if e.Prefix != "" {
-		opts = append(opts, zookeeper.WithBasePath(e.Prefix))
+		opts = append(opts, zookeeper.WithPrefix(e.Prefix))
 	}
 	if e.Username != "" {
 		opts = append(opts, zookeeper.WithDigest(e.Username, e.password))
 	}
-	eng, err := zookeeper.Dial(e.Addrs, timeout, opts...)
+	eng, err := zookeeper.Dial(e.Addrs, opts...)
 	return own(eng, err)
 }
 

@@ -11,6 +11,7 @@ import (
 	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/engine/zookeeper"
 	"github.com/cerberus-go/cerberus/failover"
 )
 
@@ -48,7 +49,7 @@ const (
 	DefaultHealthThreshold  = failover.DefaultThreshold
 	DefaultLeaseWatchdog    = cerberus.DefaultWatchdog
 	DefaultFailback         = FailbackOff
-	DefaultZKSessionTimeout = 4 * time.Second
+	DefaultZKSessionTimeout = zookeeper.DefaultSessionTimeout
 )
 
 // Config is a loaded and validated configuration. Build one with Load or

@@ -46,7 +46,7 @@ func TestZooKeeperDigestBuild(t *testing.T) {
 	}
 	defer admin.Close()
 	const key = "digest/key"
-	lockNode := prefix + "/" + zookeeper.EscapeKey(key)
+	lockNode := prefix + "/" + zookeeper.EncodeKey(key)
 	t.Cleanup(func() {
 		// Deleting a node needs DELETE on its parent, and the base path
 		// is open to everyone.

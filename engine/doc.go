@@ -23,14 +23,49 @@
 // Engines follow one rule: New takes a client the caller made (a go-redis
 // client, a *consul/api.Client, a ZooKeeper connection, a database pool),
 // which Close leaves open; Dial or Open takes an address or a DSN, makes
-// the connection itself, and closes it on Close.
+// the connection itself, and closes it on Close. What a constructor needs
+// is an argument (the client, the addresses, the DSN); everything with a
+// default is an option, and nothing is both (zookeeper.Dial takes its
+// session timeout as WithSessionTimeout, like New).
+//
+// # One name per concept
+//
+// An option that means the same thing on several engines has the same
+// name on each (and its default is Default plus the name's rest):
+//
+//	concept                                 name                 engines
+//	bound on one round trip or statement    WithOpTimeout        redis, mysql, postgres
+//	bound on a wait without notification    WithRecheck          redis, zookeeper, consul, etcd
+//	key namespace                           WithPrefix           redis, zookeeper, consul, etcd
+//	lock table (SQL)                        WithTable            mysql, postgres
+//	key to server name and back             EncodeKey, DecodeKey zookeeper, consul
+//	connections the engine may open         WithMaxConns         consul, mysql, postgres
+//	writers in arrival order                WithFair             redis, consul
+//	how long a writer races before queueing WithStarvation       redis, consul
+//	lock bound to the server connection     StrategySession      postgres (advisory lock)
+//	row lock in an open transaction         StrategyRow          mysql
+//	lease rows renewed by the engine        StrategyLease        mysql, postgres
+//
+// WithRecheck on consul is the wait of each blocking query: the query
+// returns when it runs out, and the engine reads the key again, so it is
+// the same bound. The SQL engines keep WithTable: it names a table (a
+// SQL identifier, plus the tables derived from it) that holds every key
+// whole, not a string prepended to keys, and it is refused unless it is a
+// valid identifier. The engines that map keys onto names the server
+// restricts export the mapping as EncodeKey and DecodeKey; the others
+// store keys as they are. How long a silent holder keeps its keys is
+// named after the server's own object, because its rules differ:
+// zookeeper.WithSessionTimeout (negotiated), consul.WithSessionTTL (within
+// Consul's [10s, 24h]), etcd.WithLeaseTTL (whole seconds). A waiter's pause
+// between polls is WithBackoff(min, max) on the SQL engines (it grows) and
+// redis.WithMaxRetryPause on Redlock (a random pause up to it).
 //
 // # Writing an engine
 //
 // An engine package holds its protocol; the frame around it is kit.Base,
 // kept in a named field of the engine type (see kit.Base for a skeleton).
-// In this list Base, Signal, NewSignal, ReleaseAll and UndoWait are
-// package kit's:
+// In this list Base, LeaseCore, NewLeaseCore, Signal, ReleaseAll and
+// UndoWait are package kit's:
 //
 //   - Acquire starts with Base.Begin(ctx, e.Validate(req)), or Enter and
 //     Exit when Close must wait for the call, so that bad input, a closed
@@ -44,8 +79,10 @@
 //     ErrClosed once Close has begun (the engine then gives the grant
 //     back). Whatever ends a lease calls Base.Forget, and only a call that
 //     gets true closes the lease's Signal (after Base.Shut, Close does).
-//   - Each lease carries a Signal made with NewSignal(req.OnLost): Done and
-//     Err read it; Release closes it with ErrReleased or returns
+//   - Each lease type embeds a LeaseCore, made with
+//     NewLeaseCore(req.Key, req.Mode, req.OnLost), which gives it Key,
+//     Mode, Token (set with SetToken) and, from its Signal, Done and Err;
+//     Release closes the Signal with ErrReleased or returns
 //     Signal.NotHeld. OnLost therefore runs before Done closes, on every
 //     engine.
 //   - Close is Base.Shut, then ReleaseAll (every lease given up on the
@@ -57,8 +94,7 @@
 // server, and the engine's own fault tests.
 //
 // What an engine still writes itself, besides its protocol: the contract's
-// small methods (Name, Limits, Validate, Ping), its lease type's five
-// accessors, the arming and stopping of a fixed lease's expiry timer
+// small methods (Name, Limits, Validate, Ping), the arming and stopping of a fixed lease's expiry timer
 // (each engine guards the timer with its own lock), and how Close gives
 // its leases up on the server.
 //

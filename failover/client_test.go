@@ -181,7 +181,7 @@ func TestSemaphoreAcrossSwitch(t *testing.T) {
 	if l.Token() <= held.Token() {
 		t.Errorf("permit token after the switch %d is not above %d", l.Token(), held.Token())
 	}
-	if n, err := fl.outB.Semaphore("jobs", 1).Holders(ctx); err != nil || n != 1 {
+	if n, err := fl.outB.Semaphore("jobs", 1).InUse(ctx); err != nil || n != 1 {
 		t.Errorf("the new engine holds %d permits (%v), want 1", n, err)
 	}
 	_ = l.Unlock(ctx)

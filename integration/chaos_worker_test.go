@@ -136,14 +136,14 @@ func dialEngine(s workerSpec) (engine.Engine, error) {
 				MaxRetries: -1, ContextTimeoutEnabled: true,
 			})
 		}
-		return redis.NewRedlock(clients, redis.WithNodeOptions(redis.WithTimeout(time.Second)))
+		return redis.NewRedlock(clients, redis.WithNodeOptions(redis.WithOpTimeout(time.Second)))
 	case "redis-cluster":
 		return redis.New(goredis.NewClusterClient(&goredis.ClusterOptions{
 			Addrs: s.Addrs, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
 			MaxRetries: -1, ContextTimeoutEnabled: true,
 		}))
 	case "zookeeper":
-		return zookeeper.Dial(s.Addrs, s.TTL)
+		return zookeeper.Dial(s.Addrs, zookeeper.WithSessionTimeout(s.TTL))
 	case "etcd":
 		return etcd.Dial(clientv3.Config{Endpoints: s.Addrs, Logger: zap.NewNop()}, etcd.WithLeaseTTL(s.TTL))
 	case "consul":

@@ -73,7 +73,7 @@ func killPrimary(t *testing.T, interval time.Duration, threshold, lockers int, l
 	if err != nil {
 		t.Fatal(err)
 	}
-	ze, err := zookeeper.Dial([]string{zkAddr}, 10*time.Second)
+	ze, err := zookeeper.Dial([]string{zkAddr}, zookeeper.WithSessionTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

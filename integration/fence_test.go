@@ -61,7 +61,7 @@ func runAcrossSwitch(t *testing.T, fence bool) []section {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ze, err := zookeeper.Dial([]string{testenv.ZooKeeperAddr(t)}, 10*time.Second)
+	ze, err := zookeeper.Dial([]string{testenv.ZooKeeperAddr(t)}, zookeeper.WithSessionTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

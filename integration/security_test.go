@@ -461,8 +461,9 @@ func TestNoSecretsInLogsOrErrors(t *testing.T) {
 		t.Cleanup(func() { removeTree(t, addr, base) })
 		dial := func(where string, servers []string, opts ...zookeeper.Option) *cerberus.Client {
 			t.Helper()
-			opts = append([]zookeeper.Option{zookeeper.WithBasePath(base), zookeeper.WithLogger(zkLogger{s.writer("zk " + where)})}, opts...)
-			e, err := zookeeper.Dial(servers, 4*time.Second, opts...)
+			opts = append([]zookeeper.Option{zookeeper.WithSessionTimeout(4 * time.Second), zookeeper.WithPrefix(base),
+				zookeeper.WithLogger(zkLogger{s.writer("zk " + where)})}, opts...)
+			e, err := zookeeper.Dial(servers, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -619,8 +620,8 @@ func TestZooKeeperDigestWrongCredentials(t *testing.T) {
 	t.Cleanup(func() { removeTree(t, addr, base) })
 	dial := func(opts ...zookeeper.Option) engine.Engine {
 		t.Helper()
-		e, err := zookeeper.Dial([]string{addr}, 4*time.Second,
-			append([]zookeeper.Option{zookeeper.WithBasePath(base), zookeeper.WithLogger(zkLogger{s.writer("zk")})}, opts...)...)
+		e, err := zookeeper.Dial([]string{addr},
+			append([]zookeeper.Option{zookeeper.WithSessionTimeout(4 * time.Second), zookeeper.WithPrefix(base), zookeeper.WithLogger(zkLogger{s.writer("zk")})}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -202,12 +202,13 @@ func failoverEngines(r *relay) ([]failover.NamedEngine, error) {
 	rc := goredis.NewClient(&goredis.Options{Addr: r.addr(), MaxRetries: -1, DialerRetries: 1,
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond,
 		WriteTimeout: 500 * time.Millisecond})
-	re, err := redis.New(rc, redis.WithTimeout(500*time.Millisecond))
+	re, err := redis.New(rc, redis.WithOpTimeout(500*time.Millisecond))
 	if err != nil {
 		_ = rc.Close()
 		return nil, err
 	}
-	ze, err := zookeeper.Dial([]string{envOr("CERBERUS_ZK_ADDR", "127.0.0.1:2181")}, 10*time.Second)
+	ze, err := zookeeper.Dial([]string{envOr("CERBERUS_ZK_ADDR", "127.0.0.1:2181")},
+		zookeeper.WithSessionTimeout(10*time.Second))
 	if err != nil {
 		_ = re.Close()
 		_ = rc.Close()

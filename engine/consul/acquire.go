@@ -33,7 +33,7 @@ const (
 	maxBackoff   = time.Second
 )
 
-// acquire takes the key for l, waiting if req.Wait. On success l.token and
+// acquire takes the key for l, waiting if req.Wait. On success the token (SetToken) and
 // l.sess are set.
 func (e *Engine) acquire(ctx context.Context, l *lease, req engine.Request) error {
 	if e.cfg.fair {
@@ -56,17 +56,17 @@ func (e *Engine) acquire(ctx context.Context, l *lease, req engine.Request) erro
 			return err
 		}
 	}
-	return e.opErr(ctx, "acquire", l.key, fmt.Errorf("gave up after %d attempts", attempts))
+	return e.opErr(ctx, "acquire", l.Key(), fmt.Errorf("gave up after %d attempts", attempts))
 }
 
 // refuseIfQueued returns ErrNotAcquired when waiters queue for l's key.
 func (e *Engine) refuseIfQueued(ctx context.Context, l *lease) error {
 	st, err := e.read(ctx, l.dir, 0)
 	if err != nil {
-		return e.opErr(ctx, "acquire", l.key, err)
+		return e.opErr(ctx, "acquire", l.Key(), err)
 	}
 	if st.ahead(l, 0) {
-		return fmt.Errorf("%w: %q has waiters", engine.ErrNotAcquired, l.key)
+		return fmt.Errorf("%w: %q has waiters", engine.ErrNotAcquired, l.Key())
 	}
 	return nil
 }
@@ -95,7 +95,7 @@ func (a *acquisition) attempt(ctx context.Context) (done bool, err error) {
 	a.l.sess = s
 	out, err := a.try(ctx)
 	if err != nil {
-		return true, a.e.opErr(ctx, "acquire", a.l.key, err)
+		return true, a.e.opErr(ctx, "acquire", a.l.Key(), err)
 	}
 	switch out {
 	case granted:
@@ -116,7 +116,7 @@ func (a *acquisition) attempt(ctx context.Context) (done bool, err error) {
 func (a *acquisition) try(ctx context.Context) (outcome, error) {
 	st := a.st
 	a.st = nil
-	if a.l.mode == engine.Exclusive {
+	if a.l.Mode() == engine.Exclusive {
 		return a.e.tryExclusive(ctx, a.l, st)
 	}
 	return a.e.tryShared(ctx, a.l, st)
@@ -129,17 +129,17 @@ func (a *acquisition) queueing(ctx context.Context) (done bool, err error) {
 	e, l := a.e, a.l
 	st, err := e.read(ctx, l.dir, 0)
 	if err != nil {
-		return true, e.opErr(ctx, "acquire", l.key, err)
+		return true, e.opErr(ctx, "acquire", l.Key(), err)
 	}
 	if len(st.waiters) == 0 {
 		// The marker outlived its queue: clear it and try again.
 		if err := e.clearQueue(ctx, l, st); err != nil {
-			return true, e.opErr(ctx, "acquire", l.key, err)
+			return true, e.opErr(ctx, "acquire", l.Key(), err)
 		}
 		return false, nil
 	}
 	if !a.wait {
-		return true, fmt.Errorf("%w: %q has waiters", engine.ErrNotAcquired, l.key)
+		return true, fmt.Errorf("%w: %q has waiters", engine.ErrNotAcquired, l.Key())
 	}
 	if done, err := a.queue(ctx); done {
 		return true, err
@@ -161,12 +161,12 @@ func (a *acquisition) refused(ctx context.Context, s *session, out outcome) (don
 	e, l := a.e, a.l
 	st, err := e.read(ctx, l.dir, 0)
 	if err != nil {
-		return true, e.opErr(ctx, "acquire", l.key, err)
+		return true, e.opErr(ctx, "acquire", l.Key(), err)
 	}
-	if l.mode == engine.Exclusive && st.prunable() {
+	if l.Mode() == engine.Exclusive && st.prunable() {
 		pout, err := e.prune(ctx, l, st)
 		if err != nil {
-			return true, e.opErr(ctx, "acquire", l.key, err)
+			return true, e.opErr(ctx, "acquire", l.Key(), err)
 		}
 		switch pout {
 		case granted, conflict:
@@ -183,9 +183,9 @@ func (a *acquisition) refused(ctx context.Context, s *session, out outcome) (don
 	}
 	if !a.wait {
 		if out == delayed {
-			return true, fmt.Errorf("%w: %q is in its lock-delay", engine.ErrNotAcquired, l.key)
+			return true, fmt.Errorf("%w: %q is in its lock-delay", engine.ErrNotAcquired, l.Key())
 		}
-		return true, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, l.key)
+		return true, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, l.Key())
 	}
 	return a.await(ctx, st, out)
 }
@@ -208,12 +208,12 @@ func (a *acquisition) await(ctx context.Context, st *state, out outcome) (done b
 		err := a.takeTurn(ctx)
 		return err != nil, err // else try at once: the key may have come free meanwhile
 	}
-	if out == delayed && (!blocks(st, l) || l.mode == engine.Exclusive && st.prunable()) {
+	if out == delayed && (!blocks(st, l) || l.Mode() == engine.Exclusive && st.prunable()) {
 		err := a.pause(ctx)
 		return err != nil, err
 	}
 	if a.st, err = e.waitChange(ctx, l, st); err != nil {
-		return true, e.opErr(ctx, "acquire", l.key, err)
+		return true, e.opErr(ctx, "acquire", l.Key(), err)
 	}
 	return false, nil
 }
@@ -223,7 +223,7 @@ func (a *acquisition) await(ctx context.Context, st *state, out outcome) (done b
 // (see kit.Turns). Without it, a process with hundreds of waiters runs
 // into the agent's per-client connection limit.
 func (a *acquisition) takeTurn(ctx context.Context) error {
-	_, done, err := a.e.turns.Take(ctx, a.l.key, nil)
+	_, done, err := a.e.turns.Take(ctx, a.l.Key(), nil)
 	a.turnDone = done
 	return err
 }
@@ -267,14 +267,14 @@ func (b *backoff) pause(ctx context.Context) error {
 // a writer, or for a counted reader l.limit live holders, keep a reader
 // out.
 func blocks(st *state, l *lease) bool {
-	if l.mode == engine.Exclusive {
+	if l.Mode() == engine.Exclusive {
 		return st.doc != nil
 	}
 	return st.writerHeld() || st.full(l.limit)
 }
 
 // waitChange blocks on the key's folder until the state no longer blocks
-// l, or one wait time passes without a change (then the caller checks
+// l, or one recheck (WithRecheck) passes without a change (then the caller checks
 // again anyway, so a missed notification costs a delay, never a hang).
 func (e *Engine) waitChange(ctx context.Context, l *lease, st *state) (*state, error) {
 	for range 64 {
@@ -284,7 +284,7 @@ func (e *Engine) waitChange(ctx context.Context, l *lease, st *state) (*state, e
 			return nil, err
 		}
 		if next.index == st.index || !blocks(next, l) ||
-			(l.mode == engine.Exclusive && next.prunable()) {
+			(l.Mode() == engine.Exclusive && next.prunable()) {
 			return next, nil
 		}
 		if next.index < st.index {

@@ -139,7 +139,7 @@ func TestCountedArrivalOrder(t *testing.T) {
 	grants := make(chan grant, waiters)
 	var wg sync.WaitGroup
 	for i := range waiters {
-		e := newEngine(t, addr, consul.WithWaitTime(50*time.Millisecond))
+		e := newEngine(t, addr, consul.WithRecheck(50*time.Millisecond))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -151,7 +151,7 @@
 //
 // Watch (engine.Watcher) makes Consul blocking queries on the key's folder
 // (key names only), each from the index the last returned and bounded by
-// WithWaitTime, and tells when the index moves. Grants, releases,
+// WithRecheck, and tells when the index moves. Grants, releases,
 // invalidated sessions and queue changes all move it. After a failed query
 // it tells anyway and backs off (100ms to 2s) before asking again. One
 // goroutine per Watch, ended by its context or Close.
@@ -183,7 +183,7 @@
 // # Waiting
 //
 // A waiting Acquire makes blocking queries from the last index it saw;
-// each is bounded by WithWaitTime (default 5s), after which the key is
+// each is bounded by WithRecheck (default 5s), after which the key is
 // checked again even without a change, so a missed change costs a delay,
 // never a hang. Every call uses the caller's context (and Close ends it).
 //

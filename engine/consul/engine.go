@@ -197,7 +197,7 @@ func (e *Engine) newID() string {
 // Acquire grants a lease; see engine.Engine. Exclusive leases lock the
 // key's document with the engine's session; Shared leases follow Consul's
 // semaphore recipe (see the package documentation). Waiting uses blocking
-// queries bounded by WithWaitTime.
+// queries bounded by WithRecheck.
 func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease, error) {
 	if err := e.frame.Begin(ctx, e.Validate(req)); err != nil {
 		return nil, err
@@ -207,8 +207,8 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	defer cancel()
 
 	l := &lease{
-		e: e, key: req.Key, mode: req.Mode, id: e.newID(), limit: req.Limit, value: req.Value,
-		dir: e.keyDir(req.Key), sig: kit.NewSignal(req.OnLost),
+		LeaseCore: kit.NewLeaseCore(req.Key, req.Mode, req.OnLost),
+		e:         e, id: e.newID(), limit: req.Limit, value: req.Value, dir: e.keyDir(req.Key),
 	}
 	l.doc = l.dir + docName
 	err := e.acquire(wctx, l, req)
@@ -245,7 +245,7 @@ func (e *Engine) granted(l *lease, req engine.Request) (engine.Lease, error) {
 		}
 		s.mu.Unlock()
 		if lost {
-			return &engine.OpError{Engine: name, Op: "acquire", Key: l.key,
+			return &engine.OpError{Engine: name, Op: "acquire", Key: l.Key(),
 				Err: fmt.Errorf("%w: the session was lost during the grant", engine.ErrUnavailable)}
 		}
 		if !req.Renew {

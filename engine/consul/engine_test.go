@@ -24,7 +24,7 @@ func TestOptionsChecked(t *testing.T) {
 		"session TTL over 24h":  consul.WithSessionTTL(25 * time.Hour),
 		"negative lock-delay":   consul.WithLockDelay(-time.Second),
 		"lock-delay over 60s":   consul.WithLockDelay(61 * time.Second),
-		"wait time of 0":        consul.WithWaitTime(0),
+		"recheck of 0":          consul.WithRecheck(0),
 	} {
 		if _, err := consul.New(c, opt); err == nil {
 			t.Errorf("New with %s: want an error", name)

@@ -26,7 +26,7 @@ type waiter struct {
 // waiterKey is l's waiter key.
 func waiterKey(l *lease) string {
 	m := "x-"
-	if l.mode == engine.Shared {
+	if l.Mode() == engine.Shared {
 		m = "s-"
 	}
 	return l.dir + waiterHead + m + l.id
@@ -77,10 +77,10 @@ func (st *state) watched(ordered bool, me waiter, doc string) string {
 // waitKey blocks on one key until it changes after index, or for the
 // engine's wait time, and reports whether the key exists then.
 func (e *Engine) waitKey(ctx context.Context, key string, index uint64) (bool, error) {
-	rctx, cancel := context.WithTimeout(ctx, cleanupTimeout+2*e.cfg.waitTime)
+	rctx, cancel := context.WithTimeout(ctx, cleanupTimeout+2*e.cfg.recheck)
 	defer cancel()
 	q := e.query(rctx)
-	q.WaitIndex, q.WaitTime = max(index, 1), e.cfg.waitTime
+	q.WaitIndex, q.WaitTime = max(index, 1), e.cfg.recheck
 	p, _, err := e.kv.Get(key, q)
 	return p != nil, err
 }
@@ -97,7 +97,7 @@ func (st *state) ahead(l *lease, order uint64) bool {
 		if w.lease == l.id || (order != 0 && w.order >= order) {
 			continue
 		}
-		if l.mode == engine.Exclusive || w.mode == engine.Exclusive {
+		if l.Mode() == engine.Exclusive || w.mode == engine.Exclusive {
 			return true
 		}
 		n++
@@ -146,7 +146,7 @@ func (e *Engine) acquireFair(ctx context.Context, l *lease) error {
 			return err
 		}
 	}
-	return e.opErr(ctx, "acquire", l.key, fmt.Errorf("gave up after %d attempts", waitAttempts))
+	return e.opErr(ctx, "acquire", l.Key(), fmt.Errorf("gave up after %d attempts", waitAttempts))
 }
 
 // fairWait is one acquireFair from step to step.
@@ -173,7 +173,7 @@ func (f *fairWait) step(ctx context.Context) (done bool, err error) {
 	l.sess = s
 	st, err := e.read(ctx, l.dir, 0)
 	if err != nil {
-		return true, e.opErr(ctx, "acquire", l.key, err)
+		return true, e.opErr(ctx, "acquire", l.Key(), err)
 	}
 	me, queued := st.find(l.id)
 	switch {
@@ -183,7 +183,7 @@ func (f *fairWait) step(ctx context.Context) (done bool, err error) {
 	case !queued:
 		return f.join(ctx, s)
 	case !blocks(st, l) && !st.ahead(l, me.order) ||
-		l.mode == engine.Exclusive && st.prunable() && !st.ahead(l, me.order):
+		l.Mode() == engine.Exclusive && st.prunable() && !st.ahead(l, me.order):
 		return f.takeTurn(ctx, s, st)
 	}
 	return f.waitTurn(ctx, s, st, me)
@@ -192,13 +192,13 @@ func (f *fairWait) step(ctx context.Context) (done bool, err error) {
 // try is one attempt for the key with st, the state last read.
 func (f *fairWait) try(ctx context.Context, s *session, st *state) (done bool, err error) {
 	var out outcome
-	if f.l.mode == engine.Exclusive {
+	if f.l.Mode() == engine.Exclusive {
 		out, err = f.e.tryExclusive(ctx, f.l, st)
 	} else {
 		out, err = f.e.tryShared(ctx, f.l, st)
 	}
 	if err != nil {
-		return true, f.e.opErr(ctx, "acquire", f.l.key, err)
+		return true, f.e.opErr(ctx, "acquire", f.l.Key(), err)
 	}
 	if out == sessionGone {
 		s.lose("invalidated")
@@ -210,7 +210,7 @@ func (f *fairWait) try(ctx context.Context, s *session, st *state) (done bool, e
 func (f *fairWait) join(ctx context.Context, s *session) (done bool, err error) {
 	out, err := f.e.enqueue(ctx, f.l)
 	if err != nil {
-		return true, f.e.opErr(ctx, "acquire", f.l.key, err)
+		return true, f.e.opErr(ctx, "acquire", f.l.Key(), err)
 	}
 	switch out {
 	case sessionGone:
@@ -230,18 +230,18 @@ func (f *fairWait) takeTurn(ctx context.Context, s *session, st *state) (done bo
 	e, l := f.e, f.l
 	var out outcome
 	switch {
-	case l.mode == engine.Exclusive && st.prunable():
+	case l.Mode() == engine.Exclusive && st.prunable():
 		out, err = e.prune(ctx, l, st)
 		if out == granted {
 			out = conflict // pruned: look again
 		}
-	case l.mode == engine.Exclusive:
+	case l.Mode() == engine.Exclusive:
 		out, err = e.tryExclusive(ctx, l, st)
 	default:
 		out, err = e.tryShared(ctx, l, st)
 	}
 	if err != nil {
-		return true, e.opErr(ctx, "acquire", l.key, err)
+		return true, e.opErr(ctx, "acquire", l.Key(), err)
 	}
 	switch out {
 	case granted:
@@ -264,9 +264,9 @@ func (f *fairWait) waitTurn(ctx context.Context, s *session, st *state,
 	watched := st.watched(l.ordered(), me, l.doc)
 	exists, err := e.waitKey(ctx, watched, st.index)
 	if err != nil {
-		return true, e.opErr(ctx, "acquire", l.key, err)
+		return true, e.opErr(ctx, "acquire", l.Key(), err)
 	}
-	if watched != l.doc || exists || l.mode != engine.Exclusive {
+	if watched != l.doc || exists || l.Mode() != engine.Exclusive {
 		return false, nil
 	}
 	// A writer that watched the document was first in the queue (later

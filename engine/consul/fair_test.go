@@ -100,7 +100,7 @@ func TestFairOrder(t *testing.T) {
 func TestFairQueueRespected(t *testing.T) {
 	addr := testenv.ConsulAddr(t)
 	outside := newClient(t, addr)
-	fair := newEngine(t, addr, consul.WithFair(true), consul.WithWaitTime(100*time.Millisecond))
+	fair := newEngine(t, addr, consul.WithFair(true), consul.WithRecheck(100*time.Millisecond))
 	plain := newEngine(t, addr)
 	sid, _, err := outside.Session().Create(&api.SessionEntry{TTL: "30s", LockDelay: time.Millisecond, Behavior: api.SessionBehaviorDelete}, nil)
 	if err != nil {
@@ -223,7 +223,7 @@ func TestStarvingWriterQueues(t *testing.T) {
 			key := testKey(t)
 			marker := holderEng.KeyDir(key) + "queue"
 			holder := mustAcquire(t, holderEng, try(key, engine.Exclusive))
-			waiter := newEngine(t, addr, consul.WithStarvation(c.starve), consul.WithWaitTime(50*time.Millisecond))
+			waiter := newEngine(t, addr, consul.WithStarvation(c.starve), consul.WithRecheck(50*time.Millisecond))
 			got := waitedAcquire(t, waiter, key)
 			if c.starve > 0 {
 				waitUntil(t, "the starving writer to queue", func() bool { return hasKey(t, outside, marker) })
@@ -290,7 +290,7 @@ func TestQueueSlotsBound(t *testing.T) {
 	holderEng := newEngine(t, addr)
 	key := testKey(t)
 	holder := mustAcquire(t, holderEng, try(key, engine.Exclusive))
-	e := newEngine(t, addr, consul.WithMaxConns(2), consul.WithStarvation(10*time.Millisecond), consul.WithWaitTime(50*time.Millisecond))
+	e := newEngine(t, addr, consul.WithMaxConns(2), consul.WithStarvation(10*time.Millisecond), consul.WithRecheck(50*time.Millisecond))
 	first, second := waitedAcquire(t, e, key), waitedAcquire(t, e, key)
 	waiterKeys := func() int {
 		keys, _, err := outside.KV().Keys(holderEng.KeyDir(key)+"w-", "", nil)

@@ -84,7 +84,7 @@ func (st *state) holders() []engine.Holder {
 // for holders); see engine.Watcher. It reads the folder's index before it
 // returns, so every change after that is told; then a goroutine makes
 // Consul blocking queries on the folder (keys only), each from the index
-// the last one returned and bounded by WithWaitTime, and sends on the
+// the last one returned and bounded by WithRecheck, and sends on the
 // channel when the index moves. After a failed query it sends too (a
 // change may have been missed), backs off (100ms doubling to 2s) and asks
 // again from the index it had. The channel is closed when ctx ends or the
@@ -163,13 +163,13 @@ func (e *Engine) watchFolder(ctx context.Context, dir string, index uint64, out 
 func (e *Engine) folderIndex(ctx context.Context, dir string, index uint64) (uint64, error) {
 	limit := cleanupTimeout
 	if index > 0 {
-		limit += 2 * e.cfg.waitTime
+		limit += 2 * e.cfg.recheck
 	}
 	rctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	q := e.query(rctx)
 	if index > 0 {
-		q.WaitIndex, q.WaitTime = index, e.cfg.waitTime
+		q.WaitIndex, q.WaitTime = index, e.cfg.recheck
 	}
 	_, meta, err := e.kv.Keys(dir, "", q)
 	if err != nil {

@@ -14,44 +14,25 @@ import (
 
 // lease is a Consul engine lease.
 type lease struct {
-	e    *Engine
-	sess *session // the session that backs the lease; set during Acquire
-	key  string
-	mode engine.Mode
-	// queued: a fair-mode waiter key exists for l (Acquire only); next to
-	// mode, where it takes no room of its own.
-	queued bool
-	id     string // unique lease id, recorded in the key's value
-	dir    string // P/E/
-	doc    string // P/E/lock
+	kit.LeaseCore // Token is the fencing token (see fenceOps)
+	e             *Engine
+	sess          *session // the session that backs the lease; set during Acquire
+	id            string   // unique lease id, recorded in the key's value
+	dir           string   // P/E/
+	doc           string   // P/E/lock
 
 	limit int    // Request.Limit: counted shared when above 0
 	value string // Request.Value, stored in the lock document
 
-	token uint64 // the fencing token (see fenceOps)
 	index uint64 // ModifyIndex of the granting write, for a release's check
-	sig   *kit.Signal
 
 	mu    sync.Mutex
-	ended bool        // claimed by Release, expiry, loss or Close
-	timer *time.Timer // fixed-TTL expiry; nil for renewed leases
+	ended bool // claimed by Release, expiry, loss or Close
+	// queued: a fair-mode waiter key exists for l (Acquire only, not
+	// guarded by mu); next to ended, where it takes no room of its own.
+	queued bool
+	timer  *time.Timer // fixed-TTL expiry; nil for renewed leases
 }
-
-// Key returns the lock key, as given to Acquire.
-func (l *lease) Key() string { return l.key }
-
-// Mode returns the mode of the grant.
-func (l *lease) Mode() engine.Mode { return l.mode }
-
-// Token returns the fencing token the grant stored in the key's counter.
-func (l *lease) Token() uint64 { return l.token }
-
-// Done is closed when the lease ends: release, expiry, session loss, Close.
-func (l *lease) Done() <-chan struct{} { return l.sig.Done() }
-
-// Err is nil while the lease is held, then wraps engine.ErrReleased,
-// engine.ErrLeaseLost or engine.ErrClosed.
-func (l *lease) Err() error { return l.sig.Err() }
 
 // claim makes the caller the one that ends the lease; it reports false if
 // someone else already is.
@@ -87,7 +68,7 @@ func (l *lease) finish(err error) {
 		delete(s.leases, l)
 		s.mu.Unlock()
 	}
-	l.sig.Close(err)
+	l.Signal.Close(err)
 }
 
 // Release deletes the key's lock (exclusive) or this holder's entry
@@ -97,16 +78,16 @@ func (l *lease) finish(err error) {
 // reached; the lease then stays held and Release may be called again.
 func (l *lease) Release(ctx context.Context) error {
 	if !l.claim() {
-		return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+		return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.Key(), l.Signal.Err())
 	}
 	held, err := l.releaseOnServer(ctx)
 	if err != nil {
 		l.unclaim()
-		return l.e.opErr(ctx, "release", l.key, err)
+		return l.e.opErr(ctx, "release", l.Key(), err)
 	}
 	if !held {
 		l.finish(engine.ErrLeaseLost)
-		return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+		return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.Key(), l.Signal.Err())
 	}
 	l.finish(engine.ErrReleased)
 	return nil
@@ -139,7 +120,7 @@ func (l *lease) expire() {
 // releaseOnServer gives up what the grant wrote and reports whether the
 // lease still held it.
 func (l *lease) releaseOnServer(ctx context.Context) (bool, error) {
-	if l.mode == engine.Exclusive {
+	if l.Mode() == engine.Exclusive {
 		return l.e.releaseExclusive(ctx, l)
 	}
 	return l.e.releaseShared(ctx, l)
@@ -163,7 +144,7 @@ func (l *lease) takeBack(ctx context.Context) error {
 			return err
 		}
 	}
-	if l.mode == engine.Exclusive {
+	if l.Mode() == engine.Exclusive {
 		return l.e.takeBackExclusive(ctx, l)
 	}
 	_, err := l.e.releaseShared(ctx, l)
@@ -173,4 +154,4 @@ func (l *lease) takeBack(ctx context.Context) error {
 // ordered reports whether l waits in strict arrival order behind every
 // earlier waiter: a writer, or a counted reader (a permit is a slot any
 // earlier waiter may need).
-func (l *lease) ordered() bool { return l.mode == engine.Exclusive || l.limit > 0 }
+func (l *lease) ordered() bool { return l.Mode() == engine.Exclusive || l.limit > 0 }

@@ -63,7 +63,8 @@ func (e *Engine) tryExclusive(ctx context.Context, l *lease, st *state) (outcome
 		return 0, err
 	}
 	e.fences.put(l, resp, tok)
-	l.token, l.queued = tok, false
+	l.SetToken(tok)
+	l.queued = false
 	return granted, nil
 }
 

@@ -16,7 +16,7 @@ type config struct {
 	prefix        string
 	sessionTTL    time.Duration
 	lockDelay     time.Duration
-	waitTime      time.Duration
+	recheck       time.Duration
 	owner         string
 	token         string
 	datacenter    string
@@ -45,8 +45,8 @@ const (
 	// host stay below the agent's default limit of 200 concurrent
 	// connections per client address.
 	DefaultMaxConns = 64
-	// DefaultWaitTime bounds each blocking query of a waiting Acquire.
-	DefaultWaitTime = 5 * time.Second
+	// DefaultRecheck bounds each blocking query of a waiting Acquire.
+	DefaultRecheck = 5 * time.Second
 	// DefaultStarvation is the default of WithStarvation.
 	DefaultStarvation = 20 * time.Millisecond
 	// DefaultSessionName is the default of WithSessionName.
@@ -59,7 +59,7 @@ func defaults() config {
 		prefix:      DefaultPrefix,
 		sessionTTL:  DefaultSessionTTL,
 		lockDelay:   DefaultLockDelay,
-		waitTime:    DefaultWaitTime,
+		recheck:     DefaultRecheck,
 		owner:       fmt.Sprintf("%s:%d", host, os.Getpid()),
 		sessionName: DefaultSessionName,
 		maxConns:    DefaultMaxConns,
@@ -106,10 +106,12 @@ func WithSessionTTL(ttl time.Duration) Option { return func(c *config) { c.sessi
 // adds to the engine's Floor. The default is DefaultLockDelay, 10s.
 func WithLockDelay(d time.Duration) Option { return func(c *config) { c.lockDelay = d } }
 
-// WithWaitTime bounds each blocking query a waiting Acquire makes; after it
-// the engine checks the key again even if Consul reported no change, so a
-// missed change costs at most this delay. The default is DefaultWaitTime.
-func WithWaitTime(d time.Duration) Option { return func(c *config) { c.waitTime = d } }
+// WithRecheck bounds how long a waiter trusts a notification it has not
+// had: it is the wait of each blocking query a waiting Acquire (and Watch)
+// makes, after which the engine checks the key again even if Consul
+// reported no change, so a missed change costs at most this delay. It must
+// be within [10ms, 10m]. The default is DefaultRecheck.
+func WithRecheck(d time.Duration) Option { return func(c *config) { c.recheck = d } }
 
 // WithHolderLabel sets the label recorded as the holder (the Owner field)
 // in the value of every key the engine holds, for operators reading the KV
@@ -157,8 +159,8 @@ func (c *config) check() error {
 	if c.starve < 0 || c.starve > time.Minute {
 		return fmt.Errorf("consul: starvation threshold %v is outside [0, 1m]", c.starve)
 	}
-	if c.waitTime < 10*time.Millisecond || c.waitTime > 10*time.Minute {
-		return fmt.Errorf("consul: wait time %v is outside [10ms, 10m]", c.waitTime)
+	if c.recheck < 10*time.Millisecond || c.recheck > 10*time.Minute {
+		return fmt.Errorf("consul: recheck %v is outside [10ms, 10m]", c.recheck)
 	}
 	return nil
 }

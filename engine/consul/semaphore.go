@@ -68,7 +68,8 @@ func (e *Engine) tryShared(ctx context.Context, l *lease, st *state) (outcome, e
 		return 0, err
 	}
 	e.fences.put(l, resp, tok)
-	l.token, l.queued = tok, false
+	l.SetToken(tok)
+	l.queued = false
 	return granted, nil
 }
 

@@ -48,13 +48,13 @@ type state struct {
 func (e *Engine) read(ctx context.Context, dir string, index uint64) (*state, error) {
 	limit := cleanupTimeout
 	if index > 0 {
-		limit += 2 * e.cfg.waitTime
+		limit += 2 * e.cfg.recheck
 	}
 	rctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	q := e.query(rctx)
 	if index > 0 {
-		q.WaitIndex, q.WaitTime = index, e.cfg.waitTime
+		q.WaitIndex, q.WaitTime = index, e.cfg.recheck
 	}
 	pairs, meta, err := e.kv.List(dir, q)
 	if err != nil {

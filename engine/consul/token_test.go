@@ -1,8 +1,6 @@
 package consul_test
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/consul"
+	"github.com/cerberus-go/cerberus/engine/enginetest"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
@@ -29,50 +28,21 @@ import (
 // elect.
 const restartWait = 60 * time.Second
 
+// retry bounds the grants of this file's tests (see enginetest.Retry).
+var retry = enginetest.Retry{Within: restartWait, Attempt: 10 * time.Second, Pause: 100 * time.Millisecond}
+
 // grantOnce acquires req on e, trying again for up to restartWait while the
 // engine reports the server unavailable.
 func grantOnce(t *testing.T, e engine.Engine, req engine.Request) engine.Lease {
 	t.Helper()
-	var err error
-	for deadline := time.Now().Add(restartWait); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		var l engine.Lease
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		l, err = e.Acquire(ctx, req)
-		cancel()
-		if err == nil {
-			return l
-		}
-		if !errors.Is(err, engine.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
-			break
-		}
-	}
-	t.Fatalf("acquire %s: %v", req.Key, err)
-	return nil
+	return retry.Grant(t, e, req)
 }
 
 // cycles grants key on e n times (every third grant shared), releasing each
-// lease, and returns the largest token seen; each token must be above the
-// one before, the first above after. A token that is not fails the test
-// and ends the cycles.
+// lease, and returns the largest token seen (see enginetest.Retry.Cycles).
 func cycles(t *testing.T, e engine.Engine, key string, n int, after uint64) uint64 {
 	t.Helper()
-	for i := range n {
-		mode := engine.Exclusive
-		if i%3 == 2 {
-			mode = engine.Shared
-		}
-		l := grantOnce(t, e, try(key, mode))
-		if err := l.Release(ctxFor(t, restartWait)); err != nil {
-			t.Fatal(err)
-		}
-		if l.Token() <= after {
-			t.Errorf("grant %d (%v) of %s: token %d after %d; tokens must strictly increase", i+1, mode, key,
-				l.Token(), after)
-			return after
-		}
-		after = l.Token()
-	}
-	return after
+	return retry.Cycles(t, e, try(key, engine.Exclusive), n, after)
 }
 
 // TestTokensAfterClientRestart: three engines in turn on the shared agent,

@@ -244,8 +244,9 @@ func (e *Engine) deleteOwn(ctx context.Context, name string, rev int64) (bool, e
 // register turns a granted entry into a lease, unless the engine closed or
 // the epoch ended meanwhile.
 func (e *Engine) register(q *queued) (*lease, error) {
-	l := &lease{eng: e, key: q.req.Key, mode: q.req.Mode, token: uint64(q.rev), name: q.name, slot: q.slot,
-		ep: q.ep, sig: kit.NewSignal(q.req.OnLost)}
+	l := &lease{LeaseCore: kit.NewLeaseCore(q.req.Key, q.req.Mode, q.req.OnLost), eng: e, name: q.name,
+		slot: q.slot, ep: q.ep}
+	l.SetToken(uint64(q.rev))
 	if err := e.frame.Track(l, func() error {
 		if e.cur != q.ep {
 			return fmt.Errorf("%w during acquire", errLeaseGone)

@@ -242,7 +242,7 @@ func (e *Engine) Close() error {
 	// Done has closed before a waiter can be granted the key.
 	for _, l := range held {
 		if l.markEnded() {
-			l.sig.Close(fmt.Errorf("%w: etcd engine closed", engine.ErrClosed))
+			l.Signal.Close(fmt.Errorf("%w: etcd engine closed", engine.ErrClosed))
 		}
 	}
 	if ep != nil {

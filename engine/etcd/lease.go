@@ -20,35 +20,17 @@ const (
 
 // lease is a granted queue entry.
 type lease struct {
-	eng   *Engine
-	key   string
-	mode  engine.Mode
-	token uint64
-	name  string // the queue entry
-	slot  uint64 // the slot in its name
-	ep    *epoch // the etcd lease the entry is attached to
-	sig   *kit.Signal
+	kit.LeaseCore // Token is the create revision of the lease's queue entry
+	eng           *Engine
+	name          string // the queue entry
+	slot          uint64 // the slot in its name
+	ep            *epoch // the etcd lease the entry is attached to
 
 	mu      sync.Mutex
 	state   int
 	expired bool        // the TTL ran out during a release
 	timer   *time.Timer // fixed-TTL expiry; nil with Renew
 }
-
-// Key returns the lock key.
-func (l *lease) Key() string { return l.key }
-
-// Mode returns the mode the lease was granted in.
-func (l *lease) Mode() engine.Mode { return l.mode }
-
-// Token returns the create revision of the lease's queue entry.
-func (l *lease) Token() uint64 { return l.token }
-
-// Done is closed when the lease ends.
-func (l *lease) Done() <-chan struct{} { return l.sig.Done() }
-
-// Err says why the lease ended, or is nil.
-func (l *lease) Err() error { return l.sig.Err() }
 
 // Release deletes the lease's queue entry. Its name holds the engine's
 // etcd lease id and a slot that no other entry of the engine gets until
@@ -91,8 +73,8 @@ func (l *lease) Release(ctx context.Context) error {
 		return l.notHeld()
 	case down(err) || bctx.Err() != nil:
 		l.finish(fmt.Errorf("%w: release of %q did not complete: %w", engine.ErrLeaseLost, l.name, err))
-		e.frame.Run(func() { e.deleteEntry(l.ep, l.name, int64(l.token), l.slot) })
-		return e.opError(ctx, "release", l.key, err)
+		e.frame.Run(func() { e.deleteEntry(l.ep, l.name, int64(l.Token()), l.slot) })
+		return e.opError(ctx, "release", l.Key(), err)
 	}
 	l.mu.Lock()
 	expired := l.expired
@@ -103,10 +85,10 @@ func (l *lease) Release(ctx context.Context) error {
 	if expired {
 		l.expire()
 	}
-	return e.opError(ctx, "release", l.key, err)
+	return e.opError(ctx, "release", l.Key(), err)
 }
 
-func (l *lease) notHeld() error { return l.sig.NotHeld(l.key) }
+func (l *lease) notHeld() error { return l.Signal.NotHeld(l.Key()) }
 
 // expire ends a fixed-TTL lease when its timer fires and deletes its entry.
 func (l *lease) expire() {
@@ -122,7 +104,7 @@ func (l *lease) expire() {
 	}
 	l.mu.Unlock()
 	if l.finish(fmt.Errorf("%w: fixed TTL ran out", engine.ErrLeaseLost)) {
-		l.eng.frame.Run(func() { l.eng.deleteEntry(l.ep, l.name, int64(l.token), l.slot) })
+		l.eng.frame.Run(func() { l.eng.deleteEntry(l.ep, l.name, int64(l.Token()), l.slot) })
 	}
 }
 
@@ -131,12 +113,12 @@ func (l *lease) expire() {
 func (l *lease) finish(err error) bool {
 	if !l.markEnded() {
 		if errors.Is(err, engine.ErrReleased) {
-			l.sig.Close(err) // lost while the release was in flight; the entry is gone either way
+			l.Signal.Close(err) // lost while the release was in flight; the entry is gone either way
 		}
 		return false
 	}
 	l.eng.frame.Forget(l)
-	l.sig.Close(err)
+	l.Signal.Close(err)
 	return true
 }
 

@@ -127,13 +127,13 @@ func (e *Engine) tellReleased(ctx context.Context, ep *epoch) {
 	e.mu.Lock()
 	var told []*lease
 	for l := range e.frame.AllLocked() {
-		if l.ep == ep && freed[l.token] {
+		if l.ep == ep && freed[l.Token()] {
 			told = append(told, l)
 		}
 	}
 	e.mu.Unlock()
 	for _, l := range told {
-		if l.finish(fmt.Errorf("%w: its entry of %q was deleted", engine.ErrReleasedByOperator, l.key)) {
+		if l.finish(fmt.Errorf("%w: its entry of %q was deleted", engine.ErrReleasedByOperator, l.Key())) {
 			ep.give(l.slot)
 		}
 	}
@@ -142,6 +142,6 @@ func (e *Engine) tellReleased(ctx context.Context, ep *epoch) {
 
 // releasedMark reports whether a force release left a mark for l.
 func (e *Engine) releasedMark(ctx context.Context, l *lease) bool {
-	resp, err := e.c().Get(ctx, fmt.Sprintf("%s%d", e.markRange(l.ep.id), l.token), clientv3.WithCountOnly())
+	resp, err := e.c().Get(ctx, fmt.Sprintf("%s%d", e.markRange(l.ep.id), l.Token()), clientv3.WithCountOnly())
 	return err == nil && resp.Count > 0
 }

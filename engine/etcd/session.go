@@ -200,7 +200,7 @@ func (e *Engine) lose(ep *epoch, err error) {
 	e.mu.Unlock()
 	for _, l := range lost {
 		if l.markEnded() {
-			l.sig.Close(err)
+			l.Signal.Close(err)
 		}
 	}
 	e.frame.Run(func() { e.revoke(ep) })

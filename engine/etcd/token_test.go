@@ -1,14 +1,13 @@
 package etcd_test
 
 import (
-	"context"
-	"errors"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/enginetest"
 	"github.com/cerberus-go/cerberus/engine/etcd"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
@@ -19,25 +18,14 @@ import (
 // with SIGKILL and restarted from its data directory, and after a
 // cluster's leader is killed.
 
-// grantOnce acquires req on e, trying again for up to 20 seconds while the
-// engine reports the server unavailable (it may be restarting or electing).
+// retry bounds the grants of this file's tests (see enginetest.Retry).
+var retry = enginetest.Retry{Within: hang, Attempt: 5 * time.Second, Pause: 50 * time.Millisecond}
+
+// grantOnce acquires req on e, trying again for up to hang while the
+// engine reports the server unavailable.
 func grantOnce(t *testing.T, e engine.Engine, req engine.Request) engine.Lease {
 	t.Helper()
-	var err error
-	for deadline := time.Now().Add(hang); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		var l engine.Lease
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		l, err = e.Acquire(ctx, req)
-		cancel()
-		if err == nil {
-			return l
-		}
-		if !errors.Is(err, engine.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
-			break
-		}
-	}
-	t.Fatalf("acquire %s: %v", req.Key, err)
-	return nil
+	return retry.Grant(t, e, req)
 }
 
 // once is a request in mode that does not wait and is not renewed.
@@ -45,28 +33,11 @@ func once(key string, mode engine.Mode) engine.Request {
 	return engine.Request{Key: key, Mode: mode, TTL: 10 * time.Second}
 }
 
-// cycles grants key on e n times, releasing each lease, and returns the
-// largest token seen; each token must be above the one before, the first
-// above after. A token that is not fails the test and ends the cycles.
+// cycles grants key on e n times (every third grant shared), releasing each
+// lease, and returns the largest token seen (see enginetest.Retry.Cycles).
 func cycles(t *testing.T, e engine.Engine, key string, n int, after uint64) uint64 {
 	t.Helper()
-	for i := range n {
-		mode := engine.Exclusive
-		if i%3 == 2 {
-			mode = engine.Shared
-		}
-		l := grantOnce(t, e, once(key, mode))
-		if err := l.Release(bounded(t)); err != nil {
-			t.Fatal(err)
-		}
-		if l.Token() <= after {
-			t.Errorf("grant %d (%v) of %s: token %d after %d; tokens must strictly increase", i+1, mode, key,
-				l.Token(), after)
-			return after
-		}
-		after = l.Token()
-	}
-	return after
+	return retry.Cycles(t, e, once(key, engine.Exclusive), n, after)
 }
 
 // engineOn dials an engine on endpoints, closed when the test ends.

@@ -1,7 +1,7 @@
 // Package kit holds the helpers the cerberus engines are built from, apart
 // from the contract in package engine that they implement: the frame around
-// every engine's protocol (Base, ReleaseAll), the close-once loss notice a
-// lease carries (Signal), bounded clean-up after an ended wait
+// every engine's protocol (Base, ReleaseAll), what every lease holds and
+// reports alike (LeaseCore, with its close-once loss notice, Signal), bounded clean-up after an ended wait
 // (Background, WaitUpTo, UndoWait), one waiting call per key and engine on
 // the server (Turns), and the renewal and polling frame of the engines
 // that renew in rounds and poll (RenewRounds, Pace, InBatches, Backoff).

@@ -110,8 +110,8 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	if err := e.frame.Begin(ctx, e.Validate(req)); err != nil {
 		return nil, err
 	}
-	l := &lease{eng: e, key: req.Key, mode: req.Mode, limit: req.Limit, value: req.Value,
-		sig: kit.NewSignal(req.OnLost)}
+	l := &lease{LeaseCore: kit.NewLeaseCore(req.Key, req.Mode, req.OnLost), eng: e, limit: req.Limit,
+		value: req.Value}
 	s := e.store
 	s.mu.Lock()
 	ent := s.entry(req.Key)
@@ -194,13 +194,14 @@ func (s *Store) entry(key string) *entry {
 // grant gives the key to l with the next token. Call with s.mu held.
 func (s *Store) grant(ent *entry, l *lease) {
 	s.seq++
-	l.token, l.granted = s.seq, time.Now()
-	if l.mode == engine.Exclusive {
+	l.SetToken(s.seq)
+	l.granted = time.Now()
+	if l.Mode() == engine.Exclusive {
 		ent.writer = l
 	} else {
 		ent.readers[l] = struct{}{}
 	}
-	s.notify(l.key)
+	s.notify(l.Key())
 }
 
 // notify tells key's watchers that its holders changed. Call with s.mu
@@ -249,21 +250,21 @@ func (s *Store) tidy(key string, ent *entry) {
 func (s *Store) drop(l *lease) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ent := s.locks[l.key]
+	ent := s.locks[l.Key()]
 	if ent == nil {
 		return false
 	}
 	switch {
 	case ent.writer == l:
 		ent.writer = nil
-	case l.mode == engine.Shared && hasReader(ent, l):
+	case l.Mode() == engine.Shared && hasReader(ent, l):
 		delete(ent.readers, l)
 	default:
 		return false
 	}
-	s.notify(l.key)
+	s.notify(l.Key())
 	s.handOff(ent)
-	s.tidy(l.key, ent)
+	s.tidy(l.Key(), ent)
 	return true
 }
 
@@ -287,7 +288,7 @@ func (ent *entry) free(l *lease) bool {
 	if ent.writer != nil {
 		return false
 	}
-	if l.mode == engine.Exclusive {
+	if l.Mode() == engine.Exclusive {
 		return len(ent.readers) == 0
 	}
 	return l.limit == 0 || len(ent.readers) < l.limit
@@ -378,37 +379,28 @@ func (e *Engine) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 
 // lease is a memory engine lease.
 type lease struct {
+	kit.LeaseCore
 	eng   *Engine
-	key   string
-	mode  engine.Mode
-	limit int    // Request.Limit
-	value string // Request.Value
-	token uint64
-	sig   *kit.Signal
+	limit int         // Request.Limit
+	value string      // Request.Value
 	timer *time.Timer // nil for renewed leases; guarded by eng.mu
 
 	granted time.Time // when the Store granted the key, for List
 }
 
 func (l *lease) holder() engine.Holder {
-	return engine.Holder{Mode: l.mode, Token: l.token, Value: l.value}
+	return engine.Holder{Mode: l.Mode(), Token: l.Token(), Value: l.value}
 }
-
-func (l *lease) Key() string           { return l.key }
-func (l *lease) Mode() engine.Mode     { return l.mode }
-func (l *lease) Token() uint64         { return l.token }
-func (l *lease) Done() <-chan struct{} { return l.sig.Done() }
-func (l *lease) Err() error            { return l.sig.Err() }
 
 // Release gives up the key if this lease still holds it.
 func (l *lease) Release(ctx context.Context) error {
 	if l.eng.store.drop(l) {
 		l.stop()
-		l.sig.Close(engine.ErrReleased)
+		l.Signal.Close(engine.ErrReleased)
 		return nil
 	}
 	l.stop()
-	return l.sig.NotHeld(l.key)
+	return l.Signal.NotHeld(l.Key())
 }
 
 // expire ends a fixed-TTL lease when its timer fires.
@@ -419,7 +411,7 @@ func (l *lease) expire() { l.end(engine.ErrLeaseLost) }
 // the key.
 func (l *lease) end(err error) {
 	l.stop()
-	l.sig.Close(err)
+	l.Signal.Close(err)
 	l.eng.store.drop(l)
 }
 

@@ -47,12 +47,12 @@ func (e *Engine) ForceRelease(ctx context.Context, key string) ([]engine.Holder,
 	ent.writer = nil
 	clear(ent.readers)
 	s.mu.Unlock()
-	slices.SortFunc(freed, func(a, b *lease) int { return cmp.Compare(a.token, b.token) })
+	slices.SortFunc(freed, func(a, b *lease) int { return cmp.Compare(a.Token(), b.Token()) })
 	hs := make([]engine.Holder, len(freed))
 	for i, l := range freed {
 		hs[i] = l.holder()
 		l.stop()
-		l.sig.Close(fmt.Errorf("%w: %q", engine.ErrReleasedByOperator, key))
+		l.Signal.Close(fmt.Errorf("%w: %q", engine.ErrReleasedByOperator, key))
 	}
 	s.mu.Lock()
 	if s.locks[key] == ent {

@@ -386,8 +386,9 @@ func (e *Engine) grantedRow(ctx context.Context, req engine.Request, rc *rowConn
 	if err := e.markRow(ctx, rc, req, token, owner); err != nil {
 		return fail(err)
 	}
-	l := &rowLease{e: e, key: req.Key, mode: req.Mode, token: token, rc: rc, period: req.TTL, owner: owner,
-		sig: kit.NewSignal(req.OnLost), stop: make(chan struct{})}
+	l := &rowLease{LeaseCore: kit.NewLeaseCore(req.Key, req.Mode, req.OnLost), e: e, rc: rc, period: req.TTL, owner: owner,
+		stop: make(chan struct{})}
+	l.SetToken(token)
 	if err := e.frame.Track(l, func() error {
 		if !req.Renew {
 			// The row strategy has no server-side expiry: a fixed TTL
@@ -453,25 +454,16 @@ func (e *Engine) drawToken(ctx context.Context, key string) (uint64, error) {
 // rowLease is a row-strategy lease: an open transaction holding the key
 // row's lock on a pinned connection.
 type rowLease struct {
+	kit.LeaseCore
 	e      *Engine
-	key    string
-	mode   engine.Mode
-	token  uint64
 	period time.Duration // the lease period: its session's wait_timeout
 	owner  string        // its record's owner value (rowOwner)
-	sig    *kit.Signal
 	stop   chan struct{}
 
 	mu    sync.Mutex
 	rc    *rowConn // nil once the lease has ended
 	timer *time.Timer
 }
-
-func (l *rowLease) Key() string           { return l.key }
-func (l *rowLease) Mode() engine.Mode     { return l.mode }
-func (l *rowLease) Token() uint64         { return l.token }
-func (l *rowLease) Done() <-chan struct{} { return l.sig.Done() }
-func (l *rowLease) Err() error            { return l.sig.Err() }
 
 // watch pings the pinned connection every conn-check interval, and at
 // least three times a lease period, which keeps the session inside its
@@ -545,17 +537,17 @@ func (l *rowLease) take() *rowConn {
 func (l *rowLease) Release(ctx context.Context) error {
 	rc := l.take()
 	if rc == nil {
-		return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+		return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.Key(), l.Signal.Err())
 	}
 	err := l.e.exec(context.Background(), rc, "ROLLBACK")
 	l.forget()
 	if err != nil {
 		l.e.discard(rc)
-		l.sig.Close(l.lostErr(err))
-		return l.sig.NotHeld(l.key)
+		l.Signal.Close(l.lostErr(err))
+		return l.Signal.NotHeld(l.Key())
 	}
 	l.e.putConn(rc)
-	l.sig.Close(engine.ErrReleased)
+	l.Signal.Close(engine.ErrReleased)
 	return nil
 }
 
@@ -566,7 +558,7 @@ func (l *rowLease) Release(ctx context.Context) error {
 // being told).
 func (l *rowLease) end(err error) {
 	rc := l.take()
-	l.sig.Close(err)
+	l.Signal.Close(err)
 	if rc != nil {
 		if l.e.exec(context.Background(), rc, "ROLLBACK") == nil {
 			l.e.putConn(rc)

@@ -5,7 +5,7 @@
 //
 // # Construction
 //
-// Open takes a DSN (a URL such as DefaultDSN or a libpq key=value string,
+// Open takes a DSN (a postgres:// URL or a libpq key=value string,
 // as pgxpool.ParseConfig reads it) and owns its pool; New takes the
 // application's *pgxpool.Pool, which the caller keeps: Close leaves it
 // open. Neither does I/O; both refuse a bad table name or an unknown

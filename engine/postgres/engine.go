@@ -37,10 +37,6 @@ const (
 // DefaultTable is the lock table's name unless WithTable says otherwise.
 const DefaultTable = "cerberus_locks"
 
-// DefaultDSN is the DSN of a local server with the usual settings, as the
-// tests use it: user postgres, database test, no TLS.
-const DefaultDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-
 // MaxKeyLen is the longest key the engine accepts, in bytes. It equals
 // engine.MaxKeyLen.
 const MaxKeyLen = engine.MaxKeyLen
@@ -135,7 +131,7 @@ var _ engine.Engine = (*Engine)(nil)
 
 // Open returns an engine with a connection pool of its own on the server
 // named by dsn, a libpq connection string or URL as pgxpool.ParseConfig
-// reads it (DefaultDSN is an example). Open does no I/O; Close closes the
+// reads it, such as "postgres://app@db.internal:5432/app". Open does no I/O; Close closes the
 // pool. It returns an error wrapping engine.ErrInvalidRequest for a DSN it
 // cannot parse, a bad table name or an unknown strategy; errors never
 // contain the DSN or its password.

@@ -13,7 +13,7 @@ import (
 // connection) on a DSN: Migrate once, then take and give back a lock. It
 // is not run: it needs a server.
 func ExampleOpen() {
-	e, err := postgres.Open(postgres.DefaultDSN, postgres.WithTable("locks"))
+	e, err := postgres.Open("postgres://postgres@127.0.0.1:5432/test?sslmode=disable", postgres.WithTable("locks"))
 	if err != nil {
 		panic(err)
 	}
@@ -33,7 +33,7 @@ func ExampleOpen() {
 // The lease strategy keeps no session state, so it runs behind PgBouncer in
 // transaction mode, and counts: three permits of one key.
 func ExampleWithStrategy() {
-	e, err := postgres.Open(postgres.DefaultDSN, postgres.WithStrategy(postgres.StrategyLease))
+	e, err := postgres.Open("postgres://postgres@127.0.0.1:5432/test?sslmode=disable", postgres.WithStrategy(postgres.StrategyLease))
 	if err != nil {
 		panic(err)
 	}

@@ -254,9 +254,9 @@ func (e *Engine) grantSession(ctx context.Context, c *pgxpool.Conn, req engine.R
 		return nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out",
 			engine.ErrNotAcquired, req.Key, req.TTL)
 	}
-	l := &sessionLease{e: e, key: req.Key, mode: req.Mode, token: r.token, hash: h, idle: r.idle,
-		ttl: req.TTL, renew: req.Renew, sig: kit.NewSignal(req.OnLost), stop: make(chan struct{}),
-		conn: c, validFrom: sent}
+	l := &sessionLease{LeaseCore: kit.NewLeaseCore(req.Key, req.Mode, req.OnLost), e: e, hash: h, idle: r.idle,
+		ttl: req.TTL, renew: req.Renew, stop: make(chan struct{}), conn: c, validFrom: sent}
+	l.SetToken(r.token)
 	if err := e.frame.Track(l, func() error {
 		l.mu.Lock()
 		l.timer = time.AfterFunc(life(req.TTL)-time.Since(sent), l.expire)
@@ -280,15 +280,12 @@ func (e *Engine) grantSession(ctx context.Context, c *pgxpool.Conn, req engine.R
 // sessionLease is a session-strategy lease: an advisory lock held by the
 // server session of a pinned connection.
 type sessionLease struct {
+	kit.LeaseCore
 	e     *Engine
-	key   string
-	mode  engine.Mode
-	token uint64
 	hash  int64
 	idle  string // the session's idle_session_timeout to put back
 	ttl   time.Duration
 	renew bool
-	sig   *kit.Signal
 	stop  chan struct{} // closed when the lease ends: stops watch
 
 	mu    sync.Mutex
@@ -301,12 +298,6 @@ type sessionLease struct {
 	// validFrom plus the lease period.
 	validFrom time.Time
 }
-
-func (l *sessionLease) Key() string           { return l.key }
-func (l *sessionLease) Mode() engine.Mode     { return l.mode }
-func (l *sessionLease) Token() uint64         { return l.token }
-func (l *sessionLease) Done() <-chan struct{} { return l.sig.Done() }
-func (l *sessionLease) Err() error            { return l.sig.Err() }
 
 // life is how long after sending a grant, ping or renewal a lease counts
 // as held: its TTL less engine.Margin, so that Done closes ahead of the
@@ -382,7 +373,7 @@ func (l *sessionLease) take() *pgxpool.Conn {
 // reports whether the session held the lock.
 func (l *sessionLease) unlock(c *pgxpool.Conn) (held bool, err error) {
 	q := l.e.q.releaseExclusive
-	if l.mode == engine.Shared {
+	if l.Mode() == engine.Shared {
 		q = l.e.q.releaseShared
 	}
 	ctx, cancel := l.e.core.OpCtx()
@@ -400,21 +391,21 @@ func (l *sessionLease) unlock(c *pgxpool.Conn) (held bool, err error) {
 func (l *sessionLease) Release(ctx context.Context) error {
 	c := l.take()
 	if c == nil {
-		return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.key, l.sig.Err())
+		return fmt.Errorf("%w: %q (lease ended: %w)", engine.ErrNotHeld, l.Key(), l.Signal.Err())
 	}
 	held, err := l.unlock(c)
 	l.e.frame.Forget(l)
 	switch {
 	case err != nil:
 		l.e.unpin(c, false)
-		l.sig.Close(fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, err))
-		return l.sig.NotHeld(l.key)
+		l.Signal.Close(fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, err))
+		return l.Signal.NotHeld(l.Key())
 	case !held:
 		l.e.unpin(c, false)
-		return l.sig.NotHeld(l.key)
+		return l.Signal.NotHeld(l.Key())
 	}
 	l.e.unpin(c, true)
-	l.sig.Close(engine.ErrReleased)
+	l.Signal.Close(engine.ErrReleased)
 	return nil
 }
 
@@ -425,7 +416,7 @@ func (l *sessionLease) end(err error) {
 	// Told first: once the lock is free the next waiter is granted at
 	// once, and the holder must have been told by then (the checker saw a
 	// grant 0.5-2 ms before an expired holder's Done closed).
-	l.sig.Close(err)
+	l.Signal.Close(err)
 	if c != nil {
 		held, uerr := l.unlock(c)
 		l.e.unpin(c, uerr == nil && held)

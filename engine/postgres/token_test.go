@@ -4,13 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/enginetest"
 	"github.com/cerberus-go/cerberus/engine/postgres"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
@@ -81,53 +81,21 @@ func openOn(t *testing.T, dsn, table string, s postgres.Strategy) *postgres.Engi
 	return e
 }
 
+// retry bounds the grants of this file's tests (see enginetest.Retry).
+var retry = enginetest.Retry{Within: restartWait, Attempt: 5 * time.Second, Pause: 50 * time.Millisecond}
+
 // grantOnce acquires req on e, trying again for up to restartWait while the
 // engine reports the server unavailable.
 func grantOnce(t *testing.T, e engine.Engine, req engine.Request) engine.Lease {
 	t.Helper()
-	var err error
-	for deadline := time.Now().Add(restartWait); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		var l engine.Lease
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		l, err = e.Acquire(ctx, req)
-		cancel()
-		if err == nil {
-			return l
-		}
-		if !errors.Is(err, engine.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
-			break
-		}
-	}
-	t.Fatalf("acquire %s: %v", req.Key, err)
-	return nil
+	return retry.Grant(t, e, req)
 }
 
 // cycles grants key on e n times (every third grant shared), releasing each
-// lease, and returns the largest token seen; each token must be above the
-// one before, the first above after. A token that is not fails the test
-// and ends the cycles.
+// lease, and returns the largest token seen (see enginetest.Retry.Cycles).
 func cycles(t *testing.T, e engine.Engine, key string, n int, after uint64) uint64 {
 	t.Helper()
-	for i := range n {
-		req := engine.Request{Key: key, Mode: engine.Exclusive, TTL: 10 * time.Second}
-		if i%3 == 2 {
-			req.Mode = engine.Shared
-		}
-		l := grantOnce(t, e, req)
-		ctx, cancel := context.WithTimeout(context.Background(), restartWait)
-		err := l.Release(ctx)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if l.Token() <= after {
-			t.Errorf("grant %d (%v) of %s: token %d after %d; tokens must strictly increase", i+1, req.Mode, key,
-				l.Token(), after)
-			return after
-		}
-		after = l.Token()
-	}
-	return after
+	return retry.Cycles(t, e, engine.Request{Key: key, TTL: 10 * time.Second}, n, after)
 }
 
 // TestTokensAfterClientRestart: for each strategy, three engines in turn

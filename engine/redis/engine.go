@@ -70,8 +70,8 @@ const (
 	DefaultRecheck = 500 * time.Millisecond
 	// DefaultQueueTTL is the default WithQueueTTL.
 	DefaultQueueTTL = 5 * time.Second
-	// DefaultTimeout is the default WithTimeout.
-	DefaultTimeout = 2 * time.Second
+	// DefaultOpTimeout is the default WithOpTimeout.
+	DefaultOpTimeout = 2 * time.Second
 )
 
 // WithRecheck bounds how long a waiter sleeps without a notification before
@@ -86,13 +86,13 @@ func WithRecheck(d time.Duration) Option { return func(o *options) { o.recheck =
 // DefaultQueueTTL.
 func WithQueueTTL(d time.Duration) Option { return func(o *options) { o.queueTTL = d } }
 
-// WithTimeout bounds each Redis round trip: those made outside a caller's
+// WithOpTimeout bounds each Redis round trip: those made outside a caller's
 // context (renewals, releases on Close) and, within the caller's context,
 // Ping, each acquire attempt and Release. A round trip that runs out of it
 // while the caller's context is live fails with engine.ErrUnavailable: a
 // server, or a Sentinel client that finds none, that cannot answer in time
-// is not serving. The default is DefaultTimeout.
-func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+// is not serving. The default is DefaultOpTimeout.
+func WithOpTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // Engine is the Redis engine.Engine. Create it with New.
 type Engine struct {
@@ -126,7 +126,7 @@ func New(c Client, opts ...Option) (*Engine, error) {
 		return nil, fmt.Errorf("%w: redis: nil client", engine.ErrInvalidRequest)
 	}
 	o := options{prefix: DefaultPrefix, starve: DefaultStarvation, recheck: DefaultRecheck,
-		queueTTL: DefaultQueueTTL, timeout: DefaultTimeout}
+		queueTTL: DefaultQueueTTL, timeout: DefaultOpTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -197,7 +197,7 @@ func (e *Engine) Ping(ctx context.Context) error {
 }
 
 // roundTrip bounds one round trip made for a caller by the engine's
-// timeout (WithTimeout).
+// timeout (WithOpTimeout).
 func (e *Engine) roundTrip(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, e.opts.timeout)
 }
@@ -358,7 +358,7 @@ func (e *Engine) await(ctx context.Context, a *attempt, w *waiter, n int64, queu
 // meanwhile. The attempt is dropped: the lease keeps only what it needs.
 func (e *Engine) granted(a *attempt, token uint64, sent time.Time) (engine.Lease, error) {
 	l := a.lease
-	l.token = token
+	l.SetToken(token)
 	poke := false
 	if err := e.frame.Track(l, func() error {
 		l.valid = sent.Add(l.life())
@@ -409,7 +409,7 @@ func (e *Engine) Close() error {
 		// Each holder is told before its key is released, so that its Done
 		// has closed before a waiter can be granted the key.
 		for _, l := range held {
-			l.sig.Close(engine.ErrClosed)
+			l.Signal.Close(engine.ErrClosed)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), e.opts.timeout)
 		release := func() error {

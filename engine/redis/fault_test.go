@@ -302,7 +302,7 @@ func TestSlowServerKeepsValidLeases(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: srv.addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	const ttl = 3 * time.Second // renewed every second; valid for about 2.7s
-	e := mustEngine(t, c, WithTimeout(200*time.Millisecond))
+	e := mustEngine(t, c, WithOpTimeout(200*time.Millisecond))
 	var leases []engine.Lease
 	for i := range 10 {
 		l, err := e.Acquire(ctxT(t), hold("slow/"+string(rune('a'+i)), ttl))

@@ -18,15 +18,12 @@ import (
 // for each. What an Acquire needs while it runs is in attempt, dropped
 // once the key is granted.
 type lease struct {
+	kit.LeaseCore
 	e        *Engine
-	key      string
 	id       string // the value stored on the server: engine id + sequence
-	mode     engine.Mode
 	renew    bool
 	hasValue bool // Request.Value was set: a writer keeps it in :x
 	ttl      time.Duration
-	token    uint64
-	sig      *kit.Signal
 
 	// guarded by e.mu
 	due   time.Time   // next renewal (renewed leases)
@@ -109,7 +106,7 @@ func (r *relArgs) init(l *lease) {
 	r.arr = [11]string{k.w, k.r, k.ww, k.q, k.f, k.h, k.rw, k.x, k.wt, k.v, k.cq}
 	r.ks = r.arr[:]
 	sha := shaReleaseShared
-	if l.mode == engine.Exclusive {
+	if l.Mode() == engine.Exclusive {
 		r.ks, sha = r.arr[:9], shaReleaseExclusive
 	}
 	r.line = line(r.buf[:0], sha, r.ks, &l.id, &k.c, l.e.argWake, flag(l.hasValue))
@@ -121,7 +118,7 @@ func (r *relArgs) args() []any { return r.line[3+len(r.ks):] }
 // relArgs builds the release command line of a held lease (one
 // allocation for it, one for the key names).
 func (l *lease) relArgs() *relArgs {
-	r := &relArgs{keys: l.e.keysOf(l.key)}
+	r := &relArgs{keys: l.e.keysOf(l.Key())}
 	r.init(l)
 	return r
 }
@@ -130,12 +127,6 @@ func (l *lease) relArgs() *relArgs {
 // held: its TTL less engine.Margin, so that Done closes ahead of the
 // server's expiry even when this process's timers run late.
 func (l *lease) life() time.Duration { return l.ttl - engine.Margin(l.ttl) }
-
-func (l *lease) Key() string           { return l.key }
-func (l *lease) Mode() engine.Mode     { return l.mode }
-func (l *lease) Token() uint64         { return l.token }
-func (l *lease) Done() <-chan struct{} { return l.sig.Done() }
-func (l *lease) Err() error            { return l.sig.Err() }
 
 // try runs the acquire script once. It returns (true, token) on a grant and
 // (false, holder's PTTL in ms or <= 0 if unknown) otherwise.
@@ -146,7 +137,7 @@ func (l *lease) Err() error            { return l.sig.Err() }
 func (a *attempt) try(ctx context.Context, wait, queued, starving bool) (bool, int64, error) {
 	s, line := acquireShared, a.acqLine
 	args := line[3+len(a.acqKeys):]
-	if a.mode == engine.Exclusive {
+	if a.Mode() == engine.Exclusive {
 		s = acquireExclusive
 		args[2], args[3], args[5], args[6] = flag(a.e.opts.fair), flag(wait), flag(queued), flag(starving)
 	} else {
@@ -293,14 +284,14 @@ func (e *Engine) newAttempt(req engine.Request) *attempt {
 	var b [48]byte
 	a := attempts.Get().(*attempt)
 	a.lease = &lease{
-		e: e, key: req.Key, mode: req.Mode, hasValue: req.Value != "",
+		LeaseCore: kit.NewLeaseCore(req.Key, req.Mode, req.OnLost), e: e, hasValue: req.Value != "",
 		id:  string(strconv.AppendUint(append(append(b[:0], e.id...), ':'), e.seq.Add(1), 36)),
-		ttl: req.TTL, renew: req.Renew, sig: kit.NewSignal(req.OnLost),
+		ttl: req.TTL, renew: req.Renew,
 	}
 	a.rel.keys = e.keysOf(req.Key)
 	k := &a.rel.keys
 	a.ttlMS, a.limit, a.value = ms(a.ttl), int64(req.Limit), req.Value
-	if a.mode == engine.Exclusive {
+	if a.Mode() == engine.Exclusive {
 		a.keyArr = [8]string{k.w, k.r, k.ww, k.q, k.f, k.h, k.x, k.wt}
 		a.acqKeys = a.keyArr[:]
 		a.acqLine = line(a.acqBuf[:0], shaAcquireExclusive, a.acqKeys, &a.id, &a.ttlMS, argFalse,
@@ -321,7 +312,7 @@ func (l *lease) Release(ctx context.Context) error {
 	rctx, cancel := l.e.roundTrip(ctx)
 	defer cancel()
 	r := rels.Get().(*relArgs)
-	r.keys = l.e.keysOf(l.key)
+	r.keys = l.e.keysOf(l.Key())
 	r.init(l)
 	n, err := l.e.run(rctx, r.script(), r.line, r.ks).Int64()
 	*r = relArgs{}
@@ -330,16 +321,16 @@ func (l *lease) Release(ctx context.Context) error {
 	case err != nil:
 		// Unknown whether it still holds; it is no longer renewed, so it
 		// is lost either way.
-		l.sig.Close(fmt.Errorf("%w: release failed: %w", engine.ErrLeaseLost, err))
-		return l.e.opError(ctx, "release", l.key, err)
+		l.Signal.Close(fmt.Errorf("%w: release failed: %w", engine.ErrLeaseLost, err))
+		return l.e.opError(ctx, "release", l.Key(), err)
 	case n == 1:
-		l.sig.Close(engine.ErrReleased)
+		l.Signal.Close(engine.ErrReleased)
 		return nil
 	default:
 		if l.e.marked([]*lease{l})[0] {
-			l.sig.Close(fmt.Errorf("%w: its release found %q freed", engine.ErrReleasedByOperator, l.key))
+			l.Signal.Close(fmt.Errorf("%w: its release found %q freed", engine.ErrReleasedByOperator, l.Key()))
 		}
-		return l.sig.NotHeld(l.key)
+		return l.Signal.NotHeld(l.Key())
 	}
 }
 
@@ -347,13 +338,13 @@ func (l *lease) Release(ctx context.Context) error {
 // key on its own, no earlier than this.
 func (l *lease) expire() {
 	if l.e.forget(l) {
-		l.sig.Close(engine.ErrLeaseLost)
+		l.Signal.Close(engine.ErrLeaseLost)
 	}
 }
 
 // lost ends a lease that a renewal could not extend.
 func (l *lease) lost(cause error) {
 	if l.e.forget(l) {
-		l.sig.Close(cause)
+		l.Signal.Close(cause)
 	}
 }

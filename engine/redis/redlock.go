@@ -21,7 +21,7 @@ type RedlockOption func(*redlockOptions)
 type redlockOptions struct {
 	nodeTimeout time.Duration
 	driftFactor float64
-	retryMax    time.Duration
+	maxPause    time.Duration
 	node        []Option
 }
 
@@ -31,8 +31,8 @@ const (
 	DefaultNodeTimeout = 50 * time.Millisecond
 	// DefaultDriftFactor is the default WithDriftFactor.
 	DefaultDriftFactor = 0.01
-	// DefaultRetryMax is the default WithRetryMax.
-	DefaultRetryMax = 50 * time.Millisecond
+	// DefaultMaxRetryPause is the default WithMaxRetryPause.
+	DefaultMaxRetryPause = 50 * time.Millisecond
 )
 
 // WithNodeTimeout bounds each node's answer to an acquire; a slower node
@@ -48,14 +48,14 @@ func WithDriftFactor(f float64) RedlockOption {
 	return func(o *redlockOptions) { o.driftFactor = f }
 }
 
-// WithRetryMax caps the randomised pause between attempts of a waiting
-// acquire. The default is DefaultRetryMax.
-func WithRetryMax(d time.Duration) RedlockOption {
-	return func(o *redlockOptions) { o.retryMax = d }
+// WithMaxRetryPause caps the randomised pause between attempts of a waiting
+// acquire. The default is DefaultMaxRetryPause.
+func WithMaxRetryPause(d time.Duration) RedlockOption {
+	return func(o *redlockOptions) { o.maxPause = d }
 }
 
 // WithNodeOptions passes options to the engine of every node, such as
-// WithPrefix or WithTimeout. WithFair is refused: arrival order cannot be
+// WithPrefix or WithOpTimeout. WithFair is refused: arrival order cannot be
 // kept across independent nodes.
 func WithNodeOptions(opts ...Option) RedlockOption {
 	return func(o *redlockOptions) { o.node = append(o.node, opts...) }
@@ -137,7 +137,7 @@ func NewRedlock(clients []Client, opts ...RedlockOption) (*Redlock, error) {
 			engine.ErrInvalidRequest, len(clients))
 	}
 	o := redlockOptions{nodeTimeout: DefaultNodeTimeout, driftFactor: DefaultDriftFactor,
-		retryMax: DefaultRetryMax}
+		maxPause: DefaultMaxRetryPause}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -155,9 +155,9 @@ func NewRedlock(clients []Client, opts ...RedlockOption) (*Redlock, error) {
 	case o.driftFactor < 0 || o.driftFactor >= 0.5:
 		return nil, fmt.Errorf("%w: redlock: drift factor %v is outside [0, 0.5)",
 			engine.ErrInvalidRequest, o.driftFactor)
-	case o.retryMax < time.Millisecond:
+	case o.maxPause < time.Millisecond:
 		return nil, fmt.Errorf("%w: redlock: retry cap %v is under 1ms", engine.ErrInvalidRequest,
-			o.retryMax)
+			o.maxPause)
 	}
 	r := &Redlock{clients: clients, quorum: len(clients)/2 + 1, opts: o,
 		healSlots: make(chan struct{}, healParallel)}
@@ -265,7 +265,7 @@ func (r *Redlock) Acquire(ctx context.Context, req engine.Request) (engine.Lease
 		if !req.Wait {
 			return nil, fmt.Errorf("%w: %q is held on a majority of nodes", engine.ErrNotAcquired, req.Key)
 		}
-		pause := time.Duration(rand.Int64N(int64(r.opts.retryMax))) + time.Millisecond
+		pause := time.Duration(rand.Int64N(int64(r.opts.maxPause))) + time.Millisecond
 		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
@@ -302,7 +302,7 @@ func (r *Redlock) attempt(ctx context.Context, req engine.Request) (engine.Lease
 	validity := req.TTL - time.Since(start) - r.drift(req.TTL)
 	got := rl.install(holds)
 	if got >= r.quorum && validity > 0 {
-		r.raise(ctx, req.Key, rl.token, errs)
+		r.raise(ctx, req.Key, rl.Token(), errs)
 		return r.granted(rl, req, start.Add(validity))
 	}
 	// Short of a majority, or too slow: give back what was taken, and let
@@ -390,7 +390,7 @@ func (r *Redlock) Close() error {
 	}
 	for _, l := range held {
 		l.markEnded() // the node engines release the parts
-		l.sig.Close(engine.ErrClosed)
+		l.Signal.Close(engine.ErrClosed)
 	}
 	r.frame.Wait() // re-take rounds in flight; each is bounded by the node timeout
 	var errs []error
@@ -402,12 +402,9 @@ func (r *Redlock) Close() error {
 
 // redlockLease is a lease held on a majority of nodes.
 type redlockLease struct {
+	kit.LeaseCore
 	r       *Redlock
-	key     string
-	mode    engine.Mode
 	nodeReq engine.Request // what each node is asked: req without waiting
-	token   uint64
-	sig     *kit.Signal
 
 	healMu sync.Mutex // one re-take round of this lease at a time
 
@@ -428,14 +425,11 @@ type nodeHold struct {
 func newRedlockLease(r *Redlock, req engine.Request) *redlockLease {
 	nodeReq := req
 	nodeReq.Wait, nodeReq.OnLost = false, nil
-	return &redlockLease{r: r, key: req.Key, mode: req.Mode, nodeReq: nodeReq, sig: kit.NewSignal(req.OnLost)}
+	return &redlockLease{LeaseCore: kit.NewLeaseCore(req.Key, req.Mode, req.OnLost), r: r, nodeReq: nodeReq}
 }
 
-func (l *redlockLease) Key() string           { return l.key }
-func (l *redlockLease) Mode() engine.Mode     { return l.mode }
-func (l *redlockLease) Token() uint64         { return l.token }
-func (l *redlockLease) Done() <-chan struct{} { return l.sig.Done() }
-func (l *redlockLease) Err() error            { return l.sig.Err() }
+func (l *redlockLease) Done() <-chan struct{} { return l.Signal.Done() }
+func (l *redlockLease) Err() error            { return l.Signal.Err() }
 
 // Nodes reports how many nodes hold the lease now and how many there are;
 // see engine.NodeCounter.
@@ -472,7 +466,7 @@ func (l *redlockLease) install(holds []*nodeHold) int {
 		if h != nil && !h.lost {
 			l.parts[i] = h
 			l.held++
-			l.token = max(l.token, h.l.Token())
+			l.SetToken(max(l.Token(), h.l.Token()))
 		}
 	}
 	return l.held
@@ -536,7 +530,7 @@ func (l *redlockLease) end(err error) {
 		l.releaseParts(ctx)
 		cancel()
 	}
-	l.sig.Close(err)
+	l.Signal.Close(err)
 }
 
 func (l *redlockLease) releaseParts(ctx context.Context) int {
@@ -572,10 +566,10 @@ func (l *redlockLease) Release(ctx context.Context) error {
 	tracked := l.stop()
 	released := l.releaseParts(ctx)
 	if tracked && released >= l.r.quorum {
-		l.sig.Close(engine.ErrReleased)
+		l.Signal.Close(engine.ErrReleased)
 		return nil
 	}
-	l.sig.Close(engine.ErrLeaseLost)
-	return fmt.Errorf("%w: %q held on %d nodes, %d needed (lease ended: %w)", engine.ErrNotHeld, l.key,
-		released, l.r.quorum, l.sig.Err())
+	l.Signal.Close(engine.ErrLeaseLost)
+	return fmt.Errorf("%w: %q held on %d nodes, %d needed (lease ended: %w)", engine.ErrNotHeld, l.Key(),
+		released, l.r.quorum, l.Signal.Err())
 }

@@ -84,7 +84,7 @@ func BenchmarkRedlockRetake(b *testing.B) {
 			}
 			for _, l := range leases {
 				if held, _ := l.Nodes(); held != 5 {
-					b.Fatalf("%s holds %d nodes after its re-take round", l.key, held)
+					b.Fatalf("%s holds %d nodes after its re-take round", l.Key(), held)
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/lease")

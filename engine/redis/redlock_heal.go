@@ -93,7 +93,7 @@ func (l *redlockLease) retake(i int) error {
 	if err != nil && !errors.Is(err, engine.ErrNotAcquired) {
 		return fmt.Errorf("node %d: %w", i, err)
 	}
-	raised := l.r.raiseNode(context.Background(), i, l.key, l.token)
+	raised := l.r.raiseNode(context.Background(), i, l.Key(), l.Token())
 	if h == nil {
 		return fmt.Errorf("node %d: %w", i, err)
 	}

@@ -146,7 +146,7 @@ func (e *Engine) endLost(ls []*lease, causes []error) {
 	for i, l := range ls {
 		cause := causes[i]
 		if marked[i] {
-			cause = fmt.Errorf("%w: its renewal found %q freed", engine.ErrReleasedByOperator, l.key)
+			cause = fmt.Errorf("%w: its renewal found %q freed", engine.ErrReleasedByOperator, l.Key())
 		}
 		l.lost(cause)
 	}
@@ -161,7 +161,7 @@ func (e *Engine) marked(ls []*lease) []bool {
 	pipe := e.c.Pipeline()
 	cmds := make([]*goredis.BoolCmd, len(ls))
 	for i, l := range ls {
-		cmds[i] = pipe.SIsMember(ctx, e.markKey(l.key), l.id)
+		cmds[i] = pipe.SIsMember(ctx, e.markKey(l.Key()), l.id)
 	}
 	_, _ = pipe.Exec(ctx)
 	for i, c := range cmds {

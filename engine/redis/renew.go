@@ -225,11 +225,11 @@ func (e *Engine) renewPipeline(ctx context.Context, batch []*lease) ([]*goredis.
 	pipe := e.c.Pipeline()
 	cmds := make([]*goredis.Cmd, len(batch))
 	for i, l := range batch {
-		if l.mode == engine.Exclusive {
-			cmds[i] = renewExclusive.EvalSha(ctx, pipe, e.renewKeys(l.key, l.mode), l.id, ms(l.ttl),
+		if l.Mode() == engine.Exclusive {
+			cmds[i] = renewExclusive.EvalSha(ctx, pipe, e.renewKeys(l.Key(), l.Mode()), l.id, ms(l.ttl),
 				flag(l.hasValue))
 		} else {
-			cmds[i] = renewShared.EvalSha(ctx, pipe, e.renewKeys(l.key, l.mode), l.id, ms(l.ttl))
+			cmds[i] = renewShared.EvalSha(ctx, pipe, e.renewKeys(l.Key(), l.Mode()), l.id, ms(l.ttl))
 		}
 	}
 	_, err := pipe.Exec(ctx)

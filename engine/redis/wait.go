@@ -356,7 +356,7 @@ func (e *Engine) handedOff(a *attempt, g *grant) (engine.Lease, error) {
 	if time.Since(a.at) >= a.life() {
 		e.undoUpTo(a, true)
 		return nil, fmt.Errorf("%w: %q: the hand-off arrived after its %v TTL had run out",
-			engine.ErrNotAcquired, a.key, a.ttl)
+			engine.ErrNotAcquired, a.Key(), a.ttl)
 	}
 	return e.granted(a, g.token, a.at)
 }

@@ -21,7 +21,7 @@ func TestDigestACL(t *testing.T) {
 	base := testBase(t, admin)
 	key := "acl/x"
 	var node string
-	a := dial(t, addr, zookeeper.WithBasePath(base), zookeeper.WithDigest("alice", "s3cret"),
+	a := dial(t, addr, zookeeper.WithPrefix(base), zookeeper.WithDigest("alice", "s3cret"),
 		zookeeper.WithHooks(func(p string) { node = p }, nil, nil))
 	l := mustAcquire(t, a, hold(key))
 	if node == "" {
@@ -44,14 +44,14 @@ func TestDigestACL(t *testing.T) {
 		t.Fatalf("holder's node after the attempts: exists %v, err %v", ok, err)
 	}
 
-	stranger := dial(t, addr, zookeeper.WithBasePath(base))
+	stranger := dial(t, addr, zookeeper.WithPrefix(base))
 	if sl, err := stranger.Acquire(bounded(t, 30*time.Second), try(key)); err == nil {
 		_ = sl.Release(bounded(t, 30*time.Second))
 		t.Errorf("an engine without credentials got the lock")
 	} else if !errors.Is(err, zk.ErrNoAuth) || !errors.Is(err, engine.ErrAccessDenied) || errors.Is(err, engine.ErrUnavailable) {
 		t.Errorf("an engine without credentials: want zk.ErrNoAuth as ErrAccessDenied, not ErrUnavailable, got %v", err)
 	}
-	b := dial(t, addr, zookeeper.WithBasePath(base), zookeeper.WithDigest("alice", "s3cret"))
+	b := dial(t, addr, zookeeper.WithPrefix(base), zookeeper.WithDigest("alice", "s3cret"))
 	if _, err := b.Acquire(bounded(t, 30*time.Second), try(key)); !errors.Is(err, engine.ErrNotAcquired) {
 		t.Errorf("TryLock with the credentials on a held key: want ErrNotAcquired, got %v", err)
 	}

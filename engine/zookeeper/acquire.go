@@ -97,7 +97,7 @@ func (e *Engine) acquire(ctx context.Context, req engine.Request) (*lease, error
 // queue creates the queue node and waits its turn, checking ctx between
 // server calls. On any failure it deletes its node before returning.
 func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (*lease, error) {
-	parent := e.base + "/" + EscapeKey(req.Key)
+	parent := e.base + "/" + EncodeKey(req.Key)
 	guid := newGUID()
 	var data []byte
 	if req.Value != "" {
@@ -338,10 +338,10 @@ func (e *Engine) grant(req engine.Request, own, parent string, token uint64,
 		parent = own[:len(parent)] // the node's path holds it: keep one string, not two
 	}
 	l := &lease{
-		eng: e, key: req.Key, mode: req.Mode, token: token,
+		LeaseCore: kit.NewLeaseCore(req.Key, req.Mode, req.OnLost), eng: e,
 		path: own, parent: parent, sid: ep.sid,
-		sig: kit.NewSignal(req.OnLost),
 	}
+	l.SetToken(token)
 	if err := e.frame.Track(l, func() error {
 		if e.sess.epoch != ep.epoch {
 			return fmt.Errorf("%w: session lost during acquire", errNoSession)

@@ -16,6 +16,6 @@ func TestCloseTellsFirst(t *testing.T) {
 	admin := rawConn(t, addr)
 	base := testBase(t, admin)
 	enginetest.RunCloseTellsFirst(t, func() (engine.Engine, error) {
-		return zookeeper.Dial([]string{addr}, testTimeout, zookeeper.WithBasePath(base), zookeeper.WithLogger(quiet{}))
+		return zookeeper.Dial([]string{addr}, zookeeper.WithSessionTimeout(testTimeout), zookeeper.WithPrefix(base), zookeeper.WithLogger(quiet{}))
 	})
 }

@@ -45,8 +45,8 @@ func TestCountedNoHerd(t *testing.T) {
 	base := testBase(t, admin)
 	const n, limit = 12, 2
 	key := "counted-herd"
-	parent := base + "/" + zookeeper.EscapeKey(key)
-	holder := dial(t, addr, zookeeper.WithBasePath(base))
+	parent := base + "/" + zookeeper.EncodeKey(key)
+	holder := dial(t, addr, zookeeper.WithPrefix(base))
 	var held []engine.Lease
 	for i := range limit {
 		held = append(held, mustAcquire(t, holder, permit(key, limit, string(rune('a'+i)))))
@@ -66,7 +66,7 @@ func TestCountedNoHerd(t *testing.T) {
 	nodes := make([]string, n)
 	for i := range waiters {
 		w := waiter{node: make(chan string, 4), watch: make(chan string, 256)}
-		w.e = dial(t, addr, zookeeper.WithBasePath(base), zookeeper.WithRecheck(5*time.Minute),
+		w.e = dial(t, addr, zookeeper.WithPrefix(base), zookeeper.WithRecheck(5*time.Minute),
 			zookeeper.WithHooks(func(p string) { w.node <- p }, func(p string) { w.watch <- p }, nil))
 		waiters[i] = w
 		go func() {
@@ -163,7 +163,7 @@ func TestCountedBehindWriter(t *testing.T) {
 	admin := rawConn(t, addr)
 	base := testBase(t, admin)
 	key := "counted-writer"
-	w := mustAcquire(t, dial(t, addr, zookeeper.WithBasePath(base)), hold(key))
+	w := mustAcquire(t, dial(t, addr, zookeeper.WithPrefix(base)), hold(key))
 	var chs []<-chan queuedResult
 	for range 4 {
 		chs = append(chs, queue(t, addr, base, permit(key, 2, ""), nil))
@@ -198,13 +198,13 @@ func TestCountedWaiterLeaves(t *testing.T) {
 	admin := rawConn(t, addr)
 	base := testBase(t, admin)
 	key := "counted-leave"
-	parent := base + "/" + zookeeper.EscapeKey(key)
-	h := mustAcquire(t, dial(t, addr, zookeeper.WithBasePath(base)), permit(key, 1, "h"))
+	parent := base + "/" + zookeeper.EncodeKey(key)
+	h := mustAcquire(t, dial(t, addr, zookeeper.WithPrefix(base)), permit(key, 1, "h"))
 	a := queue(t, addr, base, permit(key, 1, "a"), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	node := make(chan string, 1)
-	eb := dial(t, addr, zookeeper.WithBasePath(base), zookeeper.WithHooks(func(p string) { node <- p }, nil, nil))
+	eb := dial(t, addr, zookeeper.WithPrefix(base), zookeeper.WithHooks(func(p string) { node <- p }, nil, nil))
 	b := make(chan error, 1)
 	go func() {
 		_, err := eb.Acquire(ctx, permit(key, 1, "b"))
@@ -242,8 +242,8 @@ func TestHoldersAndValues(t *testing.T) {
 	admin := rawConn(t, addr)
 	base := testBase(t, admin)
 	key := "holders"
-	parent := base + "/" + zookeeper.EscapeKey(key)
-	e := dial(t, addr, zookeeper.WithBasePath(base))
+	parent := base + "/" + zookeeper.EncodeKey(key)
+	e := dial(t, addr, zookeeper.WithPrefix(base))
 	r1 := mustAcquire(t, e, permit(key, 2, "one"))
 	r2 := mustAcquire(t, e, func() engine.Request { r := read(key); r.Value = "two"; return r }())
 	over := permit(key, 2, "three")
@@ -321,7 +321,7 @@ func TestWatch(t *testing.T) {
 	admin := rawConn(t, addr)
 	base := testBase(t, admin)
 	key := "watched"
-	e := dial(t, addr, zookeeper.WithBasePath(base))
+	e := dial(t, addr, zookeeper.WithPrefix(base))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch, err := e.Watch(ctx, key)
@@ -329,7 +329,7 @@ func TestWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond) // let it set its watch
-	other := dial(t, addr, zookeeper.WithBasePath(base))
+	other := dial(t, addr, zookeeper.WithPrefix(base))
 	l := mustAcquire(t, other, hold(key))
 	if !notified(ch, 10*time.Second) {
 		t.Fatal("no notification of the first grant of a key")
@@ -384,7 +384,7 @@ func TestWatchAfterReconnect(t *testing.T) {
 	base := testBase(t, admin)
 	px := newProxy(t, addr)
 	hook, sess := sessionEvents()
-	e := dialTimeout(t, px.addr(), 20*time.Second, hook, zookeeper.WithBasePath(base))
+	e := dialTimeout(t, px.addr(), 20*time.Second, hook, zookeeper.WithPrefix(base))
 	key := "watched-reconnect"
 	l := mustAcquire(t, e, hold(key))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -424,8 +424,8 @@ func TestCountedCrashedHolder(t *testing.T) {
 	px := newProxy(t, addr)
 	const timeout = 4 * time.Second
 	key := "counted-crash"
-	a := dialTimeout(t, px.addr(), timeout, zookeeper.WithBasePath(base))
-	b := dialTimeout(t, addr, timeout, zookeeper.WithBasePath(base))
+	a := dialTimeout(t, px.addr(), timeout, zookeeper.WithPrefix(base))
+	b := dialTimeout(t, addr, timeout, zookeeper.WithPrefix(base))
 	la := mustAcquire(t, a, permit(key, 2, "a"))
 	lb := mustAcquire(t, b, permit(key, 2, "b"))
 	type grant struct {
@@ -435,7 +435,7 @@ func TestCountedCrashedHolder(t *testing.T) {
 	}
 	got := make(chan grant, 1)
 	node := make(chan string, 1)
-	c := dialTimeout(t, addr, timeout, zookeeper.WithBasePath(base), zookeeper.WithHooks(func(p string) { node <- p }, nil, nil))
+	c := dialTimeout(t, addr, timeout, zookeeper.WithPrefix(base), zookeeper.WithHooks(func(p string) { node <- p }, nil, nil))
 	go func() {
 		l, err := c.Acquire(bounded(t, time.Minute), permit(key, 2, "c"))
 		got <- grant{l: l, err: err, aGone: isDone(la)}
@@ -502,7 +502,7 @@ func TestHoldersRelistsAfterChange(t *testing.T) {
 	admin := rawConn(t, addr)
 	base := testBase(t, admin)
 	key := "holders-change"
-	la := mustAcquire(t, dial(t, addr, zookeeper.WithBasePath(base)), hold(key))
+	la := mustAcquire(t, dial(t, addr, zookeeper.WithPrefix(base)), hold(key))
 	next := queue(t, addr, base, func() engine.Request { r := hold(key); r.Value = "next"; return r }(), nil)
 	var lb engine.Lease
 	conn, events, err := zk.Connect([]string{addr}, testTimeout, zk.WithLogger(quiet{}))
@@ -516,7 +516,7 @@ func TestHoldersRelistsAfterChange(t *testing.T) {
 		}
 		lb = granted(t, next, "the next leader")
 	}}
-	e, err := zookeeper.New(hook, events, zookeeper.WithBasePath(base))
+	e, err := zookeeper.New(hook, events, zookeeper.WithPrefix(base))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,8 @@
 //
 // # Layout
 //
-// Each key has a lock node under the base path (DefaultBasePath,
-// "/cerberus/locks", under an optional chroot), named by EscapeKey, a
+// Each key has a lock node under the base path (DefaultPrefix,
+// "/cerberus/locks", under an optional chroot), named by EncodeKey, a
 // reversible percent-escaping that makes every valid key one znode name.
 // The lock node is a container node: the server deletes it once its queue
 // is empty (ZooKeeper checks every znode.container.checkIntervalMs, a

@@ -79,26 +79,21 @@ type hooks struct {
 	session  func(up bool)     // the session came up or went down
 }
 
-// Dial connects to the ZooKeeper servers with the given session timeout and
-// returns an engine that owns the connection: Close closes it, which ends
+// Dial connects to the ZooKeeper servers, asking for the session timeout
+// WithSessionTimeout sets, and returns an engine that owns the connection: Close closes it, which ends
 // the session and so removes every node it still holds.
 //
 // Dial does not wait for the connection: an engine whose servers cannot be
 // reached is returned all the same, and its Acquire and Ping calls fail with
 // an *engine.OpError wrapping engine.ErrUnavailable.
-func Dial(servers []string, sessionTimeout time.Duration, opts ...Option) (*Engine, error) {
+func Dial(servers []string, opts ...Option) (*Engine, error) {
 	if len(servers) == 0 {
 		return nil, fmt.Errorf("%w: zookeeper: no servers", engine.ErrInvalidRequest)
-	}
-	if sessionTimeout <= 0 {
-		return nil, fmt.Errorf("%w: zookeeper: session timeout %v", engine.ErrInvalidRequest,
-			sessionTimeout)
 	}
 	cfg := defaults()
 	for _, o := range opts {
 		o(&cfg)
 	}
-	cfg.sessionTimeout = sessionTimeout
 	e, err := newEngine(cfg)
 	if err != nil {
 		return nil, err
@@ -108,7 +103,7 @@ func Dial(servers []string, sessionTimeout time.Duration, opts ...Option) (*Engi
 		e.auth = []byte(cfg.user + ":" + cfg.password)
 	}
 	ready := make(chan struct{})
-	conn, _, err := zk.Connect(servers, sessionTimeout,
+	conn, _, err := zk.Connect(servers, cfg.sessionTimeout,
 		zk.WithDialer(e.dial),
 		zk.WithLogger(&logSink{e: e, out: cfg.logger}),
 		zk.WithEventCallback(func(ev zk.Event) {
@@ -140,7 +135,6 @@ func New(conn Conn, events <-chan zk.Event, opts ...Option) (*Engine, error) {
 			engine.ErrInvalidRequest)
 	}
 	cfg := defaults()
-	cfg.sessionTimeout = 4 * time.Second
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -169,7 +163,7 @@ func New(conn Conn, events <-chan zk.Event, opts ...Option) (*Engine, error) {
 }
 
 func newEngine(cfg config) (*Engine, error) {
-	for _, p := range []struct{ name, path string }{{"base path", cfg.base}, {"chroot", cfg.chroot}} {
+	for _, p := range []struct{ name, path string }{{"prefix", cfg.base}, {"chroot", cfg.chroot}} {
 		if p.path == "" && p.name == "chroot" {
 			continue
 		}
@@ -254,7 +248,7 @@ func (e *Engine) sessionTimeout() time.Duration {
 func (e *Engine) Name() string { return "zookeeper" }
 
 // Limits returns the common bounds from package engine. Every key within
-// them has a znode name (see EscapeKey). Shorter lease periods than the
+// them has a znode name (see EncodeKey). Shorter lease periods than the
 // session timeout are accepted and honoured while the holder runs, but a
 // holder that stops talking keeps its keys until the server expires its
 // session: Floor is the longer of the requested and negotiated timeouts
@@ -323,7 +317,7 @@ func (e *Engine) Close() error {
 	// closed before a waiter can be granted the key.
 	kit.ReleaseAll(held, bound, func(ctx context.Context, l *lease) {
 		ended := l.markEnded()
-		l.sig.Close(fmt.Errorf("%w: zookeeper engine closed", engine.ErrClosed))
+		l.Signal.Close(fmt.Errorf("%w: zookeeper engine closed", engine.ErrClosed))
 		if ended {
 			_ = e.removeNode(ctx, l.path)
 		}

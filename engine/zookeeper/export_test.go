@@ -17,8 +17,8 @@ func WithHooks(queued, watching func(path string), session func(up bool)) Option
 	return func(c *config) { c.hooks = &hooks{queued: queued, watching: watching, session: session} }
 }
 
-// BasePath returns the chroot and base path the engine uses.
-func (e *Engine) BasePath() string { return e.base }
+// Prefix returns the chroot and base path the engine uses.
+func (e *Engine) Prefix() string { return e.base }
 
 // SessionID returns the id of the connection's current session.
 func (e *Engine) SessionID() int64 { return e.conn.SessionID() }

@@ -9,15 +9,15 @@ import (
 	"github.com/cerberus-go/cerberus/engine/zookeeper"
 )
 
-// FuzzUnescapeKey: UnescapeKey, given any znode name (one found under the
+// FuzzDecodeKey: DecodeKey, given any znode name (one found under the
 // base path, say), never panics and either returns the key whose escaped
 // form is exactly that name, or refuses it with an error wrapping
 // engine.ErrInvalidKey that quotes the name and says what is wrong. So no
-// two names decode to the same key, and names EscapeKey never writes
+// two names decode to the same key, and names EncodeKey never writes
 // ("%61", "%2f", ".", "a/b", raw control characters) are refused.
-// FuzzEscape (escape_test.go) checks the other direction: every valid key
+// FuzzEncode (keys_test.go) checks the other direction: every valid key
 // escapes to a valid znode name and back.
-func FuzzUnescapeKey(f *testing.F) {
+func FuzzDecodeKey(f *testing.F) {
 	for _, seed := range []string{
 		"a", "", "%2E", "%2E%2E", ".", "..", "%2e", "%61", "%2F", "%2f", "a/b", "%25", "%", "%2", "%zz",
 		"%FF", "%ED%A0%80", "%F0%9F%94%92", "🔒", "\x00", "%00", "\ue000", "%EE%80%80", "订单",
@@ -25,19 +25,19 @@ func FuzzUnescapeKey(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
-		key, err := zookeeper.UnescapeKey(name)
+		key, err := zookeeper.DecodeKey(name)
 		if err == nil {
-			if again := zookeeper.EscapeKey(key); again != name {
-				t.Fatalf("UnescapeKey(%q) = %q, which escapes to %q: two names for one key", name, key, again)
+			if again := zookeeper.EncodeKey(key); again != name {
+				t.Fatalf("DecodeKey(%q) = %q, which escapes to %q: two names for one key", name, key, again)
 			}
 			return
 		}
 		if !errors.Is(err, engine.ErrInvalidKey) {
-			t.Fatalf("UnescapeKey(%q) = %v: want ErrInvalidKey", name, err)
+			t.Fatalf("DecodeKey(%q) = %v: want ErrInvalidKey", name, err)
 		}
 		msg := err.Error()
 		if !strings.Contains(msg, "znode name") {
-			t.Fatalf("UnescapeKey(%q) = %q: the message does not say what was refused", name, msg)
+			t.Fatalf("DecodeKey(%q) = %q: the message does not say what was refused", name, msg)
 		}
 	})
 }

@@ -28,7 +28,7 @@ func TestNoGarbage(t *testing.T) {
 	srv := testenv.StartZooKeeper(t, fastContainers...)
 	addr := srv.Addr
 	admin := rawConn(t, addr)
-	base := zookeeper.DefaultBasePath
+	base := zookeeper.DefaultPrefix
 	const keys, workers = 10000, 16
 	next := atomic.Int64{}
 	var failures atomic.Int64
@@ -39,7 +39,7 @@ func TestNoGarbage(t *testing.T) {
 	}
 	engines := make([]*zookeeper.Engine, workers)
 	for i := range engines {
-		engines[i] = dial(t, addr, zookeeper.WithBasePath(base))
+		engines[i] = dial(t, addr, zookeeper.WithPrefix(base))
 	}
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -127,7 +127,7 @@ func TestCrashedHolderLeavesNothing(t *testing.T) {
 	conn.Close() // the "crash": the session ends with the node in place
 
 	admin := rawConn(t, srv.Addr)
-	parent := zookeeper.DefaultBasePath + "/" + zookeeper.EscapeKey("crash")
+	parent := zookeeper.DefaultPrefix + "/" + zookeeper.EncodeKey("crash")
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		ok, _, err := admin.Exists(parent)
 		if err != nil {

@@ -69,7 +69,7 @@ func removeTree(c *zk.Conn, path string) {
 // lock node itself is a container: the server removes it once it is empty
 // (TestNoGarbage and TestCrashedHolderLeavesNothing check that).
 func leftovers(c *zk.Conn, base, key string) ([]string, error) {
-	parent := base + "/" + zookeeper.EscapeKey(key)
+	parent := base + "/" + zookeeper.EncodeKey(key)
 	children, _, err := c.Children(parent)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
@@ -93,7 +93,8 @@ func deadAddr(t *testing.T) string {
 // dial makes an engine on addr, closed when the test ends.
 func dial(t *testing.T, addr string, opts ...zookeeper.Option) *zookeeper.Engine {
 	t.Helper()
-	e, err := zookeeper.Dial([]string{addr}, testTimeout, append([]zookeeper.Option{zookeeper.WithLogger(quiet{})}, opts...)...)
+	e, err := zookeeper.Dial([]string{addr}, append([]zookeeper.Option{zookeeper.WithSessionTimeout(testTimeout),
+		zookeeper.WithLogger(quiet{})}, opts...)...)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}

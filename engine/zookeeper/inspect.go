@@ -34,7 +34,7 @@ func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, erro
 	}
 	bctx, cancel := e.bound(ctx)
 	defer cancel()
-	parent := e.base + "/" + EscapeKey(key)
+	parent := e.base + "/" + EncodeKey(key)
 	for try := 1; ; try++ {
 		hs, changed, err := e.readHolders(bctx, parent)
 		if err != nil {
@@ -152,7 +152,7 @@ func (e *Engine) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 	if e.frame.Closed() {
 		return nil, engine.ErrClosed
 	}
-	parent := e.base + "/" + EscapeKey(key)
+	parent := e.base + "/" + EncodeKey(key)
 	// Armed before Watch returns while the session is up, so that a change
 	// made right after is told; with the session down the loop arms it
 	// once the session is back.

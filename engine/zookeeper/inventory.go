@@ -16,7 +16,7 @@ var _ engine.Lister = (*Engine)(nil)
 // List returns the keys held under prefix; see engine.Lister. It reads the
 // children of the base path once (ZooKeeper does not page them: a base
 // whose listing exceeds the server's jute.maxbuffer fails), unescapes them
-// (UnescapeKey) and keeps those under prefix, in key order. Then, key by
+// (DecodeKey) and keeps those under prefix, in key order. Then, key by
 // key, it lists the key's queue and reads its holding nodes as Holders
 // does; Granted is a node's ctime (when it joined the queue: the grant
 // for a lease that did not wait), Waiters the queue nodes that do not
@@ -40,7 +40,7 @@ func (e *Engine) List(ctx context.Context, prefix string, limit int) (engine.Inv
 	}
 	var names []string
 	for _, c := range children {
-		if k, err := UnescapeKey(c); err == nil && strings.HasPrefix(k, prefix) {
+		if k, err := DecodeKey(c); err == nil && strings.HasPrefix(k, prefix) {
 			names = append(names, k)
 		}
 	}
@@ -64,7 +64,7 @@ func (e *Engine) List(ctx context.Context, prefix string, limit int) (engine.Inv
 // listKey reads key's queue and the data and stat of its holding nodes.
 // A holding node gone before it is read is left out.
 func (e *Engine) listKey(ctx context.Context, key string) (engine.HeldKey, error) {
-	parent := e.base + "/" + EscapeKey(key)
+	parent := e.base + "/" + EncodeKey(key)
 	hk := engine.HeldKey{Key: key}
 	var children []string
 	err := call(ctx, func() (err error) { children, _, err = e.conn.Children(parent); return err })

@@ -14,6 +14,6 @@ func TestList(t *testing.T) {
 	addr := testenv.ZooKeeperAddr(t)
 	base := testBase(t, rawConn(t, addr))
 	enginetest.RunList(t, func() (engine.Engine, error) {
-		return zookeeper.Dial([]string{addr}, testTimeout, zookeeper.WithBasePath(base), zookeeper.WithLogger(quiet{}))
+		return zookeeper.Dial([]string{addr}, zookeeper.WithSessionTimeout(testTimeout), zookeeper.WithPrefix(base), zookeeper.WithLogger(quiet{}))
 	})
 }

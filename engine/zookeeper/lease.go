@@ -21,35 +21,17 @@ const (
 
 // lease is a granted queue node.
 type lease struct {
-	eng    *Engine
-	key    string
-	mode   engine.Mode
-	token  uint64
-	path   string // the queue node
-	parent string // the key's lock node
-	sid    int64  // the session that owns the node
-	sig    *kit.Signal
+	kit.LeaseCore // Token is the czxid of the lease's queue node
+	eng           *Engine
+	path          string // the queue node
+	parent        string // the key's lock node
+	sid           int64  // the session that owns the node
 
 	mu      sync.Mutex
 	state   int
 	expired bool        // the TTL ran out during a release
 	timer   *time.Timer // fixed-TTL expiry; nil with Renew
 }
-
-// Key returns the lock key.
-func (l *lease) Key() string { return l.key }
-
-// Mode returns the mode the lease was granted in.
-func (l *lease) Mode() engine.Mode { return l.mode }
-
-// Token returns the czxid of the lease's queue node.
-func (l *lease) Token() uint64 { return l.token }
-
-// Done is closed when the lease ends.
-func (l *lease) Done() <-chan struct{} { return l.sig.Done() }
-
-// Err says why the lease ended, or is nil.
-func (l *lease) Err() error { return l.sig.Err() }
 
 // Release deletes the lease's queue node. The node's name is unique to this
 // lease, so the delete cannot touch another holder's lock. It returns an
@@ -73,7 +55,7 @@ func (l *lease) Release(ctx context.Context) error {
 	bctx, cancel := e.bound(ctx)
 	defer cancel()
 	var err error
-	if l.mode == engine.Exclusive {
+	if l.Mode() == engine.Exclusive {
 		err = e.releaseNode(bctx, l.path)
 	} else {
 		err = e.removeNode(bctx, l.path)
@@ -88,7 +70,7 @@ func (l *lease) Release(ctx context.Context) error {
 	case connErr(err) || bctx.Err() != nil:
 		l.finish(fmt.Errorf("%w: release of %s did not complete: %w", engine.ErrLeaseLost, l.path, err))
 		e.orphan(orphan{parent: l.parent, path: l.path, sid: l.sid})
-		return e.opError(ctx, "release", l.key, err)
+		return e.opError(ctx, "release", l.Key(), err)
 	}
 	l.mu.Lock()
 	expired := l.expired
@@ -99,12 +81,12 @@ func (l *lease) Release(ctx context.Context) error {
 	if expired {
 		l.expire()
 	}
-	return e.opError(ctx, "release", l.key, err)
+	return e.opError(ctx, "release", l.Key(), err)
 }
 
 func (l *lease) notHeld() error {
-	l.sig.Close(fmt.Errorf("%w: released while not held", engine.ErrLeaseLost))
-	return l.sig.NotHeld(l.key)
+	l.Signal.Close(fmt.Errorf("%w: released while not held", engine.ErrLeaseLost))
+	return l.Signal.NotHeld(l.Key())
 }
 
 // expire ends a fixed-TTL lease when its timer fires and deletes its node.
@@ -143,12 +125,12 @@ func (l *lease) finish(err error) bool {
 		if errors.Is(err, engine.ErrReleased) {
 			// Lost while the release was in flight; the node is gone
 			// either way.
-			l.sig.Close(err)
+			l.Signal.Close(err)
 		}
 		return false
 	}
 	l.eng.frame.Forget(l)
-	l.sig.Close(err)
+	l.Signal.Close(err)
 	return true
 }
 

@@ -31,6 +31,6 @@ const (
 // holderEngine is the engine of a holder process: on the server and under
 // the base path its environment names.
 func holderEngine() (engine.Engine, error) {
-	return zookeeper.Dial([]string{os.Getenv(holderAddrEnv)}, testTimeout,
-		zookeeper.WithBasePath(os.Getenv(holderBaseEnv)), zookeeper.WithLogger(quiet{}))
+	return zookeeper.Dial([]string{os.Getenv(holderAddrEnv)}, zookeeper.WithSessionTimeout(testTimeout),
+		zookeeper.WithPrefix(os.Getenv(holderBaseEnv)), zookeeper.WithLogger(quiet{}))
 }

@@ -6,9 +6,13 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// DefaultBasePath is where lock nodes live unless WithBasePath says
-// otherwise.
-const DefaultBasePath = "/cerberus/locks"
+// DefaultPrefix is the base znode under which lock nodes live unless
+// WithPrefix says otherwise.
+const DefaultPrefix = "/cerberus/locks"
+
+// DefaultSessionTimeout is the default WithSessionTimeout: the shortest
+// timeout a server with the default tickTime of 2s negotiates.
+const DefaultSessionTimeout = 4 * time.Second
 
 // DefaultRecheck bounds how long a waiter trusts its watch before it lists
 // the queue again.
@@ -29,14 +33,15 @@ type config struct {
 }
 
 func defaults() config {
-	return config{base: DefaultBasePath, recheck: DefaultRecheck}
+	return config{base: DefaultPrefix, recheck: DefaultRecheck, sessionTimeout: DefaultSessionTimeout}
 }
 
-// WithBasePath sets the znode under which every key's lock node is created.
-// It must be an absolute ZooKeeper path without a trailing slash. The default
-// is DefaultBasePath ("/cerberus/locks"). The nodes on the path are created
+// WithPrefix sets the key namespace: the base znode under which every
+// key's lock node is created. It must be an absolute ZooKeeper path
+// without a trailing slash. The default
+// is DefaultPrefix ("/cerberus/locks"). The nodes on the path are created
 // as persistent nodes, open to everyone, when first needed.
-func WithBasePath(path string) Option { return func(c *config) { c.base = path } }
+func WithPrefix(path string) Option { return func(c *config) { c.base = path } }
 
 // WithChroot puts every path the engine uses under chroot, as a chroot
 // suffix in a ZooKeeper connect string would ("/app" makes the default base
@@ -55,12 +60,12 @@ func WithDigest(user, password string) Option {
 	return func(c *config) { c.user, c.password, c.digest = user, password, true }
 }
 
-// WithSessionTimeout tells an engine built by New the session timeout of the
-// connection it was given, which it needs for its local session timer. Give
-// the negotiated timeout or less: a longer one would let a lease outlive its
-// session. Dial takes the timeout as an argument and ignores this option.
-// The default for New is 4s, the shortest timeout a server with the default
-// tickTime of 2s negotiates.
+// WithSessionTimeout sets the session timeout. Dial asks the servers for
+// it; an engine built by New is told with it the timeout of the connection
+// it was given, which it needs for its local session timer: give the
+// negotiated timeout or less there, since a longer one would let a lease
+// outlive its session. It must be positive. The default is
+// DefaultSessionTimeout (4s).
 func WithSessionTimeout(d time.Duration) Option { return func(c *config) { c.sessionTimeout = d } }
 
 // WithRecheck sets how long a waiter waits for its watch before it lists

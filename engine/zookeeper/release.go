@@ -51,7 +51,7 @@ func (e *Engine) ForceRelease(ctx context.Context, key string) ([]engine.Holder,
 	}
 	bctx, cancel := e.bound(ctx)
 	defer cancel()
-	parent := e.base + "/" + EscapeKey(key)
+	parent := e.base + "/" + EncodeKey(key)
 	for range releaseTries {
 		hs, nodes, err := e.freeOnce(bctx, parent)
 		if errors.Is(err, zk.ErrNoNode) {
@@ -177,7 +177,7 @@ func (l *lease) armWatch() {
 		}
 		select {
 		case <-time.After(e.recheck):
-		case <-l.sig.Done():
+		case <-l.Signal.Done():
 			return
 		case <-e.frame.Closing():
 			return

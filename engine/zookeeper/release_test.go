@@ -16,7 +16,7 @@ func TestForceRelease(t *testing.T) {
 	addr := testenv.ZooKeeperAddr(t)
 	base := testBase(t, rawConn(t, addr))
 	newEngine := func() (engine.Engine, error) {
-		return zookeeper.Dial([]string{addr}, testTimeout, zookeeper.WithBasePath(base), zookeeper.WithLogger(quiet{}))
+		return zookeeper.Dial([]string{addr}, zookeeper.WithSessionTimeout(testTimeout), zookeeper.WithPrefix(base), zookeeper.WithLogger(quiet{}))
 	}
 	enginetest.RunRelease(t, newEngine)
 	enginetest.RunPausedRelease(t, newEngine, holderAddrEnv+"="+addr, holderBaseEnv+"="+base)

@@ -206,7 +206,7 @@ func (e *Engine) loseAll(lost []*lease, err error) {
 	go func() {
 		for _, l := range lost {
 			if l.markEnded() {
-				l.sig.Close(err)
+				l.Signal.Close(err)
 			}
 		}
 	}()

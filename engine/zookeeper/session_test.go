@@ -33,7 +33,8 @@ func bounded(t *testing.T, d time.Duration) context.Context {
 // dialTimeout makes an engine with session timeout d on addr.
 func dialTimeout(t *testing.T, addr string, d time.Duration, opts ...zookeeper.Option) *zookeeper.Engine {
 	t.Helper()
-	e, err := zookeeper.Dial([]string{addr}, d, append([]zookeeper.Option{zookeeper.WithLogger(quiet{})}, opts...)...)
+	e, err := zookeeper.Dial([]string{addr}, append([]zookeeper.Option{zookeeper.WithSessionTimeout(d),
+		zookeeper.WithLogger(quiet{})}, opts...)...)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
@@ -292,7 +293,7 @@ func TestRestartAfterLossDeletesOrphans(t *testing.T) {
 	}
 	// The session lives, so only the engine can have removed the node.
 	admin := rawConn(t, srv.Addr)
-	parent := a.BasePath() + "/" + zookeeper.EscapeKey("orphan/x")
+	parent := a.Prefix() + "/" + zookeeper.EncodeKey("orphan/x")
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		if len(children(t, admin, parent)) == 0 {
 			break
@@ -349,5 +350,28 @@ func TestReleaseDuringOutage(t *testing.T) {
 	}
 	if a.SessionID() != sid {
 		t.Errorf("the key was freed by a session change, not by the engine's delete")
+	}
+}
+
+// TestDialChecksOptions: Dial refuses no servers, a session timeout that is
+// not positive and a relative prefix with ErrInvalidRequest, before it
+// connects (the address is never dialled).
+func TestDialChecksOptions(t *testing.T) {
+	servers := []string{"127.0.0.1:1"}
+	for name, dial := range map[string]func() (*zookeeper.Engine, error){
+		"no servers":        func() (*zookeeper.Engine, error) { return zookeeper.Dial(nil) },
+		"session timeout 0": func() (*zookeeper.Engine, error) { return zookeeper.Dial(servers, zookeeper.WithSessionTimeout(0)) },
+		"negative timeout": func() (*zookeeper.Engine, error) {
+			return zookeeper.Dial(servers, zookeeper.WithSessionTimeout(-time.Second))
+		},
+		"relative prefix": func() (*zookeeper.Engine, error) { return zookeeper.Dial(servers, zookeeper.WithPrefix("locks")) },
+	} {
+		e, err := dial()
+		if !errors.Is(err, engine.ErrInvalidRequest) {
+			if e != nil {
+				_ = e.Close()
+			}
+			t.Errorf("%s: Dial = %v, want ErrInvalidRequest", name, err)
+		}
 	}
 }

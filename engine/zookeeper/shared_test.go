@@ -34,7 +34,7 @@ type queuedResult struct {
 func queue(t *testing.T, addr, base string, req engine.Request, cond func() bool) <-chan queuedResult {
 	t.Helper()
 	node := make(chan string, 4)
-	e := dial(t, addr, zookeeper.WithBasePath(base), zookeeper.WithHooks(func(p string) { node <- p }, nil, nil))
+	e := dial(t, addr, zookeeper.WithPrefix(base), zookeeper.WithHooks(func(p string) { node <- p }, nil, nil))
 	out := make(chan queuedResult, 1)
 	go func() {
 		l, err := e.Acquire(bounded(t, time.Minute), req)
@@ -74,7 +74,7 @@ func TestReaderBehindWriterIgnoresLaterWriters(t *testing.T) {
 	admin := rawConn(t, addr)
 	base := testBase(t, admin)
 	key := "rw"
-	r1 := mustAcquire(t, dial(t, addr, zookeeper.WithBasePath(base)), read(key))
+	r1 := mustAcquire(t, dial(t, addr, zookeeper.WithPrefix(base)), read(key))
 	var r1Out, w1Out, r2Out atomic.Bool
 	w1c := queue(t, addr, base, hold(key), r1Out.Load)
 	r2c := queue(t, addr, base, read(key), w1Out.Load)
@@ -137,7 +137,7 @@ func TestSharedInterleavings(t *testing.T) {
 	var wg sync.WaitGroup
 	engines := make([]*zookeeper.Engine, clients)
 	for c := range clients {
-		e := dial(t, addr, zookeeper.WithBasePath(base))
+		e := dial(t, addr, zookeeper.WithPrefix(base))
 		engines[c] = e
 		wg.Add(1)
 		go func() {
@@ -222,10 +222,10 @@ func TestWaiterLeavingMidQueue(t *testing.T) {
 	admin := rawConn(t, addr)
 	base := testBase(t, admin)
 	key := "mid"
-	w1 := mustAcquire(t, dial(t, addr, zookeeper.WithBasePath(base)), hold(key))
+	w1 := mustAcquire(t, dial(t, addr, zookeeper.WithPrefix(base)), hold(key))
 
 	queued2 := make(chan string, 4)
-	e2 := dial(t, addr, zookeeper.WithBasePath(base), zookeeper.WithHooks(func(p string) { queued2 <- p }, nil, nil))
+	e2 := dial(t, addr, zookeeper.WithPrefix(base), zookeeper.WithHooks(func(p string) { queued2 <- p }, nil, nil))
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	defer cancel2()
 	res2 := make(chan error, 1)
@@ -236,7 +236,7 @@ func TestWaiterLeavingMidQueue(t *testing.T) {
 	node2 := <-queued2
 
 	watching3 := make(chan string, 4)
-	e3 := dial(t, addr, zookeeper.WithBasePath(base), zookeeper.WithHooks(nil, func(p string) { watching3 <- p }, nil))
+	e3 := dial(t, addr, zookeeper.WithPrefix(base), zookeeper.WithHooks(nil, func(p string) { watching3 <- p }, nil))
 	var w1Out atomic.Bool
 	res3 := make(chan queuedResult, 1)
 	go func() {

@@ -1,12 +1,11 @@
 package zookeeper_test
 
 import (
-	"context"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/enginetest"
 	"github.com/cerberus-go/cerberus/engine/zookeeper"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
@@ -21,56 +20,27 @@ import (
 // the ensemble elects.
 const restartWait = 30 * time.Second
 
+// retry bounds the grants of this file's tests (see enginetest.Retry).
+var retry = enginetest.Retry{Within: restartWait, Attempt: 5 * time.Second, Pause: 50 * time.Millisecond}
+
 // grantOnce acquires req on e, trying again for up to restartWait while the
 // engine reports the server unavailable.
 func grantOnce(t *testing.T, e engine.Engine, req engine.Request) engine.Lease {
 	t.Helper()
-	var err error
-	for deadline := time.Now().Add(restartWait); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		var l engine.Lease
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		l, err = e.Acquire(ctx, req)
-		cancel()
-		if err == nil {
-			return l
-		}
-		if !errors.Is(err, engine.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
-			break
-		}
-	}
-	t.Fatalf("acquire %s: %v", req.Key, err)
-	return nil
+	return retry.Grant(t, e, req)
 }
 
 // cycles grants key on e n times (every third grant shared), releasing each
-// lease, and returns the largest token seen; each token must be above the
-// one before, the first above after. A token that is not fails the test
-// and ends the cycles.
+// lease, and returns the largest token seen (see enginetest.Retry.Cycles).
 func cycles(t *testing.T, e engine.Engine, key string, n int, after uint64) uint64 {
 	t.Helper()
-	for i := range n {
-		req := try(key)
-		if i%3 == 2 {
-			req.Mode = engine.Shared
-		}
-		l := grantOnce(t, e, req)
-		if err := l.Release(bounded(t, restartWait)); err != nil {
-			t.Fatal(err)
-		}
-		if l.Token() <= after {
-			t.Errorf("grant %d (%v) of %s: token %d after %d; tokens must strictly increase", i+1, req.Mode, key,
-				l.Token(), after)
-			return after
-		}
-		after = l.Token()
-	}
-	return after
+	return retry.Cycles(t, e, try(key), n, after)
 }
 
 // engineOn dials an engine on servers under base, closed when the test ends.
 func engineOn(t *testing.T, base string, servers ...string) *zookeeper.Engine {
 	t.Helper()
-	e, err := zookeeper.Dial(servers, 4*time.Second, zookeeper.WithLogger(quiet{}), zookeeper.WithBasePath(base))
+	e, err := zookeeper.Dial(servers, zookeeper.WithSessionTimeout(4*time.Second), zookeeper.WithLogger(quiet{}), zookeeper.WithPrefix(base))
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
@@ -138,7 +108,7 @@ func TestTokensAfterTreeDeleted(t *testing.T) {
 	req := try("wipe")
 	req.Mode = engine.Shared
 	held := grantOnce(t, engineOn(t, base, addr), req)
-	parent := base + "/" + zookeeper.EscapeKey("wipe")
+	parent := base + "/" + zookeeper.EncodeKey("wipe")
 	if kids := children(t, admin, parent); len(kids) != 1 {
 		t.Fatalf("queue of the held key: %v, want the holder's node", kids)
 	}

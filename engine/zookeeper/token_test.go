@@ -21,11 +21,11 @@ func TestTokenIsCzxid(t *testing.T) {
 	base := testBase(t, admin)
 	nodes := make(chan string, 8)
 	gate := make(chan struct{}, 8) // lets a queued acquisition go on to its first listing
-	e := dial(t, addr, zookeeper.WithBasePath(base), zookeeper.WithHooks(func(p string) {
+	e := dial(t, addr, zookeeper.WithPrefix(base), zookeeper.WithHooks(func(p string) {
 		nodes <- p
 		<-gate
 	}, nil, nil))
-	other := dial(t, addr, zookeeper.WithBasePath(base))
+	other := dial(t, addr, zookeeper.WithPrefix(base))
 	check := func(token uint64, node string) {
 		t.Helper()
 		_, st, err := admin.Exists(node)
@@ -114,7 +114,7 @@ func TestTokenAfterLostCreateReply(t *testing.T) {
 	t.Cleanup(conn.Close)
 	nodes := make(chan string, 2)
 	lr := &lostReply{Conn: conn}
-	e, err := zookeeper.New(lr, events, zookeeper.WithBasePath(base),
+	e, err := zookeeper.New(lr, events, zookeeper.WithPrefix(base),
 		zookeeper.WithHooks(func(p string) { nodes <- p }, nil, nil))
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +125,7 @@ func TestTokenAfterLostCreateReply(t *testing.T) {
 		t.Fatal("the create's reply was never dropped")
 	}
 	node := <-nodes
-	parent := base + "/" + zookeeper.EscapeKey("lost")
+	parent := base + "/" + zookeeper.EncodeKey("lost")
 	if kids := children(t, admin, parent); len(kids) != 1 {
 		t.Fatalf("queue after a lost create reply = %v, want the one node", kids)
 	}

@@ -23,7 +23,7 @@ func TestOneWatchPerRelease(t *testing.T) {
 	base := testBase(t, admin)
 	const n = 50
 	key := "herd"
-	holder := dial(t, addr, zookeeper.WithBasePath(base))
+	holder := dial(t, addr, zookeeper.WithPrefix(base))
 	first := mustAcquire(t, holder, try(key))
 
 	type waiter struct {
@@ -40,7 +40,7 @@ func TestOneWatchPerRelease(t *testing.T) {
 	waiters := make([]waiter, n)
 	for i := range waiters {
 		w := waiter{node: make(chan string, 4), watch: make(chan string, 16)}
-		w.e = dial(t, addr, zookeeper.WithBasePath(base), zookeeper.WithRecheck(5*time.Minute),
+		w.e = dial(t, addr, zookeeper.WithPrefix(base), zookeeper.WithRecheck(5*time.Minute),
 			zookeeper.WithHooks(func(p string) { w.node <- p }, func(p string) { w.watch <- p }, nil))
 		waiters[i] = w
 	}
@@ -135,7 +135,7 @@ func TestOneWatchPerRelease(t *testing.T) {
 func TestWatchSeesAChangeRightAfterIt(t *testing.T) {
 	addr := testenv.ZooKeeperAddr(t)
 	base := testBase(t, rawConn(t, addr))
-	e := dial(t, addr, zookeeper.WithBasePath(base))
+	e := dial(t, addr, zookeeper.WithPrefix(base))
 	// One P, and the grant on the watching engine's own connection: the
 	// grant's request goes out before the watch goroutine can run, as on
 	// a loaded machine.

@@ -22,7 +22,7 @@ func TestConformance(t *testing.T) {
 	dead := deadAddr(t)
 	locked := lockedBase(t, admin, base)
 	enginetest.Run(t, func() (engine.Engine, error) {
-		return zookeeper.Dial([]string{addr}, testTimeout, zookeeper.WithBasePath(base), zookeeper.WithLogger(quiet{}))
+		return zookeeper.Dial([]string{addr}, zookeeper.WithSessionTimeout(testTimeout), zookeeper.WithPrefix(base), zookeeper.WithLogger(quiet{}))
 	}, enginetest.Options{
 		Leftovers: func(_ context.Context, key string) ([]string, error) {
 			return leftovers(admin, base, key)
@@ -30,10 +30,10 @@ func TestConformance(t *testing.T) {
 		// A short session timeout: an unreachable server shows as
 		// unavailable when no session comes within it.
 		Unreachable: func() (engine.Engine, error) {
-			return zookeeper.Dial([]string{dead}, 2*time.Second, zookeeper.WithLogger(quiet{}))
+			return zookeeper.Dial([]string{dead}, zookeeper.WithSessionTimeout(2*time.Second), zookeeper.WithLogger(quiet{}))
 		},
 		AccessDenied: func() (engine.Engine, error) {
-			return zookeeper.Dial([]string{addr}, testTimeout, zookeeper.WithBasePath(locked), zookeeper.WithLogger(quiet{}))
+			return zookeeper.Dial([]string{addr}, zookeeper.WithSessionTimeout(testTimeout), zookeeper.WithPrefix(locked), zookeeper.WithLogger(quiet{}))
 		},
 	})
 }

@@ -15,14 +15,11 @@ import (
 // row (shared) that names this lease's owner value until it is cleared or
 // expires on the server's clock.
 type lease struct {
+	kit.LeaseCore
 	c     *Core
-	key   string
-	mode  engine.Mode
-	token uint64
 	owner string
 	ttl   time.Duration
 	renew bool
-	sig   *kit.Signal
 
 	mu        sync.Mutex
 	timer     *time.Timer // fixed-TTL expiry; nil with Renew
@@ -33,12 +30,6 @@ type lease struct {
 	// measured by elapsed time only.
 	validFrom time.Time
 }
-
-func (l *lease) Key() string           { return l.key }
-func (l *lease) Mode() engine.Mode     { return l.mode }
-func (l *lease) Token() uint64         { return l.token }
-func (l *lease) Done() <-chan struct{} { return l.sig.Done() }
-func (l *lease) Err() error            { return l.sig.Err() }
 
 // life is how long after sending a grant or renewal a lease counts as
 // held: its TTL less engine.Margin, so that Done closes ahead of the
@@ -223,9 +214,10 @@ func (c *Core) undo(req engine.Request, owner string) {
 func (c *Core) granted(req engine.Request, owner string, token uint64,
 	start time.Time) (engine.Lease, error) {
 	l := &lease{
-		c: c, key: req.Key, mode: req.Mode, token: token, owner: owner,
-		ttl: req.TTL, renew: req.Renew, sig: kit.NewSignal(req.OnLost), validFrom: start,
+		LeaseCore: kit.NewLeaseCore(req.Key, req.Mode, req.OnLost), c: c, owner: owner,
+		ttl: req.TTL, renew: req.Renew, validFrom: start,
 	}
+	l.SetToken(token)
 	if err := c.Frame.Track(l, func() error {
 		if !req.Renew {
 			// The server expires the row at its clock plus the TTL;
@@ -252,7 +244,7 @@ func (c *Core) granted(req engine.Request, owner string, token uint64,
 func (c *Core) clear(l *lease) (bool, error) {
 	ctx, cancel := c.OpCtx()
 	defer cancel()
-	return c.d.Release(ctx, l.mode, l.key, l.owner, l.token)
+	return c.d.Release(ctx, l.Mode(), l.Key(), l.owner, l.Token())
 }
 
 // Release clears the lease's row (or reader row) on the server with a
@@ -262,8 +254,8 @@ func (c *Core) clear(l *lease) (bool, error) {
 // ends with engine.ErrLeaseLost. The statement runs even if ctx is
 // cancelled, bounded by the engine's op timeout.
 func (l *lease) Release(ctx context.Context) error {
-	if l.sig.Closed() {
-		return l.sig.NotHeld(l.key)
+	if l.Signal.Closed() {
+		return l.Signal.NotHeld(l.Key())
 	}
 	l.mu.Lock()
 	l.releasing = true
@@ -273,23 +265,23 @@ func (l *lease) Release(ctx context.Context) error {
 		// Unknown whether the row is still ours; it is no longer renewed,
 		// so it is lost either way (the server expires it by its TTL).
 		l.forget()
-		l.sig.Close(fmt.Errorf("%w: release failed: %w", engine.ErrLeaseLost, err))
-		return l.c.d.OpErr(ctx, "release", l.key, err)
+		l.Signal.Close(fmt.Errorf("%w: release failed: %w", engine.ErrLeaseLost, err))
+		return l.c.d.OpErr(ctx, "release", l.Key(), err)
 	}
 	l.forget()
 	if ok {
-		l.sig.Close(engine.ErrReleased)
-		l.c.line.kick(l.key)
+		l.Signal.Close(engine.ErrReleased)
+		l.c.line.kick(l.Key())
 		return nil
 	}
-	return l.sig.NotHeld(l.key)
+	return l.Signal.NotHeld(l.Key())
 }
 
 // end closes the lease with err; with release it then clears it on the
 // server (Close does, expiry does not need to). The holder is told first,
 // so that its Done has closed before any waiter can be granted the key.
 func (l *lease) end(err error, release bool) {
-	told := l.sig.Close(err)
+	told := l.Signal.Close(err)
 	if release && told {
 		_, _ = l.c.clear(l)
 	}

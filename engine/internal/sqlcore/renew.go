@@ -51,7 +51,7 @@ func (c *Core) renewAll() (int, time.Time) {
 		if !ok || !l.renew {
 			continue
 		}
-		if l.mode == engine.Shared {
+		if l.Mode() == engine.Shared {
 			readers = append(readers, l)
 		} else {
 			writers = append(writers, l)
@@ -77,7 +77,7 @@ func validUntil(sets ...[]*lease) time.Time {
 			l.mu.Lock()
 			v, releasing := l.validFrom.Add(life(l.ttl)), l.releasing
 			l.mu.Unlock()
-			if releasing || l.sig.Closed() {
+			if releasing || l.Signal.Closed() {
 				continue
 			}
 			if first.IsZero() || v.Before(first) {
@@ -111,7 +111,7 @@ func (c *Core) renewSome(batch []*lease, shared bool) {
 			deadline = v
 		}
 		l.mu.Unlock()
-		keys = append(keys, l.key)
+		keys = append(keys, l.Key())
 		owners = append(owners, l.owner)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)

@@ -25,7 +25,7 @@ func znodeNameOK(name string) bool {
 	return true
 }
 
-func TestEscapeRoundTrip(t *testing.T) {
+func TestEncodeRoundTrip(t *testing.T) {
 	keys := []string{
 		"a", "order:42", "a/../.", ".", "..", "...", "/", "a/", "//x//",
 		"订单:42 a%2F/b\\*?.. ", "%", "%25", "%2F", "100%", "emoji 🔒 lock",
@@ -34,25 +34,25 @@ func TestEscapeRoundTrip(t *testing.T) {
 		strings.Repeat("🔒", engine.MaxKeyLen/4),
 	}
 	for _, key := range keys {
-		name := zookeeper.EscapeKey(key)
+		name := zookeeper.EncodeKey(key)
 		if !znodeNameOK(name) {
-			t.Errorf("EscapeKey(%q) = %q, not a valid znode name", key, name)
+			t.Errorf("EncodeKey(%q) = %q, not a valid znode name", key, name)
 		}
-		back, err := zookeeper.UnescapeKey(name)
+		back, err := zookeeper.DecodeKey(name)
 		if err != nil || back != key {
-			t.Errorf("UnescapeKey(EscapeKey(%q)) = %q, %v", key, back, err)
+			t.Errorf("DecodeKey(EncodeKey(%q)) = %q, %v", key, back, err)
 		}
 	}
-	if got := zookeeper.EscapeKey("plain:key-1"); got != "plain:key-1" {
+	if got := zookeeper.EncodeKey("plain:key-1"); got != "plain:key-1" {
 		t.Errorf("a plain key was changed: %q", got)
 	}
 	// Distinct keys never share a name.
-	if zookeeper.EscapeKey("a/b") == zookeeper.EscapeKey("a%2Fb") {
+	if zookeeper.EncodeKey("a/b") == zookeeper.EncodeKey("a%2Fb") {
 		t.Errorf(`"a/b" and "a%%2Fb" escape to the same name`)
 	}
 }
 
-func FuzzEscape(f *testing.F) {
+func FuzzEncode(f *testing.F) {
 	for _, s := range []string{"a", "a/../.", "%zz", "..", "订单/🔒"} {
 		f.Add(s)
 	}
@@ -60,20 +60,20 @@ func FuzzEscape(f *testing.F) {
 		if engine.CheckKey(key, engine.MaxKeyLen) != nil {
 			return
 		}
-		name := zookeeper.EscapeKey(key)
+		name := zookeeper.EncodeKey(key)
 		if !znodeNameOK(name) {
-			t.Fatalf("EscapeKey(%q) = %q, not a valid znode name", key, name)
+			t.Fatalf("EncodeKey(%q) = %q, not a valid znode name", key, name)
 		}
-		if back, err := zookeeper.UnescapeKey(name); err != nil || back != key {
+		if back, err := zookeeper.DecodeKey(name); err != nil || back != key {
 			t.Fatalf("round trip of %q: %q, %v", key, back, err)
 		}
 	})
 }
 
-func TestUnescapeRejects(t *testing.T) {
+func TestDecodeRejects(t *testing.T) {
 	for _, name := range []string{"%", "%2", "%zz", "%FF"} {
-		if _, err := zookeeper.UnescapeKey(name); !errors.Is(err, engine.ErrInvalidKey) {
-			t.Errorf("UnescapeKey(%q): want ErrInvalidKey, got %v", name, err)
+		if _, err := zookeeper.DecodeKey(name); !errors.Is(err, engine.ErrInvalidKey) {
+			t.Errorf("DecodeKey(%q): want ErrInvalidKey, got %v", name, err)
 		}
 	}
 }

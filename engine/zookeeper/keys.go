@@ -8,7 +8,7 @@ import (
 	"github.com/cerberus-go/cerberus/engine"
 )
 
-// EscapeKey maps a lock key to the znode name of its lock node, the parent
+// EncodeKey maps a lock key to the znode name of its lock node, the parent
 // of the key's queue. The mapping is percent-encoding of the bytes ZooKeeper
 // cannot hold in one path component, and nothing else:
 //
@@ -21,9 +21,9 @@ import (
 //   - the names "." and ".." become "%2E" and "%2E%2E".
 //
 // Every other byte is kept, so readable keys stay readable in zkCli.
-// UnescapeKey reverses it. The key must be valid UTF-8; CheckKey-valid keys
+// DecodeKey reverses it. The key must be valid UTF-8; CheckKey-valid keys
 // always are.
-func EscapeKey(key string) string {
+func EncodeKey(key string) string {
 	if key == "." || key == ".." {
 		return strings.Repeat("%2E", len(key))
 	}
@@ -70,16 +70,16 @@ func needsEscape(r rune) bool {
 	return false
 }
 
-// UnescapeKey reverses EscapeKey. It returns an error wrapping
-// engine.ErrInvalidKey for a name EscapeKey cannot have produced.
-func UnescapeKey(name string) (string, error) {
+// DecodeKey reverses EncodeKey. It returns an error wrapping
+// engine.ErrInvalidKey for a name EncodeKey cannot have produced.
+func DecodeKey(name string) (string, error) {
 	key, err := unescape(name)
 	if err != nil {
 		return "", err
 	}
-	// Refuse what EscapeKey would have escaped, or escaped differently
+	// Refuse what EncodeKey would have escaped, or escaped differently
 	// ("%61", "%2f", "a/b", "."), so that no two names decode to one key.
-	if again := EscapeKey(key); again != name {
+	if again := EncodeKey(key); again != name {
 		return "", fmt.Errorf("%w: znode name %q is not an escaped key (its key escapes to %q)",
 			engine.ErrInvalidKey, name, again)
 	}
