@@ -17,3 +17,13 @@ func TestRelease(t *testing.T) {
 		return dial(clientv3.Config{Endpoints: []string{addr}})
 	})
 }
+
+// TestPausedRelease runs enginetest.RunPausedRelease: a holder process
+// stopped with SIGSTOP is force-released, and told when it resumes (by its
+// engine's first keep-alive, which reads the release marks).
+func TestPausedRelease(t *testing.T) {
+	addr := testenv.EtcdAddr(t)
+	enginetest.RunPausedRelease(t, func() (engine.Engine, error) {
+		return dial(clientv3.Config{Endpoints: []string{addr}})
+	}, holderAddrEnv+"="+addr)
+}

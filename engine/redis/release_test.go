@@ -33,3 +33,13 @@ func TestRedlockRelease(t *testing.T) {
 		return NewRedlock(clients)
 	})
 }
+
+// TestPausedRelease runs enginetest.RunPausedRelease on a single Redis
+// server: a holder process stopped with SIGSTOP is force-released, and
+// told when it resumes (its renewal finds the lease gone and reads the
+// mark).
+func TestPausedRelease(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	enginetest.RunPausedRelease(t, func() (engine.Engine, error) { return New(newClient(t, addr)) },
+		holderAddrEnv+"="+addr)
+}
