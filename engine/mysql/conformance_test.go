@@ -72,15 +72,6 @@ func TestConformanceSession(t *testing.T) {
 	})
 }
 
-// TestReleaseSession runs enginetest.RunRelease on the session strategy.
-func TestReleaseSession(t *testing.T) {
-	dsn := testDSN(t)
-	table := testTable(t, dsn)
-	enginetest.RunRelease(t, func() (engine.Engine, error) {
-		return Open(dsn, WithTable(table), WithStrategy(StrategySession))
-	})
-}
-
 // withUser returns dsn with its user (unless empty) and password replaced.
 func withUser(t *testing.T, dsn, user, password string) string {
 	t.Helper()

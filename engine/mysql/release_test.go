@@ -33,10 +33,10 @@ func holderEngine() (engine.Engine, error) {
 
 // TestForceRelease runs enginetest.RunRelease, then
 // enginetest.RunPausedRelease with a holder process, on a table of the
-// test's own, with the lease strategy and with the row strategy.
+// test's own, with each strategy.
 func TestForceRelease(t *testing.T) {
 	dsn := testDSN(t)
-	for _, s := range []Strategy{StrategyLease, StrategyRow} {
+	for _, s := range []Strategy{StrategyLease, StrategyRow, StrategySession} {
 		t.Run(string(s), func(t *testing.T) {
 			table := testTable(t, dsn)
 			newEngine := func() (engine.Engine, error) {
