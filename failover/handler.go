@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -41,8 +42,8 @@ import (
 //	                           answer (default: the remote address), logged
 //	                           with key, engine and tokens
 //
-// A GET never changes anything: one that carries release is refused with
-// 405.
+// A GET never changes anything: one that names an action (release,
+// confirm, engine or wait) is refused with 405 and changes nothing.
 //
 // Under a fleet coordinator (Options.Switch, set by package config
 // when an engine key is configured), a POST moves the whole fleet through
@@ -63,10 +64,9 @@ func (m *Manager) Handler(allowOps bool) http.Handler {
 		code := http.StatusOK
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
-			if r.URL.Query().Has("release") {
+			if msg := actionInGet(r.URL.Query()); msg != "" {
 				w.Header().Set("Allow", "POST")
-				http.Error(w, "cerberus: a release must be a POST (form release=KEY&confirm=KEY); nothing was changed",
-					http.StatusMethodNotAllowed)
+				http.Error(w, msg, http.StatusMethodNotAllowed)
 				return
 			}
 			m.serveGet(w, r, allowOps)
@@ -100,6 +100,20 @@ func (m *Manager) Handler(allowOps bool) http.Handler {
 		w.WriteHeader(code)
 		_ = json.NewEncoder(w).Encode(doc)
 	})
+}
+
+// actionInGet says why a GET whose query names an operator action (a
+// switch's engine or wait, a release) is refused, or "" for a plain GET:
+// actions are POST-only, and a GET that tries one must not look as if it
+// had worked.
+func actionInGet(q url.Values) string {
+	switch {
+	case q.Has("release") || q.Has("confirm"):
+		return "cerberus: a release must be a POST (form release=KEY&confirm=KEY); nothing was changed"
+	case q.Has("engine") || q.Has("wait"):
+		return "cerberus: a switch must be a POST (form engine=NAME[&wait=D]); nothing was changed"
+	}
+	return ""
 }
 
 // errBadSwitch is a POST the handler cannot act on.

@@ -2,8 +2,10 @@ package failover_test
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/cerberus-go/cerberus/failover"
@@ -68,5 +70,29 @@ func TestHandler(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Fatalf("DELETE: %d", resp.StatusCode)
+	}
+}
+
+// TestHandlerGetDoesNotSwitch: a GET that names an engine, as if to switch,
+// is refused with 405 and leaves the active engine and the epoch as they
+// were.
+func TestHandlerGetDoesNotSwitch(t *testing.T) {
+	fl := newFleet(t)
+	_, f := fl.client(t, failover.Options{})
+	srv := httptest.NewServer(f.Handler(true))
+	defer srv.Close()
+	for _, q := range []string{"?engine=b", "?engine=b&wait=1s", "?wait=1s"} {
+		resp, err := http.Get(srv.URL + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed || !strings.Contains(string(body), "must be a POST") {
+			t.Errorf("GET %s: %d %q; want 405 saying a switch must be a POST", q, resp.StatusCode, body)
+		}
+	}
+	if f.Active() != "a" || f.Epoch() != 0 {
+		t.Errorf("after GETs naming engine b: active %s, epoch %d; want a, 0", f.Active(), f.Epoch())
 	}
 }
