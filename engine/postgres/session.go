@@ -70,6 +70,75 @@ func (e *Engine) unpin(c *pgxpool.Conn, reuse bool) {
 // sessionGrant), then grantSession makes the lease.
 func (e *Engine) acquireSession(ctx context.Context, req engine.Request) (engine.Lease, error) {
 	h := e.cfg.hash(req.Key)
+	if req.Wait && e.contended(h) {
+		e.markContended(h) // still hot while waited for
+		return e.acquirePinned(ctx, req, h)
+	}
+	for try := 0; ; try++ {
+		// First the shared backends, at once: an uncontended grant
+		// costs no connection of its own.
+		l, err := e.muxGrant(ctx, req, h)
+		switch {
+		case l != nil:
+			return l, nil
+		case errors.Is(err, errRefused) && !req.Wait:
+			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
+		case err == nil, errors.Is(err, errRefused):
+			// Contended (or every backend holds the key): wait in the
+			// server's queue on a pinned connection.
+			e.markContended(h)
+			return e.acquirePinned(ctx, req, h)
+		case errors.Is(err, engine.ErrClosed):
+			return nil, err
+		case ctx.Err() != nil:
+			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
+		case transient(err) && req.Wait && try < 100, down(err) && try == 0:
+			// A serialization failure, or a backend that died under
+			// the grant (its close freed whatever it took): again, on
+			// a new connection if need be.
+			continue
+		}
+		return nil, e.opErr(ctx, "acquire", req.Key, err)
+	}
+}
+
+// hotFor is how long a key refused to a waiting Acquire counts as
+// contended: the engine's next waiting Acquires of it queue in the server
+// at once, without a try on a shared backend first, so that they arrive in
+// the server's queue as early as they would without the shared backends
+// (one client in eight lost 20% of its turns on a hot key to the extra
+// round trip).
+const hotFor = time.Second
+
+// contended reports whether a waiting Acquire of h was refused within
+// hotFor.
+func (e *Engine) contended(h int64) bool {
+	e.hotMu.Lock()
+	defer e.hotMu.Unlock()
+	t, ok := e.hot[h]
+	return ok && time.Since(t) < hotFor
+}
+
+// markContended records that a waiting Acquire of h was refused now, and
+// forgets the keys refused longer than hotFor ago once there are many.
+func (e *Engine) markContended(h int64) {
+	e.hotMu.Lock()
+	defer e.hotMu.Unlock()
+	now := time.Now()
+	if len(e.hot) >= 1024 {
+		for k, t := range e.hot {
+			if now.Sub(t) >= hotFor {
+				delete(e.hot, k)
+			}
+		}
+	}
+	e.hot[h] = now
+}
+
+// acquirePinned grants req on a connection pinned for this lease alone:
+// a waiting request queues inside the server, holding the connection while
+// it waits and while it holds the lock (see lockOn).
+func (e *Engine) acquirePinned(ctx context.Context, req engine.Request, h int64) (engine.Lease, error) {
 	for try := 0; ; try++ {
 		c, err := e.pin(ctx)
 		if err != nil {
@@ -387,7 +456,7 @@ func (l *sessionLease) unlock(c *pgxpool.Conn) (held bool, err error) {
 	}
 	ctx, cancel := l.e.core.OpCtx()
 	defer cancel()
-	err = c.QueryRow(ctx, q, l.hash, l.idle).Scan(&held, nil)
+	err = c.QueryRow(ctx, q, l.hash, l.idle, l.key).Scan(&held, nil)
 	return held, err
 }
 
