@@ -149,11 +149,12 @@ func (b *backend) grant(req engine.Request, h int64) (*muxLease, *deadBackend, e
 	err := b.conn.QueryRow(ctx, q, h, idleTimeout(idle), req.Key, int(req.Mode), req.Value).
 		Scan(&ok, &token, &orig)
 	switch {
-	case err != nil && sqlState(err) != "" && !down(err):
-		// A server error leaves the session usable, but the lock may
-		// have been taken before it (session advisory locks outlive
-		// their transaction): this session did not hold h, so an
-		// unlock of h frees exactly that.
+	case err != nil && sqlState(err) != "" && !b.conn.Conn().IsClosed():
+		// A server error that leaves the session open (a full lock
+		// table, a missing privilege), but the lock may have been taken
+		// before it (session advisory locks outlive their
+		// transaction): this session did not hold h, so an unlock of h
+		// frees exactly that.
 		if uerr := b.undo(req.Mode, h); uerr != nil {
 			return nil, b.detach(), err
 		}
