@@ -25,9 +25,11 @@ type Strategy string
 // The strategies WithStrategy accepts.
 const (
 	// StrategySession holds each lock as a PostgreSQL session-level
-	// advisory lock (pg_advisory_lock, pg_advisory_lock_shared) on a
-	// connection pinned out of the pool for as long as the lease lives.
-	// Waiters queue inside the server. It is the default.
+	// advisory lock (pg_advisory_lock, pg_advisory_lock_shared): on one of
+	// a few connections shared by every lease granted at once
+	// (WithSessionConns), or, for a lease that waited for its key, on a
+	// connection pinned out of the pool for as long as it lives. Waiters
+	// queue inside the server. It is the default.
 	StrategySession Strategy = "session"
 	// StrategyLease keeps each lock as a lease row with an owner, a version
 	// and an expiry computed by the server. Every statement stands alone,
@@ -75,7 +77,7 @@ type config struct {
 }
 
 // WithTable sets the lock table's name. The engine also uses the tables
-// "<name>_readers" (lease strategy), "<name>_fences" and "<name>_sessions"
+// "<name>_readers" (lease strategy), "<name>_fences" and "<name>_held"
 // (session strategy). The name must be 1 to 48 ASCII letters, digits or
 // underscores, starting with a letter or an underscore; Open and New refuse
 // anything else before any I/O. The default is DefaultTable.

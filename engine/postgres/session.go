@@ -65,9 +65,11 @@ func (e *Engine) unpin(c *pgxpool.Conn, reuse bool) {
 	<-e.pins
 }
 
-// acquireSession grants req on a pinned connection: one statement takes
+// acquireSession grants req: at once on a shared session connection if
+// the server grants the try (muxGrant), else, for a waiting request, on a
+// connection pinned for it (acquirePinned). Either way one statement takes
 // the key's advisory lock, draws the token and records the holder (see
-// sessionGrant), then grantSession makes the lease.
+// sessionGrant).
 func (e *Engine) acquireSession(ctx context.Context, req engine.Request) (engine.Lease, error) {
 	h := e.cfg.hash(req.Key)
 	if req.Wait && e.contended(h) {
