@@ -58,7 +58,7 @@ func testTable(t *testing.T, dsn string) string {
 		pool := rawPool(t, dsn)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		for _, s := range []string{"", "_readers", "_fences", "_held", "_queue"} {
+		for _, s := range []string{"", "_readers", "_fences", "_held", "_revoked", "_queue"} {
 			if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+quote(table+s)); err != nil {
 				t.Errorf("drop %s%s: %v", table, s, err)
 			}

@@ -87,6 +87,14 @@ func schema(table string) []string {
 			"mode smallint NOT NULL," +
 			"token bigint NOT NULL," +
 			"value text NULL," +
+			"idle_ms bigint NOT NULL," +
+			"PRIMARY KEY (pid, lock_key))",
+		// ForceRelease's revocations: the backend pid must release its
+		// lease of the key with the token. Unlogged, like the holder rows.
+		"CREATE UNLOGGED TABLE IF NOT EXISTS " + quote(table+"_revoked") + " (" +
+			"pid integer NOT NULL," +
+			"lock_key text COLLATE \"C\" NOT NULL," +
+			"token bigint NOT NULL," +
 			"PRIMARY KEY (pid, lock_key))",
 		"CREATE UNLOGGED TABLE IF NOT EXISTS " + w + " (" +
 			"ticket bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY," +
@@ -145,6 +153,7 @@ type queries struct {
 	grantWait, grantWaitShared, grantTry, grantTryShared string
 	releaseExclusive, releaseShared, sessionHolders      string
 	sessionTidy, deadTidy                                string
+	revoke, revoked, stillHeld, unrevoke                 string
 }
 
 // buildQueries returns the statements on table and its "_readers",
@@ -153,7 +162,7 @@ func buildQueries(table string) queries {
 	var q queries
 	q.lease(quote(table), quote(table+"_readers"), quote(table+"_queue"))
 	q.queue(quote(table), quote(table+"_readers"), quote(table+"_queue"))
-	q.session(quote(table+"_fences"), quote(table+"_held"))
+	q.session(quote(table+"_fences"), quote(table+"_held"), quote(table+"_revoked"))
 	return q
 }
 
@@ -296,16 +305,16 @@ func sessionGrant(lock, f, h string) string {
 		"set_config('synchronous_commit', 'off', true), " + clockTicks + " AS c FROM l WHERE l.ok), " +
 		"t AS (INSERT INTO " + f + " AS f (lock_key, token) SELECT $3::text, greatest(1, s.c) FROM s " +
 		"ON CONFLICT (lock_key) DO UPDATE SET token = greatest(f.token + 1, excluded.token) RETURNING token), " +
-		"r AS (INSERT INTO " + h + " (pid, lock_key, mode, token, value) " +
-		"SELECT pg_backend_pid(), $3::text, $4::smallint, t.token, $5::text FROM t " +
+		"r AS (INSERT INTO " + h + " (pid, lock_key, mode, token, value, idle_ms) " +
+		"SELECT pg_backend_pid(), $3::text, $4::smallint, t.token, $5::text, $2::text::bigint FROM t " +
 		"ON CONFLICT (pid, lock_key) DO UPDATE SET mode = excluded.mode, " +
-		"token = excluded.token, value = excluded.value RETURNING token) " +
+		"token = excluded.token, value = excluded.value, idle_ms = excluded.idle_ms RETURNING token) " +
 		"SELECT l.ok, (SELECT r.token FROM r), l.idle FROM l"
 }
 
 // session fills in the session strategy's statements; f is the quoted
 // fences table, h the quoted holders table.
-func (q *queries) session(f, h string) {
+func (q *queries) session(f, h, v string) {
 	q.grantWait = sessionGrant("SELECT true AS ok FROM pg_advisory_lock($1::bigint)", f, h)
 	q.grantWaitShared = sessionGrant("SELECT true AS ok FROM pg_advisory_lock_shared($1::bigint)", f, h)
 	q.grantTry = sessionGrant("SELECT g.ok FROM pg_try_advisory_lock($1::bigint) AS g(ok)", f, h)
@@ -314,7 +323,8 @@ func (q *queries) session(f, h string) {
 	// and set the session's idle_session_timeout to $2 (as the grant
 	// found it, or the shared backend's while it holds other leases).
 	release := func(fn string) string {
-		return "WITH d AS (DELETE FROM " + h + " WHERE pid = pg_backend_pid() AND lock_key = $3::text) " +
+		return "WITH d AS (DELETE FROM " + h + " WHERE pid = pg_backend_pid() AND lock_key = $3::text), " +
+			"v AS (DELETE FROM " + v + " WHERE pid = pg_backend_pid() AND lock_key = $3::text) " +
 			"SELECT " + fn + "($1::bigint), set_config('idle_session_timeout', $2, false)"
 	}
 	q.releaseExclusive = release("pg_advisory_unlock")
@@ -323,6 +333,20 @@ func (q *queries) session(f, h string) {
 	// of every backend that has ended.
 	q.sessionTidy = "DELETE FROM " + h + " WHERE pid = pg_backend_pid()"
 	q.deadTidy = "DELETE FROM " + h + " AS h WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = h.pid)"
+	// ForceRelease: the holders of key $1 whose backend holds its lock
+	// (classid $2, objid $3) now, each given a revocation in the same
+	// statement, in token order.
+	q.revoke = "WITH x AS (SELECT h.pid, h.mode, h.token, coalesce(h.value, '') AS value, h.idle_ms FROM " + h +
+		" AS h WHERE h.lock_key = $1 AND " + heldBy(2) + "), " +
+		"r AS (INSERT INTO " + v + " (pid, lock_key, token) SELECT pid, $1, token FROM x " +
+		"ON CONFLICT (pid, lock_key) DO UPDATE SET token = excluded.token) " +
+		"SELECT pid, mode::int, token, value, idle_ms FROM x ORDER BY token"
+	// A ping that also reads the session's revocations.
+	q.revoked = "SELECT lock_key, token FROM " + v + " WHERE pid = pg_backend_pid()"
+	// Which of the backends $4 still hold the lock (classid $2, objid $3)
+	// of key $1.
+	q.stillHeld = "SELECT h.pid FROM unnest($4::int[]) AS h(pid) WHERE $1::text <> '' AND " + heldBy(2)
+	q.unrevoke = "DELETE FROM " + v + " WHERE lock_key = $1 AND pid = ANY($2::int[])"
 	// The holder rows that count: those whose backend holds the advisory
 	// lock now.
 	q.sessionHolders = "SELECT h.mode::int, h.token, coalesce(h.value, '') FROM " + h + " AS h " +

@@ -266,11 +266,19 @@ func (b *backend) ping() bool {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), b.validFrom.Add(life(b.idle)))
 	sent := time.Now()
-	err := b.conn.Ping(ctx)
+	var revoked []*muxLease
+	err := b.e.readRevoked(ctx, b.conn, func(key string, token uint64) {
+		if l := b.held[b.e.cfg.hash(key)]; l != nil && l.key == key && l.token == token {
+			revoked = append(revoked, l)
+		}
+	})
 	cancel()
 	if err == nil {
 		b.touch(sent)
 		b.mu.Unlock()
+		for _, l := range revoked {
+			l.end(engine.ErrReleasedByOperator) // told, then unlocked
+		}
 		return true
 	}
 	dead := b.detach()

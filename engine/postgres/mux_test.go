@@ -134,3 +134,42 @@ func TestSessionConnReentrancy(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestForceReleaseTerminatesSilentHolder: a holder that never reads its
+// revocation (here a bare session holding the key's advisory lock, with a
+// holder row whose session idle timeout is 500ms) has its backend ended by
+// pg_terminate_backend once that period has passed, and ForceRelease
+// returns with the key free.
+func TestForceReleaseTerminatesSilentHolder(t *testing.T) {
+	dsn := testDSN(t)
+	table := testTable(t, dsn)
+	e := openT(t, dsn, WithTable(table))
+	key := "silent/" + t.Name()
+	c, err := rawPool(t, dsn).Acquire(hangCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	if _, err := c.Exec(hangCtx(t), "SELECT pg_advisory_lock($1)", keyHash(table, key)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(hangCtx(t), "INSERT INTO "+quote(table+"_held")+
+		" (pid, lock_key, mode, token, value, idle_ms) VALUES (pg_backend_pid(), $1, 0, 7, '', 500)", key); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(t.Context(), hang)
+	defer cancel()
+	hs, err := e.ForceRelease(ctx, key)
+	if err != nil || len(hs) != 1 || hs[0].Token != 7 {
+		t.Fatalf("ForceRelease = %v, %v; want the silent holder with token 7", hs, err)
+	}
+	if took := time.Since(start); took < 500*time.Millisecond {
+		t.Errorf("the silent holder was ended after %v, before its 500ms period", took)
+	}
+	if err := c.Ping(hangCtx(t)); err == nil {
+		t.Errorf("the silent holder's session survived its force release")
+	}
+	l := acquireT(t, e, engine.Request{Key: key, TTL: time.Minute})
+	_ = l.Release(hangCtx(t))
+}

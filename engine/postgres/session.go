@@ -385,9 +385,11 @@ func (l *sessionLease) Err() error            { return l.sig.Err() }
 func life(ttl time.Duration) time.Duration { return ttl - engine.Margin(ttl) }
 
 // watch is the watchdog of a renewed lease: every third of the lease
-// period it pings the pinned connection, which resets the server's idle
-// clock for the session, and moves the lease's validity to the ping's send
-// time. A ping that fails, or does not answer before the validity runs
+// period it pings the pinned connection (a read of the session's
+// revocations, see ForceRelease), which resets the server's idle clock
+// for the session, and moves the lease's validity to the ping's send
+// time. A revocation of the lease ends it with
+// engine.ErrReleasedByOperator, then releases it. A ping that fails, or does not answer before the validity runs
 // out, ends the lease with engine.ErrLeaseLost: the connection was killed,
 // the server restarted, the network is gone, or the server cut the session
 // while this process was stopped.
@@ -414,15 +416,22 @@ func (l *sessionLease) watch() {
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		sent := time.Now()
-		err := c.Ping(ctx)
+		revoked := false
+		err := l.e.readRevoked(ctx, c, func(key string, token uint64) {
+			revoked = revoked || key == l.key && token == l.token
+		})
 		cancel()
 		if err == nil {
 			l.validFrom = sent
 			l.timer.Reset(life(l.ttl) - time.Since(sent))
 		}
 		l.mu.Unlock()
-		if err != nil {
+		switch {
+		case err != nil:
 			l.end(fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, err))
+			return
+		case revoked:
+			l.end(engine.ErrReleasedByOperator) // told, then unlocked
 			return
 		}
 	}
