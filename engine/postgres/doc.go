@@ -212,6 +212,16 @@
 // is 0: idle_session_timeout counts milliseconds, so every lease period in
 // [MinTTL, MaxTTL] is honoured.
 //
+// Force release (ForceRelease, engine.Releaser): an advisory lock can be
+// released by its own session only, so the operator records a revocation
+// that the holder's next ping reads (a third of its period): the holder
+// is told engine.ErrReleasedByOperator, then releases. A holder that has
+// not done so within its session's idle timeout (a lease without Renew on
+// a pinned connection, which never pings; a stopped process) has its
+// backend ended with pg_terminate_backend, which ends every other lease
+// of that session too (on a session connection, many). The lease strategy
+// has no force release yet.
+//
 // The session strategy does not count (Limits().Counted is false, so a
 // Request.Limit is refused before any I/O, as with MySQL's row strategy):
 // advisory locks are shared or exclusive, with no counted mode. Use the
