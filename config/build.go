@@ -257,6 +257,9 @@ func (e *EngineSpec) buildPostgres(ctx context.Context) (engine.Engine, error) {
 	if e.Strategy != "" {
 		opts = append(opts, postgres.WithStrategy(postgres.Strategy(e.Strategy)))
 	}
+	if e.SessionConns != 0 {
+		opts = append(opts, postgres.WithSessionConns(e.SessionConns))
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, err

@@ -358,6 +358,11 @@ type EngineSpec struct {
 	// least 1) or the mysql or postgres pool (at least 3). Zero means the
 	// default.
 	MaxConns int `mapstructure:"max_conns"`
+	// SessionConns is how many connections the postgres session
+	// strategy shares among the leases it grants at once
+	// (postgres.WithSessionConns; at least 1, and max_conns at least
+	// SessionConns+2). Zero means the default (2).
+	SessionConns int `mapstructure:"session_conns"`
 	// TLS, when set, encrypts the connections to the servers (redis,
 	// redis-cluster, redlock, consul, mysql, etcd, postgres). For postgres
 	// the DSN must not set sslmode then. For mysql, Build registers
@@ -543,6 +548,9 @@ func (e EngineSpec) String() string {
 	str("datacenter", e.Datacenter)
 	if e.MaxConns != 0 {
 		fmt.Fprintf(&b, " max_conns=%d", e.MaxConns)
+	}
+	if e.SessionConns != 0 {
+		fmt.Fprintf(&b, " session_conns=%d", e.SessionConns)
 	}
 	if e.TLS != nil {
 		fmt.Fprintf(&b, " tls=%s", e.TLS)

@@ -105,5 +105,6 @@
 //	    password_env: PGLOCK_PASSWORD
 //	    strategy: session   # or lease, behind PgBouncer in transaction mode
 //	    table: cerberus_locks
-//	    max_conns: 32       # session: a connection per held or waiting lock
+//	    max_conns: 32       # session: session_conns, plus one per lease that waited
+//	    session_conns: 2    # session: connections shared by every uncontended lease
 package config

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/consul"
+	"github.com/cerberus-go/cerberus/engine/postgres"
 )
 
 var nameRE = regexp.MustCompile(`^[a-z0-9-]+$`)
@@ -78,6 +79,7 @@ var fields = []field{
 	{"datacenter", func(e *EngineSpec) bool { return e.Datacenter != "" }, []string{KindConsul}},
 	{"max_conns", func(e *EngineSpec) bool { return e.MaxConns != 0 },
 		[]string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL, KindPostgres}},
+	{"session_conns", func(e *EngineSpec) bool { return e.SessionConns != 0 }, []string{KindPostgres}},
 	{"tls", func(e *EngineSpec) bool { return e.TLS != nil }, tlsKinds},
 }
 
@@ -464,8 +466,16 @@ func (e *EngineSpec) validatePostgres(p string) []error {
 	if e.TLS != nil && pgSetsSSLMode(e.DSN) {
 		add("%s.tls: the dsn already sets sslmode; configure TLS in one place (remove sslmode from the dsn)", p)
 	}
-	if e.MaxConns > 0 && e.MaxConns < mysqlMinConns {
-		add("%s.max_conns: must be at least %d for kind postgres, got %d", p, mysqlMinConns, e.MaxConns)
+	sc := e.SessionConns
+	if sc < 0 {
+		add("%s.session_conns: must not be negative, got %d", p, sc)
+	}
+	if sc <= 0 {
+		sc = postgres.DefaultSessionConns
+	}
+	if e.MaxConns > 0 && e.MaxConns < sc+2 {
+		add("%s.max_conns: must be at least %d for kind postgres (session_conns %d, plus 2), got %d", p,
+			sc+2, sc, e.MaxConns)
 	}
 	return errs
 }

@@ -21,8 +21,9 @@ import (
 )
 
 // pgConns is the pool of the postgres engines the workers and failover
-// tests make: the session strategy pins one connection per held or
-// waiting lease.
+// tests make: the session strategy shares postgres.DefaultSessionConns of
+// them among the leases it grants at once, and pins one per lease that
+// waited for its key.
 const pgConns = 24
 
 // dialPostgres builds a postgres engine of the strategy a worker spec

@@ -36,8 +36,15 @@ func TestBadOptions(t *testing.T) {
 			t.Errorf("New with bad options: want ErrInvalidRequest, got %v", err)
 		}
 	}
-	if _, err := Open(unreachableDSN, WithMaxConns(1)); !errors.Is(err, engine.ErrInvalidRequest) {
-		t.Errorf("Open with one connection: want ErrInvalidRequest, got %v", err)
+	for _, opts := range [][]Option{
+		{WithMaxConns(1)},
+		{WithMaxConns(3)}, // the 2 session conns, plus 2
+		{WithSessionConns(0)},
+		{WithSessionConns(5), WithMaxConns(6)},
+	} {
+		if _, err := Open(unreachableDSN, opts...); !errors.Is(err, engine.ErrInvalidRequest) {
+			t.Errorf("Open with too few connections: want ErrInvalidRequest, got %v", err)
+		}
 	}
 	if _, err := New(nil); !errors.Is(err, engine.ErrInvalidRequest) {
 		t.Errorf("New(nil): want ErrInvalidRequest, got %v", err)
@@ -277,9 +284,11 @@ func TestIdleTimeout(t *testing.T) {
 	}
 }
 
-// TestNewKeepsPool: an engine on the caller's pool uses it, pins at most
-// MaxConns-1 of its connections (a further session Acquire waits, and its
-// context ends it), and leaves it open at Close.
+// TestNewKeepsPool: an engine on the caller's pool uses it: one session
+// connection carries every uncontended lease, a waiter pins another, and
+// a further waiter waits for a connection until its context ends it; the
+// connection kept back serves Holders meanwhile, and Close leaves the pool
+// open.
 func TestNewKeepsPool(t *testing.T) {
 	dsn := testDSN(t)
 	table := testTable(t, dsn)
@@ -287,24 +296,44 @@ func TestNewKeepsPool(t *testing.T) {
 	if strings.Contains(dsn, "?") {
 		sep = "&"
 	}
-	pool := rawPool(t, dsn+sep+"pool_max_conns=2")
-	e, err := New(pool, WithTable(table))
+	pool := rawPool(t, dsn+sep+"pool_max_conns=3")
+	if _, err := New(pool, WithTable(table)); !errors.Is(err, engine.ErrInvalidRequest) {
+		t.Errorf("New on a pool of 3 with 2 session conns: %v, want ErrInvalidRequest", err)
+	}
+	e, err := New(pool, WithTable(table), WithSessionConns(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := acquireT(t, e, engine.Request{Key: "pool/a", TTL: time.Minute, Renew: true})
+	req := func(key string) engine.Request {
+		return engine.Request{Key: key, TTL: time.Minute, Renew: true, Wait: true}
+	}
+	a := acquireT(t, e, req("pool/a"))
+	b := acquireT(t, e, req("pool/b"))
+	if pa, pb := pidOf(t, a), pidOf(t, b); pa != pb {
+		t.Errorf("two uncontended leases on one session conn: pids %d and %d", pa, pb)
+	}
+	waited := make(chan engine.Lease, 1)
+	go func() {
+		l, err := e.Acquire(hangCtx(t), req("pool/a"))
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- l
+	}()
+	waitLocks(t, pool, keyHash(table, "pool/a"), 2)
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-	_, err = e.Acquire(ctx, engine.Request{Key: "pool/b", TTL: time.Minute, Renew: true})
+	_, err = e.Acquire(ctx, req("pool/b"))
 	cancel()
 	if !errors.Is(err, engine.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("a second session lease on a pool of 2: %v, want ErrNotAcquired and DeadlineExceeded", err)
+		t.Errorf("a second waiter on a pool of 3: %v, want ErrNotAcquired and DeadlineExceeded", err)
 	}
-	// The connection kept back serves Holders meanwhile.
-	mustHold(t, e, "pool/a", engine.Holder{Mode: engine.Exclusive, Token: l.Token()})
-	if err := l.Release(hangCtx(t)); err != nil {
+	mustHold(t, e, "pool/b", engine.Holder{Mode: engine.Exclusive, Token: b.Token()})
+	if err := a.Release(hangCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	acquireT(t, e, engine.Request{Key: "pool/b", TTL: time.Minute, Renew: true})
+	if l := <-waited; l != nil && pidOf(t, l) == pidOf(t, b) {
+		t.Errorf("the waiter was granted on the session conn")
+	}
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}

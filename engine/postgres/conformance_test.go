@@ -64,3 +64,14 @@ func TestCloseTellsFirst(t *testing.T) {
 		})
 	}
 }
+
+// TestReleaseSession: the force-release contract on the session strategy:
+// the holders are in other engines, told by their pings' read of the
+// revocations.
+func TestReleaseSession(t *testing.T) {
+	dsn := testDSN(t)
+	table := testTable(t, dsn)
+	enginetest.RunRelease(t, func() (engine.Engine, error) {
+		return Open(dsn, WithTable(table))
+	})
+}

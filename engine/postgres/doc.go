@@ -35,27 +35,40 @@
 //     keyed by the full key.
 //   - "<table>_released": the lease strategy's tombstones of the leases
 //     ForceRelease freed (see Force release).
-//   - "<table>_sessions": one row per session holding a session lease,
-//     keyed by backend pid: key, mode, token and value, for Holders. The
+//   - "<table>_held": one row per session lease, keyed by the holding
+//     backend's pid and the key: mode, token and value, for Holders. The
 //     table is UNLOGGED: a row counts only while its backend holds the
 //     advisory lock, which a crash or a promoted standby does not keep
 //     either, so the rows need no WAL and a release waits for no log
-//     flush. (Versions before it kept "<table>_holders", keyed by owner;
-//     Migrate leaves that table alone, and an engine of this version does
-//     not list the leases of an older one.)
+//     flush. (Versions before it kept "<table>_sessions", a row per
+//     backend, and "<table>_holders", keyed by owner; Migrate leaves those
+//     tables alone, and an engine of this version does not list the leases
+//     of an older one: stop every old process before starting new ones.)
 //
 // The two strategies do not exclude each other: every process that locks
 // a key must use the same strategy and the same table.
 //
 // # Session strategy (StrategySession, the default)
 //
-// A grant is pg_advisory_lock(k) (exclusive) or pg_advisory_lock_shared(k)
-// (shared) on a connection pinned out of the pool for as long as the lease
-// lives; a TryLock uses pg_try_advisory_lock or pg_try_advisory_lock_shared.
-// Waiters queue inside the server's lock manager, which grants in arrival
-// order (a shared request waits behind an earlier exclusive one), and are
-// woken by the release without polling. Release is pg_advisory_unlock on
-// the same connection, which then goes back to the pool.
+// A lease is a session-level advisory lock: pg_advisory_lock(k)
+// (exclusive) or pg_advisory_lock_shared(k) (shared), held by a server
+// session for as long as the lease lives. An Acquire first tries
+// pg_try_advisory_lock (or _shared) on one of the engine's session
+// connections (WithSessionConns, 2 by default), which it shares with
+// every other lease granted that way: one session holds thousands of
+// advisory locks, so an engine holds tens of thousands of leases over two
+// connections (see Connections). The server refuses the try while another
+// session holds the key in a conflicting mode or waits for it ahead, so a
+// try never jumps the queue. A TryLock so refused is refused; a waiting
+// Acquire then waits in the server's lock manager on a connection pinned
+// out of the pool for it alone, which grants in arrival order (a shared
+// request waits behind an earlier exclusive one) and wakes it at the
+// release without polling; that lease keeps its connection until it ends.
+// A key refused to a waiting Acquire within the last second goes straight
+// to a pinned connection, so that waiters on a hot key arrive in the
+// server's queue as early as they can (the conformance suite's fairness
+// check: 8 engines on one key, min/max 0.81 to 0.94 at load 20). Release
+// is pg_advisory_unlock (or _shared) on the lease's session.
 //
 // k is the key's 64-bit hash: the first 8 bytes of SHA-256 of the table
 // name, a NUL byte and the key, read as a big-endian int64. The table name
@@ -81,7 +94,7 @@
 //	max(counter + 1, clock)
 //
 // (INSERT ... ON CONFLICT (lock_key) DO UPDATE), which is Lease.Token, and
-// record the holder in "<table>_sessions". clock is the server's
+// record the holder in "<table>_held". clock is the server's
 // clock_timestamp() in units of 8µs since 2025-01-01T00:00:00Z, read once
 // the lock is held (about 7.5e12 in 2026), the rule engine/redis follows.
 // The advisory lock orders a key's exclusive grants; shared holders each
@@ -103,18 +116,30 @@
 // failover took). While the counter is kept, tokens increase whatever the
 // clock does. Tokens fit in 48 bits until about 2096.
 //
-// Connections: each waiting or held session lease pins one pool
-// connection, so the number of session leases an engine holds or waits
-// for at once is bounded by its pool, less one connection the engine keeps
-// for Holders, Ping and Migrate (WithMaxConns with Open; the pool's
-// MaxConns with New), and all engines together by the server's
-// max_connections. Further acquisitions wait, cancellably, for a
-// connection. A connection goes back to the pool only once its lease has
-// released the lock and put back the session's idle_session_timeout;
-// otherwise it is closed, which ends its server session and every
-// advisory lock of the session with it. Behind PgBouncer, the session
-// strategy needs session pooling; use the lease strategy with transaction
-// pooling.
+// Connections: the session connections (WithSessionConns) carry every
+// lease granted at once, each statement one at a time per connection;
+// each lease that had to wait pins a pool connection of its own while it
+// waits and while it is held. The pool (WithMaxConns with Open; the
+// pool's MaxConns with New, at least the session connections plus 2)
+// holds the session connections, one connection the engine keeps for
+// Holders, Ping and Migrate, and the pinned ones; further waits wait,
+// cancellably and without a connection, for one to come free. A session
+// never holds two leases of one key: advisory locks are reentrant per
+// session, so a second lease of a key the engine holds (a share beside a
+// share, or an exclusive TryLock) goes to another session connection that
+// does not hold it, or to a pinned one, where the server decides as it
+// would for another process. The server keeps every advisory lock in its
+// shared lock table, max_locks_per_transaction * (max_connections +
+// max_prepared_transactions) entries shared by every session (6,400 with
+// the defaults, plus some slack; TestScale runs 20,000 leases on a server
+// with max_locks_per_transaction=1024): a grant that finds it full fails
+// with SQLSTATE 53200, which the engine reports as engine.ErrUnavailable,
+// and the session's other leases are untouched. A pinned connection goes
+// back to the pool only once its lease has released the lock and put back
+// the session's idle_session_timeout; otherwise it is closed, which ends
+// its server session and every advisory lock of the session with it.
+// Behind PgBouncer, the session strategy needs session pooling; use the
+// lease strategy with transaction pooling.
 //
 // Cancellation: a waiting Acquire whose ctx ends (or whose engine closes)
 // sends a cancel request for the pinned backend, which makes the server
@@ -129,18 +154,28 @@
 //
 // # Liveness of the session strategy
 //
-// The lock lives exactly as long as the pinned session. The lock statement
+// The lock lives exactly as long as its session. The lock statement
 // sets the session's idle_session_timeout to the lease period (rounded up
-// to whole milliseconds), so the server ends a session that stays idle
-// that long and its locks go with it. With Request.Renew each lease pings
-// its connection every third of the period, which resets the server's
-// idle clock; a failed ping (the connection was killed with
+// to whole milliseconds; on a session connection, the shortest period of
+// the leases it has held since it last held none), so the server ends a
+// session that stays idle that long and its locks go with it: a paused
+// process loses every lease of a session connection within the shortest
+// of their periods, and each lease within its own (TestPausedHolderCutOff:
+// a paused holder of 1,001 leases on two connections). On a pinned
+// connection, with Request.Renew the lease pings it every third of the
+// period, which resets the server's idle clock. A session connection has
+// one pinger for all its leases, renewed or not, every third of its idle
+// timeout while it holds any (without it a lease with a longer period
+// would lose its lock early); each lease's validity there is its
+// connection's (below). A failed ping (the connection was killed with
 // pg_terminate_backend, the server restarted, the network broke), or one
-// that does not answer before the lease's validity runs out, ends the
-// lease with engine.ErrLeaseLost through Done and OnLost. Without Renew
-// nothing is sent: the engine releases the lease when its period runs out
-// (a connection killed meanwhile is found then, or at Release), and the
-// server cuts the session at about the same time if the process stalls.
+// that does not answer before the validity runs out, ends the lease, or
+// every lease of the session connection, with engine.ErrLeaseLost through
+// Done and OnLost, told before the connection is closed. A lease without
+// Renew is released by the engine when its period runs out; on a pinned
+// connection nothing else is sent (a connection killed meanwhile is found
+// then, or at Release), and the server cuts the session at about the same
+// time if the process stalls.
 //
 // The local validity of a lease is anchored at the send time s of the last
 // statement that succeeded on its connection (the grant statement, then
@@ -179,20 +214,32 @@
 // is 0: idle_session_timeout counts milliseconds, so every lease period in
 // [MinTTL, MaxTTL] is honoured.
 //
+// Force release (ForceRelease, engine.Releaser): an advisory lock can be
+// released by its own session only, so the operator records a revocation
+// that the holder's next ping reads (a third of its period): the holder
+// is told engine.ErrReleasedByOperator, then releases. A holder that has
+// not done so within its session's idle timeout (a lease without Renew on
+// a pinned connection, which never pings; a stopped process) has its
+// backend ended with pg_terminate_backend, which ends every other lease
+// of that session too (on a session connection, many). The lease strategy
+// frees the key itself (see Force release, below).
+//
 // The session strategy does not count (Limits().Counted is false, so a
 // Request.Limit is refused before any I/O, as with MySQL's row strategy):
 // advisory locks are shared or exclusive, with no counted mode. Use the
 // lease strategy for semaphores.
 //
 // Holders for the session strategy reads the key's rows in
-// "<table>_sessions" that belong to a backend holding the key's advisory
+// "<table>_held" that belong to a backend holding the key's advisory
 // lock now (a join on pg_locks by pid, database, classid, objid), in token
 // order. A holder row is written in the grant's statement, once the lock
-// is held, and cleared in the statement that releases it; a holder
-// whose session ended without a release (a crash, a kill, the idle
-// cut-off) leaves a row that Holders does not list, and that the next
-// grant on a backend with the same pid overwrites. The table holds at
-// most one row per backend pid.
+// is held, and deleted in the statement that releases it (a closing
+// engine deletes its session connections' rows in one statement each); a
+// holder whose session ended without a release (a crash, a kill, the idle
+// cut-off) leaves a row that Holders does not list, that the next grant of
+// the key on a backend with the same pid overwrites, and that the next
+// session connection an engine opens deletes with every row whose backend
+// has ended.
 //
 // # Lease strategy (StrategyLease)
 //
@@ -285,8 +332,8 @@
 // it resumes, unless its TTL ran out meanwhile: then its own clock ends it
 // first, with engine.ErrLeaseLost. Its Release and renewals are
 // conditional on its owner value and find nothing: engine.ErrNotHeld, and
-// the next holder's row is left alone. The session strategy has no
-// ForceRelease yet: it returns engine.ErrInvalidRequest.
+// the next holder's row is left alone. The session strategy's force
+// release is described with that strategy, above.
 //
 // # Holders and Watch
 //

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -23,9 +25,11 @@ type Strategy string
 // The strategies WithStrategy accepts.
 const (
 	// StrategySession holds each lock as a PostgreSQL session-level
-	// advisory lock (pg_advisory_lock, pg_advisory_lock_shared) on a
-	// connection pinned out of the pool for as long as the lease lives.
-	// Waiters queue inside the server. It is the default.
+	// advisory lock (pg_advisory_lock, pg_advisory_lock_shared): on one of
+	// a few connections shared by every lease granted at once
+	// (WithSessionConns), or, for a lease that waited for its key, on a
+	// connection pinned out of the pool for as long as it lives. Waiters
+	// queue inside the server. It is the default.
 	StrategySession Strategy = "session"
 	// StrategyLease keeps each lock as a lease row with an owner, a version
 	// and an expiry computed by the server. Every statement stands alone,
@@ -47,6 +51,8 @@ const (
 	DefaultMaxBackoff = 200 * time.Millisecond
 	DefaultOpTimeout  = 10 * time.Second
 	DefaultMaxConns   = 20
+	// DefaultSessionConns is the default of WithSessionConns.
+	DefaultSessionConns = 2
 )
 
 // name is what Name returns and what OpError.Engine holds.
@@ -62,11 +68,12 @@ type config struct {
 	maxBackoff time.Duration
 	opTimeout  time.Duration
 	maxConns   int
+	muxConns   int
 	hash       func(key string) int64 // tests only: the advisory lock key of a lock key
 }
 
 // WithTable sets the lock table's name. The engine also uses the tables
-// "<name>_readers" (lease strategy), "<name>_fences" and "<name>_sessions"
+// "<name>_readers" (lease strategy), "<name>_fences" and "<name>_held"
 // (session strategy). The name must be 1 to 48 ASCII letters, digits or
 // underscores, starting with a letter or an underscore; Open and New refuse
 // anything else before any I/O. The default is DefaultTable.
@@ -77,14 +84,23 @@ func WithTable(table string) Option { return func(c *config) { c.table = table }
 // StrategySession.
 func WithStrategy(s Strategy) Option { return func(c *config) { c.strategy = s } }
 
-// WithMaxConns caps the pool that Open makes at n connections. A session
-// lease pins one connection while it waits and while it is held, so at most
-// n-1 session leases of the engine wait or hold at once (one connection is
-// kept for Holders, Ping and Migrate); further acquisitions wait,
-// cancellably, for a connection to come free. New ignores it: the caller's
-// pool decides, and the engine pins at most its MaxConns-1. n must be at
-// least 2. The default is DefaultMaxConns (20).
+// WithMaxConns caps the pool that Open makes at n connections. The
+// session strategy keeps WithSessionConns of them for the leases it grants
+// at once, and one for Holders, Ping and Migrate; a session lease that had
+// to wait for its key pins one of the others while it waits and while it
+// is held, and further waits wait, cancellably, for a connection to come
+// free. New ignores it: the caller's pool decides. n must be at least the
+// session connections plus 2. The default is DefaultMaxConns (20).
 func WithMaxConns(n int) Option { return func(c *config) { c.maxConns = n } }
+
+// WithSessionConns sets how many connections the session strategy shares
+// among its leases: each holds the advisory locks of any number of
+// uncontended session leases (one per key), so that an engine holds tens
+// of thousands of leases over n connections; see the package
+// documentation. n must be at least 1, and the pool's size (WithMaxConns,
+// or the MaxConns of New's pool) at least n+2. The default is
+// DefaultSessionConns (2).
+func WithSessionConns(n int) Option { return func(c *config) { c.muxConns = n } }
 
 // WithOpTimeout bounds each statement the engine sends that does not wait
 // for a lock (grants of the lease strategy, releases, renewals, the ping
@@ -125,6 +141,17 @@ type Engine struct {
 	core  *sqlcore.Core
 	frame *kit.Base[engine.Lease]
 	pins  chan struct{} // one token per pinned session connection
+
+	// mux are the session strategy's shared backends, WithSessionConns
+	// slots, each connected when first needed; muxMu guards the slots,
+	// and turn spreads grants over them.
+	mux   []*backend
+	muxMu sync.Mutex
+	turn  atomic.Uint32
+	// hot holds the keys refused to a waiting Acquire lately, with the
+	// time: see contended.
+	hot   map[int64]time.Time
+	hotMu sync.Mutex
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -140,9 +167,8 @@ func Open(dsn string, opts ...Option) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.maxConns < 2 {
-		return nil, fmt.Errorf("%w: postgres: max conns %d is under 2", engine.ErrInvalidRequest,
-			cfg.maxConns)
+	if err := checkConns(cfg); err != nil {
+		return nil, err
 	}
 	pc, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -178,7 +204,23 @@ func New(pool *pgxpool.Pool, opts ...Option) (*Engine, error) {
 		return nil, fmt.Errorf("%w: postgres: nil pool", engine.ErrInvalidRequest)
 	}
 	cfg.maxConns = int(pool.Config().MaxConns)
+	if err := checkConns(cfg); err != nil {
+		return nil, err
+	}
 	return newEngine(cfg, pool, false), nil
+}
+
+// checkConns refuses a pool too small for the session connections plus
+// one pinned and one kept back, and fewer than one session connection.
+func checkConns(cfg config) error {
+	if cfg.muxConns < 1 {
+		return fmt.Errorf("%w: postgres: session conns %d is under 1", engine.ErrInvalidRequest, cfg.muxConns)
+	}
+	if cfg.maxConns < cfg.muxConns+2 {
+		return fmt.Errorf("%w: postgres: max conns %d is under the %d session conns plus 2",
+			engine.ErrInvalidRequest, cfg.maxConns, cfg.muxConns)
+	}
+	return nil
 }
 
 // redact returns err's text without the password of pc, should pgx ever
@@ -195,7 +237,7 @@ func buildConfig(opts []Option) (config, error) {
 	cfg := config{
 		table: DefaultTable, strategy: StrategySession,
 		minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff,
-		opTimeout: DefaultOpTimeout, maxConns: DefaultMaxConns,
+		opTimeout: DefaultOpTimeout, maxConns: DefaultMaxConns, muxConns: DefaultSessionConns,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -242,7 +284,8 @@ func keyHash(table, key string) int64 {
 func newEngine(cfg config, pool *pgxpool.Pool, owned bool) *Engine {
 	e := &Engine{
 		cfg: cfg, pool: pool, owned: owned, q: buildQueries(cfg.table),
-		pins: make(chan struct{}, max(1, cfg.maxConns-1)),
+		pins: make(chan struct{}, max(1, cfg.maxConns-1-cfg.muxConns)),
+		mux:  make([]*backend, cfg.muxConns), hot: map[int64]time.Time{},
 	}
 	e.core = sqlcore.New(sqlcore.Config{Name: name, OpTimeout: cfg.opTimeout,
 		MinBackoff: cfg.minBackoff, MaxBackoff: cfg.maxBackoff,
@@ -302,11 +345,20 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 // closed; a pool passed to New stays open. Close is idempotent.
 func (e *Engine) Close() error {
 	endSession := func(l engine.Lease) {
-		if l, ok := l.(*sessionLease); ok {
+		switch l := l.(type) {
+		case *sessionLease:
 			l.end(engine.ErrClosed)
+		case *muxLease:
+			// Told here; closeMux frees the locks of every lease of a
+			// shared backend at once, by closing its connection.
+			l.sig.Close(engine.ErrClosed)
 		}
 	}
-	if e.core.Close(endSession) && e.owned {
+	if !e.core.Close(endSession) {
+		return nil
+	}
+	e.closeMux()
+	if e.owned {
 		e.pool.Close()
 	}
 	return nil

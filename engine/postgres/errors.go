@@ -38,6 +38,7 @@ var downStates = map[string]bool{
 	"57P01": true, // admin_shutdown
 	"57P02": true, // crash_shutdown
 	"57P03": true, // cannot_connect_now: starting up, shutting down, recovery
+	"53200": true, // out_of_memory: the shared lock table is full (max_locks_per_transaction)
 }
 
 // denied reports a refusal by the server's access control.

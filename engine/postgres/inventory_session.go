@@ -8,13 +8,12 @@ import (
 )
 
 // listSession reads at most n holder rows of the session strategy (one
-// row per session in "<table>_sessions", its key blanked at release;
-// a scan, as the table holds a row per session only), then marks those
+// row per held lease in "<table>_held", deleted at release), then marks those
 // whose backend holds the key's advisory lock now (pg_locks).
 func (e *Engine) listSession(ctx context.Context, prefix string, n int) ([]listRow, error) {
 	where, args := rangeWhere(prefix)
-	q := "SELECT lock_key, mode::int, token, coalesce(value, ''), pid FROM " + quote(e.cfg.table+"_sessions") +
-		" WHERE lock_key <> '' AND " + where + " ORDER BY lock_key, token LIMIT " + strconv.Itoa(n)
+	q := "SELECT lock_key, mode::int, token, coalesce(value, ''), pid FROM " + quote(e.cfg.table+"_held") +
+		" WHERE " + where + " ORDER BY lock_key, token LIMIT " + strconv.Itoa(n)
 	rows, err := e.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err

@@ -62,7 +62,7 @@ func testTable(t *testing.T, dsn string) string {
 		pool := rawPool(t, dsn)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		for _, s := range []string{"", "_readers", "_fences", "_sessions", "_queue", "_released"} {
+		for _, s := range []string{"", "_readers", "_fences", "_sessions", "_held", "_revoked", "_queue", "_released"} {
 			if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+quote(table+s)); err != nil {
 				t.Errorf("drop %s%s: %v", table, s, err)
 			}
@@ -128,7 +128,7 @@ func heldSession(pool *pgxpool.Pool, table string) func(ctx context.Context, key
 			return nil, err
 		}
 		var n int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+quote(table+"_sessions")+" WHERE lock_key = $1",
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+quote(table+"_held")+" WHERE lock_key = $1",
 			key).Scan(&n); err != nil {
 			return nil, err
 		}

@@ -48,11 +48,13 @@ func checkTable(t string) error {
 //     see sessionGrant).
 //   - "<table>_released": the lease strategy's tombstones of the leases
 //     ForceRelease freed, by owner value, until their periods run out.
-//   - "<table>_sessions": one row per session holding a session lease,
-//     written under the advisory lock, for Holders. (Versions before it
-//     used "<table>_holders", keyed by owner, which Migrate leaves alone.)
+//   - "<table>_held": one row per session lease, keyed by the holding
+//     backend's pid and the key, written under the advisory lock, for
+//     Holders. (Versions before it used "<table>_sessions", one row per
+//     backend, and "<table>_holders", keyed by owner; Migrate leaves both
+//     alone.)
 func schema(table string) []string {
-	t, r, f, h := quote(table), quote(table+"_readers"), quote(table+"_fences"), quote(table+"_sessions")
+	t, r, f, h := quote(table), quote(table+"_readers"), quote(table+"_fences"), quote(table+"_held")
 	w := quote(table + "_queue")
 	return []string{
 		"CREATE TABLE IF NOT EXISTS " + t + " (" +
@@ -77,17 +79,25 @@ func schema(table string) []string {
 		// Unlogged: a holder row means something only while its backend
 		// holds the advisory lock, which no crash or standby keeps either,
 		// so the rows need no WAL, and a release that clears one waits
-		// for no log flush. Keyed by backend pid: a session holds at most
-		// one lease, and a grant overwrites whatever row a crashed backend
-		// with the same pid left. No index on lock_key: the table holds a
-		// row per session, so Holders' scan is short, and a grant
-		// maintains one index only.
+		// for no log flush. Keyed by backend pid and key: a session holds
+		// many leases, at most one per advisory lock key, and a grant
+		// overwrites whatever row a crashed backend with the same pid
+		// left. No index on lock_key alone: Holders scans.
 		"CREATE UNLOGGED TABLE IF NOT EXISTS " + h + " (" +
-			"pid integer NOT NULL PRIMARY KEY," +
+			"pid integer NOT NULL," +
 			"lock_key text COLLATE \"C\" NOT NULL," +
 			"mode smallint NOT NULL," +
 			"token bigint NOT NULL," +
-			"value text NULL)",
+			"value text NULL," +
+			"idle_ms bigint NOT NULL," +
+			"PRIMARY KEY (pid, lock_key))",
+		// ForceRelease's revocations: the backend pid must release its
+		// lease of the key with the token. Unlogged, like the holder rows.
+		"CREATE UNLOGGED TABLE IF NOT EXISTS " + quote(table+"_revoked") + " (" +
+			"pid integer NOT NULL," +
+			"lock_key text COLLATE \"C\" NOT NULL," +
+			"token bigint NOT NULL," +
+			"PRIMARY KEY (pid, lock_key))",
 		"CREATE UNLOGGED TABLE IF NOT EXISTS " + w + " (" +
 			"ticket bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY," +
 			"lock_key text COLLATE \"C\" NOT NULL," +
@@ -114,10 +124,10 @@ func quote(ident string) string { return `"` + ident + `"` }
 // table, "<table>_readers" and "<table>_queue" for the lease strategy (whose
 // statements name the queue table: run Migrate after upgrading from a
 // version without it), "<table>_fences" and
-// "<table>_sessions" for the session strategy (both, whatever the engine's
-// strategy) and "<table>_released" for the tombstones of ForceRelease (on
-// tables without it, everything but ForceRelease works, and a released
-// lease is told engine.ErrLeaseLost instead of
+// "<table>_held" for the session strategy (both, whatever the engine's
+// strategy) and "<table>_released" for the lease strategy's tombstones of
+// ForceRelease (on tables without it, everything but ForceRelease works,
+// and a released lease is told engine.ErrLeaseLost instead of
 // engine.ErrReleasedByOperator). It runs in one transaction under a transaction-level advisory
 // lock, so it is idempotent and safe to run from many processes at once
 // (CREATE TABLE IF NOT EXISTS alone is not, on PostgreSQL), and it needs
@@ -157,15 +167,17 @@ type queries struct {
 	// session strategy
 	grantWait, grantWaitShared, grantTry, grantTryShared string
 	releaseExclusive, releaseShared, sessionHolders      string
+	sessionTidy, deadTidy                                string
+	revoke, revoked, stillHeld, unrevoke                 string
 }
 
 // buildQueries returns the statements on table and its "_readers",
-// "_fences" and "_sessions" tables.
+// "_fences" and "_held" tables.
 func buildQueries(table string) queries {
 	var q queries
 	q.lease(quote(table), quote(table+"_readers"), quote(table+"_queue"))
 	q.queue(quote(table), quote(table+"_readers"), quote(table+"_queue"))
-	q.session(quote(table+"_fences"), quote(table+"_sessions"))
+	q.session(quote(table+"_fences"), quote(table+"_held"), quote(table+"_revoked"))
 	q.forceRelease(quote(table), quote(table+"_readers"), quote(table+"_released"))
 	return q
 }
@@ -321,11 +333,10 @@ const clockTicks = "((extract(epoch FROM clock_timestamp()) * 1000000)::bigint -
 //   - so the counter needs no durable commit: the statement sets
 //     synchronous_commit off for its own transaction, and a grant waits
 //     for no WAL flush;
-//   - the holder row is keyed by the backend's pid, so the grant replaces
-//     a row a crashed backend with the same pid left, or the row its own
-//     last release cleared: an update of one row that changes no index
-//     (a HOT update), where a delete and an insert would leave index
-//     entries behind for every grant until vacuum.
+//   - the holder row is keyed by the backend's pid and the key, so the
+//     grant replaces a row a crashed backend with the same pid left; the
+//     release deletes it (a shared backend holds many leases, so a row
+//     per backend no longer does).
 func sessionGrant(lock, f, h string) string {
 	return "WITH l AS MATERIALIZED (SELECT x.ok, current_setting('idle_session_timeout') AS idle " +
 		"FROM (" + lock + ") AS x), " +
@@ -333,29 +344,48 @@ func sessionGrant(lock, f, h string) string {
 		"set_config('synchronous_commit', 'off', true), " + clockTicks + " AS c FROM l WHERE l.ok), " +
 		"t AS (INSERT INTO " + f + " AS f (lock_key, token) SELECT $3::text, greatest(1, s.c) FROM s " +
 		"ON CONFLICT (lock_key) DO UPDATE SET token = greatest(f.token + 1, excluded.token) RETURNING token), " +
-		"r AS (INSERT INTO " + h + " (pid, lock_key, mode, token, value) " +
-		"SELECT pg_backend_pid(), $3::text, $4::smallint, t.token, $5::text FROM t " +
-		"ON CONFLICT (pid) DO UPDATE SET lock_key = excluded.lock_key, mode = excluded.mode, " +
-		"token = excluded.token, value = excluded.value RETURNING token) " +
+		"r AS (INSERT INTO " + h + " (pid, lock_key, mode, token, value, idle_ms) " +
+		"SELECT pg_backend_pid(), $3::text, $4::smallint, t.token, $5::text, $2::text::bigint FROM t " +
+		"ON CONFLICT (pid, lock_key) DO UPDATE SET mode = excluded.mode, " +
+		"token = excluded.token, value = excluded.value, idle_ms = excluded.idle_ms RETURNING token) " +
 		"SELECT l.ok, (SELECT r.token FROM r), l.idle FROM l"
 }
 
 // session fills in the session strategy's statements; f is the quoted
 // fences table, h the quoted holders table.
-func (q *queries) session(f, h string) {
+func (q *queries) session(f, h, v string) {
 	q.grantWait = sessionGrant("SELECT true AS ok FROM pg_advisory_lock($1::bigint)", f, h)
 	q.grantWaitShared = sessionGrant("SELECT true AS ok FROM pg_advisory_lock_shared($1::bigint)", f, h)
 	q.grantTry = sessionGrant("SELECT g.ok FROM pg_try_advisory_lock($1::bigint) AS g(ok)", f, h)
 	q.grantTryShared = sessionGrant("SELECT g.ok FROM pg_try_advisory_lock_shared($1::bigint) AS g(ok)", f, h)
-	// The release: clear the session's holder row (its key set to '',
-	// which no key is), unlock $1 and put back the session's
-	// idle_session_timeout, $2, as the grant found it.
+	// The release: delete the session's holder row of key $3, unlock $1
+	// and set the session's idle_session_timeout to $2 (as the grant
+	// found it, or the shared backend's while it holds other leases).
 	release := func(fn string) string {
-		return "WITH d AS (UPDATE " + h + " SET lock_key = '' WHERE pid = pg_backend_pid()) " +
+		return "WITH d AS (DELETE FROM " + h + " WHERE pid = pg_backend_pid() AND lock_key = $3::text), " +
+			"v AS (DELETE FROM " + v + " WHERE pid = pg_backend_pid() AND lock_key = $3::text) " +
 			"SELECT " + fn + "($1::bigint), set_config('idle_session_timeout', $2, false)"
 	}
 	q.releaseExclusive = release("pg_advisory_unlock")
 	q.releaseShared = release("pg_advisory_unlock_shared")
+	// A closing shared backend deletes its holder rows; a new one those
+	// of every backend that has ended.
+	q.sessionTidy = "DELETE FROM " + h + " WHERE pid = pg_backend_pid()"
+	q.deadTidy = "DELETE FROM " + h + " AS h WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = h.pid)"
+	// ForceRelease: the holders of key $1 whose backend holds its lock
+	// (classid $2, objid $3) now, each given a revocation in the same
+	// statement, in token order.
+	q.revoke = "WITH x AS (SELECT h.pid, h.mode, h.token, coalesce(h.value, '') AS value, h.idle_ms FROM " + h +
+		" AS h WHERE h.lock_key = $1 AND " + heldBy(2) + "), " +
+		"r AS (INSERT INTO " + v + " (pid, lock_key, token) SELECT pid, $1, token FROM x " +
+		"ON CONFLICT (pid, lock_key) DO UPDATE SET token = excluded.token) " +
+		"SELECT pid, mode::int, token, value, idle_ms FROM x ORDER BY token"
+	// A ping that also reads the session's revocations.
+	q.revoked = "SELECT lock_key, token FROM " + v + " WHERE pid = pg_backend_pid()"
+	// Which of the backends $4 still hold the lock (classid $2, objid $3)
+	// of key $1.
+	q.stillHeld = "SELECT h.pid FROM unnest($4::int[]) AS h(pid) WHERE $1::text <> '' AND " + heldBy(2)
+	q.unrevoke = "DELETE FROM " + v + " WHERE lock_key = $1 AND pid = ANY($2::int[])"
 	// The holder rows that count: those whose backend holds the advisory
 	// lock now.
 	q.sessionHolders = "SELECT h.mode::int, h.token, coalesce(h.value, '') FROM " + h + " AS h " +

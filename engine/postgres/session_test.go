@@ -284,7 +284,7 @@ func TestTerminatedHolder(t *testing.T) {
 		t.Errorf("OnLost got %v, want ErrLeaseLost", err)
 	}
 	var rows int
-	if err := pool.QueryRow(hangCtx(t), "SELECT count(*) FROM "+quote(table+"_sessions")+" WHERE lock_key = $1",
+	if err := pool.QueryRow(hangCtx(t), "SELECT count(*) FROM "+quote(table+"_held")+" WHERE lock_key = $1",
 		key).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
@@ -307,6 +307,14 @@ func TestTerminatedHolder(t *testing.T) {
 // pidOf returns the backend pid of a held session lease's connection.
 func pidOf(t *testing.T, l engine.Lease) uint32 {
 	t.Helper()
+	if ml, ok := l.(*muxLease); ok {
+		ml.b.mu.Lock()
+		defer ml.b.mu.Unlock()
+		if ml.b.held[ml.hash] != ml || ml.b.conn == nil {
+			t.Fatalf("the lease of %q has ended: %v", l.Key(), l.Err())
+		}
+		return ml.b.conn.Conn().PgConn().PID()
+	}
 	sl := l.(*sessionLease)
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
@@ -358,11 +366,17 @@ const (
 	holderTableEnv = "CERBERUS_POSTGRES_TEST_HOLDER_TABLE"
 	holderKeyEnv   = "CERBERUS_POSTGRES_TEST_HOLDER_KEY"
 	holderTTLEnv   = "CERBERUS_POSTGRES_TEST_HOLDER_TTL"
+	// pausedExtra is how many more leases the holder process takes
+	// first, on keys "<key>/<i>", with pausedExtraTTL: they share the
+	// holder's connections with the key's lease.
+	pausedExtra    = 1000
+	pausedExtraTTL = 3 * time.Second
 )
 
-// runHolder is the test binary run as a holder process: it takes the key
-// named by its environment with a renewed session lease, prints "held
-// <token>", and when the lease ends prints "lost <error>" and exits.
+// runHolder is the test binary run as a holder process: it takes
+// pausedExtra renewed session leases on "<key>/<i>", then the key named by
+// its environment with a renewed session lease, prints "held <token>", and
+// when the lease ends prints "lost <error>" and exits.
 func runHolder() int {
 	ttl, err := time.ParseDuration(os.Getenv(holderTTLEnv))
 	if err != nil {
@@ -377,6 +391,13 @@ func runHolder() int {
 	defer e.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), hang)
 	defer cancel()
+	for i := range pausedExtra {
+		key := fmt.Sprintf("%s/%d", os.Getenv(holderKeyEnv), i)
+		if _, err := e.Acquire(ctx, sessionReq(key, pausedExtraTTL)); err != nil {
+			fmt.Println("error", err)
+			return 2
+		}
+	}
 	l, err := e.Acquire(ctx, sessionReq(os.Getenv(holderKeyEnv), ttl))
 	if err != nil {
 		fmt.Println("error", err)
@@ -393,11 +414,13 @@ func runHolder() int {
 }
 
 // TestPausedHolderCutOff: a holder process with a renewed one-second
-// lease is SIGSTOPped. Its socket stays open, so only the server's
-// idle_session_timeout can free the key: a waiter here must be granted
-// (without it the wait would last until the TCP keepalive, hours). When
-// the holder resumes, its next ping fails and its lease ends with
-// ErrLeaseLost; the waiter's token is larger.
+// lease, and pausedExtra more leases of pausedExtraTTL on the same shared
+// connections, is SIGSTOPped. Its sockets stay open, so only the server's
+// idle_session_timeout can free the keys: a waiter here must be granted
+// the key, and then every other key within their period (without it the
+// wait would last until the TCP keepalive, hours). When the holder
+// resumes, its next ping fails and its lease ends with ErrLeaseLost; the
+// waiter's token is larger.
 func TestPausedHolderCutOff(t *testing.T) {
 	dsn := testDSN(t)
 	table := testTable(t, dsn)
@@ -451,6 +474,22 @@ func TestPausedHolderCutOff(t *testing.T) {
 	if l.Token() <= token {
 		t.Errorf("token %d after the paused holder's %d", l.Token(), token)
 	}
+	stopped := time.Now()
+	for i := range pausedExtra {
+		key := fmt.Sprintf("%s/%d", key, i)
+		ctx, cancel := context.WithTimeout(t.Context(), pausedExtraTTL+hang/2)
+		x, err := e.Acquire(ctx, engine.Request{Key: key, TTL: time.Minute, Wait: true})
+		cancel()
+		if err != nil {
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+			t.Fatalf("the paused holder's lease of %q was not cut off %v after the pause: %v", key,
+				time.Since(stopped), err)
+		}
+		if err := x.Release(hangCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("the paused holder's %d other leases were all free %v after the first", pausedExtra, time.Since(stopped))
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -534,7 +573,7 @@ func TestGrantCommitsAsync(t *testing.T) {
 	if err := c.QueryRow(ctx, e.q.grantTry, h, "60000", "async", 0, "").Scan(&ok, nil, &idle); err != nil || !ok {
 		t.Fatalf("grant: %v, %v", ok, err)
 	}
-	if err := c.QueryRow(ctx, e.q.releaseExclusive, h, idle).Scan(&ok, nil); err != nil || !ok {
+	if err := c.QueryRow(ctx, e.q.releaseExclusive, h, idle, "async").Scan(&ok, nil); err != nil || !ok {
 		t.Fatalf("release: %v, %v", ok, err)
 	}
 	if err := c.QueryRow(ctx, "SHOW idle_session_timeout").Scan(&now); err != nil {

@@ -61,7 +61,7 @@ func tokenTables(t *testing.T, dsn string) map[postgres.Strategy]string {
 		}
 		defer pool.Close()
 		for _, table := range out {
-			for _, suffix := range []string{"", "_readers", "_fences", "_sessions", "_queue", "_released"} {
+			for _, suffix := range []string{"", "_readers", "_fences", "_sessions", "_held", "_revoked", "_queue", "_released"} {
 				_, _ = pool.Exec(ctx, `DROP TABLE IF EXISTS "`+table+suffix+`"`)
 			}
 		}

@@ -38,10 +38,11 @@ type Postgres struct {
 // test ends. PostgreSQL refuses to run as root: running as root, the
 // server and initdb run as the system user postgres, which owns the
 // server's directory. Without the server packages the test fails naming
-// the command that installs them.
-func StartPostgres(t testing.TB) *Postgres {
+// the command that installs them. Each of settings is a name=value the
+// server starts with (postgres -c), such as "max_locks_per_transaction=512".
+func StartPostgres(t testing.TB, settings ...string) *Postgres {
 	t.Helper()
-	return startPostgres(t, nil)
+	return startPostgres(t, nil, settings...)
 }
 
 // StartPostgresTLS is StartPostgres with TLS required on TCP: the server
@@ -54,7 +55,7 @@ func StartPostgresTLS(t testing.TB, f TLS) *Postgres {
 	return startPostgres(t, &f)
 }
 
-func startPostgres(t testing.TB, f *TLS) *Postgres {
+func startPostgres(t testing.TB, f *TLS, settings ...string) *Postgres {
 	t.Helper()
 	Needs(t, "PostgreSQL")
 	bin := postgresBin(t)
@@ -101,6 +102,9 @@ func startPostgres(t testing.TB, f *TLS) *Postgres {
 	args := []string{"-D", data, "-p", strconv.Itoa(port), "-c", "listen_addresses=127.0.0.1",
 		"-c", "unix_socket_directories=" + dir, "-c", "fsync=off", "-c", "max_connections=300"}
 	args = append(args, tlsArgs...)
+	for _, kv := range settings {
+		args = append(args, "-c", kv)
+	}
 	// The log is written by the test process (it opens the file), so it may
 	// live in the test's own temporary directory.
 	p.Process = newProcess(t, "postgres at "+p.Addr, filepath.Join(bin, "postgres"), args, t.TempDir(),
