@@ -42,6 +42,11 @@ import (
 //	                           answer (default: the remote address), logged
 //	                           with key, engine and tokens
 //
+// A POST from a browser (an Accept that prefers text/html, as the status
+// page's forms send) gets a short HTML page saying what was done, or why
+// nothing was, with a link back to the status page, and the same status
+// code.
+//
 // A GET never changes anything: one that names an action (release,
 // confirm, engine or wait) is refused with 405 and changes nothing.
 //
@@ -73,7 +78,7 @@ func (m *Manager) Handler(allowOps bool) http.Handler {
 			return
 		case http.MethodPost:
 			if !allowOps {
-				http.Error(w, "cerberus: operator actions (switch, release) are not allowed here", http.StatusForbidden)
+				postError(w, r, "cerberus: operator actions (switch, release) are not allowed here", http.StatusForbidden)
 				return
 			}
 			if r.FormValue("release") != "" || r.Form.Has("release") || r.Form.Has("confirm") {
@@ -82,12 +87,16 @@ func (m *Manager) Handler(allowOps bool) http.Handler {
 			}
 			sw, err := m.handleSwitch(r)
 			if err != nil {
-				http.Error(w, err.Error(), switchErrCode(err))
+				postError(w, r, err.Error(), switchErrCode(err))
 				return
 			}
 			rep = &sw
 			if !sw.Done() {
 				code = http.StatusAccepted
+			}
+			if wantsHTML(r.Header.Values("Accept")) {
+				writeOutcome(w, code, switchOutcome(sw))
+				return
 			}
 		default:
 			w.Header().Set("Allow", "GET, HEAD, POST")

@@ -170,7 +170,11 @@ func (m *Manager) serveRelease(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, engine.ErrNotHeld) || errors.Is(err, ErrUnknownEngine):
 			code = http.StatusNotFound
 		}
-		http.Error(w, err.Error(), code)
+		postError(w, r, err.Error(), code)
+		return
+	}
+	if wantsHTML(r.Header.Values("Accept")) {
+		writeOutcome(w, http.StatusOK, releaseOutcome(doc))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

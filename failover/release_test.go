@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -109,5 +110,59 @@ func TestHandlerRelease(t *testing.T) {
 	<-l.Done()
 	if !errors.Is(l.Err(), engine.ErrReleasedByOperator) {
 		t.Errorf("the released lease ended with %v; want ErrReleasedByOperator", l.Err())
+	}
+}
+
+// TestHandlerFormPosts: the status page's forms, posted by a browser (an
+// Accept that prefers text/html), get an HTML page saying what was done,
+// or why nothing was, with the same status code as the JSON answer, the
+// key escaped, and a link back to the page.
+func TestHandlerFormPosts(t *testing.T) {
+	f, err := failover.New([]failover.NamedEngine{{Name: "a", Engine: memory.New()}, {Name: "b", Engine: memory.New()}},
+		failover.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const key = `<b>"job"</b>`
+	l, err := f.Acquire(context.Background(), engine.Request{Key: key, TTL: time.Minute, Renew: true, Value: "w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(f.Handler(true))
+	defer srv.Close()
+	post := func(form url.Values) (int, string, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Accept", "text/html,application/xhtml+xml,*/*;q=0.8")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Content-Type"), string(body)
+	}
+	check := func(what string, code int, ctype, body string, wantCode int, want ...string) {
+		t.Helper()
+		if code != wantCode || !strings.HasPrefix(ctype, "text/html") || strings.Contains(body, "<b>") ||
+			!strings.Contains(body, `href="?"`) {
+			t.Errorf("%s: %d %s %q; want %d, an escaped HTML page with a link back", what, code, ctype, body, wantCode)
+		}
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				t.Errorf("%s: the page does not say %q: %s", what, w, body)
+			}
+		}
+	}
+	code, ctype, body := post(url.Values{"release": {key}, "confirm": {"other"}})
+	check("a bad confirm", code, ctype, body, http.StatusBadRequest, "Nothing was changed")
+	code, ctype, body = post(url.Values{"release": {key}, "confirm": {key}})
+	check("a release", code, ctype, body, http.StatusOK, "Released", "&lt;b&gt;", fmt.Sprint(l.Token()))
+	code, ctype, body = post(url.Values{"engine": {"b"}})
+	check("a switch", code, ctype, body, http.StatusOK, "Switched to b")
+	if f.Active() != "b" {
+		t.Errorf("after the switch form: active %s; want b", f.Active())
 	}
 }
