@@ -356,10 +356,6 @@ func (e *Engine) grant(req engine.Request, own, parent string, token uint64,
 		e.dropNode(own, parent, ep.sid)
 		return nil, err
 	}
-	e.watch(l)
-	if !e.frame.Go(l.armWatch) {
-		e.unwatch(own)
-	}
 	return l, nil
 }
 

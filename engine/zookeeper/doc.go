@@ -14,6 +14,8 @@
 // leave nothing behind. The engine does not delete lock nodes itself: that
 // would cost a write on every release and another to create the node again
 // on the next acquisition of the key, and ZooKeeper's cost is its writes.
+// Beside the lock nodes, "%released" holds force release's tombstones
+// (see Force release).
 //
 // # Acquire
 //
@@ -115,31 +117,39 @@
 //
 // # Force release
 //
-// Engine.ForceRelease (engine.Releaser) lists the key's queue, reads the
-// holding nodes as Holders does, and deletes them in one multi that also
-// creates, beside each, a persistent tombstone node
-// "released-<unix ms>-<node name>" (no queue node: the grant rule ignores
-// it); if a holder left meanwhile the multi fails and it lists again, up
-// to five times. The next waiter's watch on a deleted node fires at once
-// and it is granted with a new node, so a larger czxid. A key nobody holds
-// is engine.ErrNotHeld.
+// Engine.ForceRelease (engine.Releaser) lists the key's queue and reads
+// the holding nodes as Holders does, with each one's ephemeralOwner (the
+// holder's session). It creates the tombstone folder of each holder's
+// session, "<base>/%released/<session id in hex>" (container nodes, an
+// existing one left as it is), then deletes the holding nodes in one
+// multi that also creates a persistent tombstone
+// "<unix ms>-<czxid>" per freed node in its session's folder; if a holder
+// left meanwhile the multi fails and it lists again, up to five times.
+// "%released" is no encoded key, so it never shows in List and no key
+// can take its name. The next waiter's watch on a deleted node fires at
+// once and it is granted with a new node, so a larger czxid. A key nobody
+// holds is engine.ErrNotHeld.
 //
-// Every lease keeps a data watch on its own node from its grant (one
-// getData sent in the background after the grant, and set again after a
-// poke's setData; the engine's event callback hands its events over, so
-// no goroutine waits per lease), so a holder is told at once: when its node is gone
-// while held, it lists the key's children and ends with
-// engine.ErrReleasedByOperator if its tombstone is there (and deletes the
-// tombstone), else engine.ErrLeaseLost. A holder stopped (SIGSTOP) for
-// less than the session timeout reads the notification when it resumes;
-// one stopped longer has lost its session, and is told that
-// (engine.ErrLeaseLost). A lease of the releasing engine itself ends at
-// once. Its later Release returns engine.ErrNotHeld and deletes nothing
-// of anyone else's (its node name is its own). The cost: one more read
-// per grant, one more notification per release (to the holder itself),
-// one watch per held lease on the server and in go-zookeeper's table. A tombstone that no holder read
-// (its session had expired) is deleted by the next ForceRelease of the
-// key once older than ten minutes.
+// Each engine keeps one watch, whatever it holds: a child watch on its
+// own session's folder (an exists watch while it does not exist), set
+// again after every event and on the folder of each new session, by one
+// goroutine. When it fires, the engine lists the folder, ends the leases
+// the tombstones name (same session, token the czxid) with
+// engine.ErrReleasedByOperator, and deletes those tombstones. So a holder
+// in any process is told at once; one stopped (SIGSTOP) for less than the
+// session timeout reads the notification when it resumes; one stopped
+// longer has lost its session, and is told that (engine.ErrLeaseLost). A
+// lease of the releasing engine itself ends at once. Its later Release
+// returns engine.ErrNotHeld and deletes nothing of anyone else's (its
+// node name is its own). A tombstone that names no lease of the engine
+// (its grant may still be under way) is kept for the session timeout,
+// read again then, and deleted. Tombstones nobody read (their session
+// had ended) are swept by later ForceRelease calls once older than ten
+// minutes, by the writers' clocks, with session folders empty that long:
+// each call looks at up to 8 folders, from a random one, and deletes up
+// to 64 nodes. The cost: a create per holder's session and one multi per
+// force release, one notification and a listing per release to its
+// holder's engine; nothing per grant, one watch per engine on the server.
 //
 // # Tokens
 //

@@ -35,11 +35,12 @@ var _ Conn = (*zk.Conn)(nil)
 
 // Engine is an engine.Engine on ZooKeeper. Make one with Dial or New.
 type Engine struct {
-	conn    Conn
-	own     *zk.Conn // made by Dial, closed by Close; nil with New
-	base    string   // chroot + base path
-	acl     []zk.ACL
-	recheck time.Duration
+	conn     Conn
+	own      *zk.Conn // made by Dial, closed by Close; nil with New
+	base     string   // chroot + base path
+	released string   // base + "/%released": the tombstone folders (see release.go)
+	acl      []zk.ACL
+	recheck  time.Duration
 
 	requested  time.Duration // session timeout asked for
 	negotiated atomic.Int64  // session timeout granted, ns; 0 if unknown
@@ -53,13 +54,8 @@ type Engine struct {
 	frame kit.Base[*lease]
 	sess  session
 
-	// watched maps the path of each held lease's node to the lease,
-	// whose own watch (lease.armWatch) is on it.
-	watchMu sync.Mutex
-	watched map[string]*lease
-
 	// Counters and hooks for tests (export_test.go).
-	nodeEvents  atomic.Int64 // watch notifications received, but those of a lease on its own node
+	nodeEvents  atomic.Int64 // watch notifications received, but those of the tombstone watch
 	listings    atomic.Int64 // listings of a queue
 	existsCalls atomic.Int64 // czxids asked for with Exists
 	pokes       atomic.Int64 // counted grants that poked their successor
@@ -115,6 +111,7 @@ func Dial(servers []string, opts ...Option) (*Engine, error) {
 	}
 	e.conn, e.own = conn, conn
 	close(ready)
+	_ = e.frame.Go(e.watchReleased)
 	return e, nil
 }
 
@@ -159,6 +156,7 @@ func New(conn Conn, events <-chan zk.Event, opts ...Option) (*Engine, error) {
 			}
 		}
 	}()
+	_ = e.frame.Go(e.watchReleased)
 	return e, nil
 }
 
@@ -179,6 +177,7 @@ func newEngine(cfg config) (*Engine, error) {
 	}
 	e := &Engine{
 		base:      cfg.chroot + cfg.base,
+		released:  cfg.chroot + cfg.base + "/" + releasedDir,
 		acl:       zk.WorldACL(zk.PermAll),
 		recheck:   cfg.recheck,
 		requested: cfg.sessionTimeout,

@@ -65,29 +65,30 @@ func (e *Engine) readHolders(ctx context.Context, parent string) (hs []engine.Ho
 	if len(nodes) == 0 {
 		return nil, false, nil
 	}
-	out, gone, err := e.readNodes(ctx, parent, nodes)
+	reads, err := e.readNodes(ctx, parent, nodes)
 	if err != nil {
 		return nil, false, err
 	}
-	kept := out[:0]
-	for i, h := range out {
-		if gone[i] {
+	for _, r := range reads {
+		if r.gone {
 			changed = true
 			continue
 		}
-		kept = append(kept, h)
+		hs = append(hs, r.Holder)
 	}
-	if len(kept) == 0 {
-		return nil, changed, nil
-	}
-	return kept, changed, nil
+	return hs, changed, nil
 }
 
-// readNodes reads the holding nodes under parent, a few at a time: each
-// one's holder, or gone if it no longer exists.
-func (e *Engine) readNodes(ctx context.Context, parent string, nodes []qnode) ([]engine.Holder, []bool, error) {
-	out := make([]engine.Holder, len(nodes))
-	gone := make([]bool, len(nodes))
+// nodeRead is what readNodes learns of one holding node.
+type nodeRead struct {
+	engine.Holder
+	owner int64 // the session that owns it (its ephemeralOwner)
+	gone  bool  // it no longer exists
+}
+
+// readNodes reads the holding nodes under parent, a few at a time.
+func (e *Engine) readNodes(ctx context.Context, parent string, nodes []qnode) ([]nodeRead, error) {
+	out := make([]nodeRead, len(nodes))
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, holderReads)
@@ -104,25 +105,26 @@ func (e *Engine) readNodes(ctx context.Context, parent string, nodes []qnode) ([
 			err := call(ctx, func() (err error) { data, st, err = e.conn.Get(parent + "/" + n.name); return err })
 			switch {
 			case errors.Is(err, zk.ErrNoNode):
-				gone[i] = true
+				out[i].gone = true
 			case err != nil:
 				errs[i] = err
 			case st == nil || st.Czxid <= 0:
-				gone[i] = true
+				out[i].gone = true
 			default:
 				mode := engine.Shared
 				if n.write {
 					mode = engine.Exclusive
 				}
-				out[i] = engine.Holder{Mode: mode, Token: uint64(st.Czxid), Value: string(data)}
+				out[i] = nodeRead{Holder: engine.Holder{Mode: mode, Token: uint64(st.Czxid), Value: string(data)},
+					owner: st.EphemeralOwner}
 			}
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, nil, errs[firstErr(errs)]
+		return nil, errs[firstErr(errs)]
 	}
-	return out, gone, nil
+	return out, nil
 }
 
 // firstErr returns the index of the first non-nil error of errs.
@@ -287,21 +289,31 @@ func (e *Engine) waitUp(ctx context.Context) (down <-chan struct{}, ok bool) {
 // exist, an exists watch that fires when it is created. It returns a nil
 // channel if the node was created between the two calls.
 func (e *Engine) armWatch(ctx context.Context, parent string) (<-chan zk.Event, error) {
-	var ch <-chan zk.Event
+	_, ch, err := e.armChildren(ctx, parent)
+	return ch, err
+}
+
+// armChildren is armWatch on the node at p, and returns p's children
+// too (none while it does not exist).
+func (e *Engine) armChildren(ctx context.Context, p string) ([]string, <-chan zk.Event, error) {
+	var (
+		children []string
+		ch       <-chan zk.Event
+	)
 	err := call(ctx, func() error {
-		_, _, c, err := e.conn.ChildrenW(parent)
+		kids, _, c, err := e.conn.ChildrenW(p)
 		if !errors.Is(err, zk.ErrNoNode) {
-			ch = c
+			children, ch = kids, c
 			return err
 		}
-		found, _, c, err := e.conn.ExistsW(parent)
+		found, _, c, err := e.conn.ExistsW(p)
 		if err == nil && !found {
 			ch = c
 		}
 		return err
 	})
 	if err != nil {
-		return nil, err // ch may still be written by an abandoned call
+		return nil, nil, err // children and ch may still be written by an abandoned call
 	}
-	return ch, nil
+	return children, ch, nil
 }

@@ -134,9 +134,8 @@ func (l *lease) finish(err error) bool {
 	return true
 }
 
-// markEnded moves the lease to its final state, stops its timer and
-// takes it out of the watched leases. It reports whether the lease had
-// not ended before.
+// markEnded moves the lease to its final state and stops its timer. It
+// reports whether the lease had not ended before.
 func (l *lease) markEnded() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -147,6 +146,5 @@ func (l *lease) markEnded() bool {
 	if l.timer != nil {
 		l.timer.Stop()
 	}
-	l.eng.unwatch(l.path) // after its own release's event (see handleEvent)
 	return true
 }

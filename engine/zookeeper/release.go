@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -17,31 +17,42 @@ import (
 var _ engine.Releaser = (*Engine)(nil)
 
 // Tombstones. ForceRelease deletes the holding nodes of a key and, in the
-// same multi, creates a persistent node beside each,
+// same multi, creates a persistent node for each in the folder of the
+// session that owned it (the node's ephemeralOwner):
 //
-//	released-<unix milliseconds>-<the deleted node's name>
+//	<base>/%released/<session id, 16 hex digits>/<unix ms>-<czxid>
 //
-// which is no queue node (parseNode ignores it). The holder's node watch
-// (lease.armWatch) fires, finds its node gone and its tombstone there,
-// ends the lease with engine.ErrReleasedByOperator and deletes the
-// tombstone. A tombstone nobody read (its holder's session had expired)
-// is deleted by the next ForceRelease of the key once older than
-// tombstoneLife, longer than any session timeout the engine accepts.
+// The folders are container nodes, made beforehand if missing.
+// "%released" is no encoded key (EncodeKey writes '%' only before two hex
+// digits), so List never shows it and no key's lock node can take its
+// name. Each engine keeps one watch on its own session's folder
+// (watchReleased), reads the tombstones when it fires, ends the leases
+// they name with engine.ErrReleasedByOperator and deletes them. A
+// tombstone nobody read (its holder's session had ended) is deleted by a
+// later ForceRelease once older than tombstoneLife, longer than any
+// session timeout the engine accepts.
 const (
-	tombstonePrefix = "released-"
-	tombstoneLife   = 10 * time.Minute
+	releasedDir   = "%released"
+	tombstoneLife = 10 * time.Minute
 )
 
 // releaseTries bounds the listings of one ForceRelease whose holders
 // change under it.
 const releaseTries = 5
 
+// Bounds of the sweep of old tombstones in one ForceRelease.
+const (
+	sweepFolders = 8
+	sweepDeletes = 64
+)
+
 // ForceRelease frees key whoever holds it; see engine.Releaser and the
 // package documentation ("Force release"). One listing of the key's
-// queue, a read of each holding node, and one multi that deletes them
-// and writes their tombstones; if a holder left meanwhile, it lists again,
-// up to releaseTries times. The next waiter's watch on the deleted node
-// fires at once.
+// queue, a read of each holding node, a create of each holder's
+// tombstone folder (ignored if it exists) and one multi that deletes the
+// nodes and writes their tombstones; if a holder left meanwhile, it lists
+// again, up to releaseTries times. The next waiter's watch on the deleted
+// node fires at once. Then it sweeps a few old tombstones.
 func (e *Engine) ForceRelease(ctx context.Context, key string) ([]engine.Holder, error) {
 	if err := engine.CheckKey(key, e.Limits().MaxKeyLen); err != nil {
 		return nil, err
@@ -55,7 +66,7 @@ func (e *Engine) ForceRelease(ctx context.Context, key string) ([]engine.Holder,
 	for range releaseTries {
 		hs, nodes, err := e.freeOnce(bctx, parent)
 		if errors.Is(err, zk.ErrNoNode) {
-			continue // a holder left, or a tombstone was read meanwhile
+			continue // a holder left, or a folder was removed meanwhile
 		}
 		if err != nil {
 			return nil, e.opError(ctx, "force release", key, err)
@@ -64,6 +75,7 @@ func (e *Engine) ForceRelease(ctx context.Context, key string) ([]engine.Holder,
 			return nil, fmt.Errorf("%w: %q: nobody holds it", engine.ErrNotHeld, key)
 		}
 		e.endReleased(nodes)
+		e.sweep(bctx)
 		return hs, nil
 	}
 	return nil, e.opError(ctx, "force release", key,
@@ -85,57 +97,93 @@ func (e *Engine) freeOnce(ctx context.Context, parent string) ([]engine.Holder, 
 	if len(nodes) == 0 {
 		return nil, nil, nil
 	}
-	hs, gone, err := e.readNodes(ctx, parent, nodes)
+	reads, err := e.readNodes(ctx, parent, nodes)
 	if err != nil {
 		return nil, nil, err
 	}
-	now := time.Now()
-	ops := staleTombstones(parent, children, now)
+	if err := e.makeFolders(ctx, reads); err != nil {
+		return nil, nil, err
+	}
+	ms := time.Now().UnixMilli()
+	hs := make([]engine.Holder, len(nodes))
 	paths := make([]string, len(nodes))
+	ops := make([]any, 0, 2*len(nodes))
 	for i, n := range nodes {
-		if gone[i] {
-			return nil, nil, zk.ErrNoNode
-		}
-		paths[i] = parent + "/" + n.name
-		tomb := parent + "/" + tombstonePrefix + strconv.FormatInt(now.UnixMilli(), 10) + "-" + n.name
-		ops = append(ops, &zk.CreateRequest{Path: tomb, Acl: e.acl},
+		hs[i], paths[i] = reads[i].Holder, parent+"/"+n.name
+		ops = append(ops, &zk.CreateRequest{Path: e.tombstone(reads[i].owner, ms, hs[i].Token), Acl: e.acl},
 			&zk.DeleteRequest{Path: paths[i], Version: -1})
 	}
 	err = call(ctx, func() error { _, err := e.conn.Multi(ops...); return err })
 	return hs, paths, err
 }
 
-// staleTombstones returns the deletes of the tombstones among children
-// older than tombstoneLife.
-func staleTombstones(parent string, children []string, now time.Time) []any {
-	var ops []any
-	for _, c := range children {
-		ms, _, ok := parseTombstone(c)
-		if ok && now.Sub(time.UnixMilli(ms)) > tombstoneLife {
-			ops = append(ops, &zk.DeleteRequest{Path: parent + "/" + c, Version: -1})
+// makeFolders creates the tombstone folder of each holder's session,
+// once per session. It returns zk.ErrNoNode if a holding node was gone
+// when read.
+func (e *Engine) makeFolders(ctx context.Context, reads []nodeRead) error {
+	made := make(map[int64]bool, 1)
+	for _, r := range reads {
+		if r.gone {
+			return zk.ErrNoNode
+		}
+		if !made[r.owner] {
+			if err := e.makeFolder(ctx, e.folder(r.owner)); err != nil {
+				return err
+			}
+			made[r.owner] = true
 		}
 	}
-	return ops
+	return nil
 }
 
-// parseTombstone splits a tombstone's name into its time and the name of
-// the node it stands for.
-func parseTombstone(name string) (ms int64, node string, ok bool) {
-	rest, ok := strings.CutPrefix(name, tombstonePrefix)
-	if !ok {
-		return 0, "", false
+// makeFolder creates the container dir, and "%released" first if it is
+// missing. A folder that exists is left as it is.
+func (e *Engine) makeFolder(ctx context.Context, dir string) error {
+	err := e.makeContainer(ctx, dir)
+	if errors.Is(err, zk.ErrNoNode) {
+		if err = e.makeContainer(ctx, e.released); err == nil {
+			err = e.makeContainer(ctx, dir)
+		}
 	}
-	t, node, ok := strings.Cut(rest, "-")
-	if !ok {
-		return 0, "", false
+	return err
+}
+
+// makeContainer creates a container node at p; one that exists already
+// is no error.
+func (e *Engine) makeContainer(ctx context.Context, p string) error {
+	err := call(ctx, func() error { _, err := e.conn.CreateContainer(p, nil, zk.FlagContainer, e.acl); return err })
+	if errors.Is(err, zk.ErrNodeExists) {
+		return nil
 	}
-	ms, err := strconv.ParseInt(t, 10, 64)
-	return ms, node, err == nil
+	return err
+}
+
+// folder returns the path of the tombstone folder of session sid.
+func (e *Engine) folder(sid int64) string {
+	return fmt.Sprintf("%s/%016x", e.released, uint64(sid))
+}
+
+// tombstone returns the path of the tombstone of the node with czxid
+// token, owned by session sid, written at ms (unix milliseconds).
+func (e *Engine) tombstone(sid, ms int64, token uint64) string {
+	return e.folder(sid) + "/" + strconv.FormatInt(ms, 10) + "-" + strconv.FormatUint(token, 10)
+}
+
+// parseTombstone splits a tombstone's name into its time (unix
+// milliseconds) and the czxid of the node it stands for.
+func parseTombstone(name string) (ms int64, token uint64, ok bool) {
+	t, z, ok := strings.Cut(name, "-")
+	if !ok {
+		return 0, 0, false
+	}
+	ms, err1 := strconv.ParseInt(t, 10, 64)
+	token, err2 := strconv.ParseUint(z, 10, 64)
+	return ms, token, err1 == nil && err2 == nil
 }
 
 // endReleased ends the engine's own leases on the nodes at paths with
-// engine.ErrReleasedByOperator, at once; their tombstones are left for
-// the next ForceRelease of the key.
+// engine.ErrReleasedByOperator, at once; their tombstones are deleted by
+// the engine's watch (see takeTombstones).
 func (e *Engine) endReleased(paths []string) {
 	want := make(map[string]bool, len(paths))
 	for _, p := range paths {
@@ -154,99 +202,50 @@ func (e *Engine) endReleased(paths []string) {
 	}
 }
 
-// armWatch sets a data watch (getData) on the lease's node: it fires on a
-// poke's or a release's setData and on the node's deletion, and
-// handleEvent hands the event to nodeEvent. A data watch, not an exists
-// watch: on a node that is gone it leaves no watch behind on the server.
-// The engine keeps no goroutine per lease: the watch's channel, buffered
-// by go-zookeeper, is not read. A node already gone ends the lease
-// (nodeGone); a failed call is tried again after the recheck interval
-// while the lease is held, and a lost session ends the lease by itself.
-func (l *lease) armWatch() {
-	e := l.eng
-	for l.isHeld() {
-		ctx, cancel := e.bound(e.frame.Context())
-		err := call(ctx, func() error { _, _, _, err := e.conn.GetW(l.path); return err })
-		cancel()
-		switch {
-		case err == nil:
-			return
-		case errors.Is(err, zk.ErrNoNode):
-			l.nodeGone()
-			return
-		}
-		select {
-		case <-time.After(e.recheck):
-		case <-l.Signal.Done():
-			return
-		case <-e.frame.Closing():
-			return
-		}
-	}
-}
-
-// nodeEvent is handleEvent's for a watch on the node of lease l: unless
-// l has ended, it sets the watch again, which finds out whether the node
-// is gone, in the background.
-func (e *Engine) nodeEvent(l *lease) {
-	if !l.isHeld() {
-		e.unwatch(l.path)
+// sweep deletes old tombstones: those older than tombstoneLife, which
+// their holders never read (their session had ended), and session folders
+// empty for that long (the server removes a container only once it has
+// had children). It looks at up to sweepFolders folders, from a random
+// one on, and deletes up to sweepDeletes nodes. Errors are ignored: the
+// next ForceRelease sweeps again. The times are those of the clocks of
+// the processes that wrote them.
+func (e *Engine) sweep(ctx context.Context) {
+	var dirs []string
+	err := call(ctx, func() (err error) { dirs, _, err = e.conn.Children(e.released); return err })
+	if err != nil || len(dirs) == 0 {
 		return
 	}
-	e.frame.Go(l.armWatch)
+	cutoff := time.Now().Add(-tombstoneLife)
+	budget := sweepDeletes
+	start := rand.IntN(len(dirs))
+	for i := 0; i < min(len(dirs), sweepFolders) && budget > 0; i++ {
+		budget -= e.sweepFolder(ctx, e.released+"/"+dirs[(start+i)%len(dirs)], cutoff, budget)
+	}
 }
 
-// nodeGone ends a held lease whose node is gone, and deletes its
-// tombstone if it has one.
-func (l *lease) nodeGone() {
-	if !l.isHeld() {
-		return
+// sweepFolder deletes up to budget tombstones in dir written before
+// cutoff, or dir itself if it is empty and older; it returns how many
+// deletes it sent.
+func (e *Engine) sweepFolder(ctx context.Context, dir string, cutoff time.Time, budget int) int {
+	var (
+		names []string
+		st    *zk.Stat
+	)
+	if call(ctx, func() (err error) { names, st, err = e.conn.Children(dir); return err }) != nil {
+		return 0
 	}
-	e := l.eng
-	ctx, cancel := e.bound(e.frame.Context())
-	defer cancel()
-	var children []string
-	err := call(ctx, func() (err error) { children, _, err = e.conn.Children(l.parent); return err })
-	name := path.Base(l.path)
-	for _, c := range children {
-		if _, node, ok := parseTombstone(c); ok && node == name && err == nil {
-			if l.finish(fmt.Errorf("%w: zookeeper node %s deleted", engine.ErrReleasedByOperator, l.path)) {
-				_ = call(ctx, func() error { return e.conn.Delete(l.parent+"/"+c, -1) })
-			}
-			return
+	var old []string
+	for _, n := range names {
+		if ms, _, ok := parseTombstone(n); ok && time.UnixMilli(ms).Before(cutoff) {
+			old = append(old, dir+"/"+n)
 		}
 	}
-	l.finish(fmt.Errorf("%w: zookeeper lock node %s is gone", engine.ErrLeaseLost, l.path))
-}
-
-// isHeld reports whether the lease is held and no release is under way.
-func (l *lease) isHeld() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.state == held
-}
-
-// watch records l as the lease whose watch is on its node.
-func (e *Engine) watch(l *lease) {
-	e.watchMu.Lock()
-	if e.watched == nil {
-		e.watched = make(map[string]*lease)
+	if len(names) == 0 && st != nil && time.UnixMilli(st.Ctime).Before(cutoff) {
+		old = append(old, dir)
 	}
-	e.watched[l.path] = l
-	e.watchMu.Unlock()
-}
-
-// unwatch forgets the lease of the node at path.
-func (e *Engine) unwatch(path string) {
-	e.watchMu.Lock()
-	delete(e.watched, path)
-	e.watchMu.Unlock()
-}
-
-// watcher returns the lease whose watch is on the node at path, if any.
-func (e *Engine) watcher(path string) (*lease, bool) {
-	e.watchMu.Lock()
-	defer e.watchMu.Unlock()
-	l, ok := e.watched[path]
-	return l, ok
+	old = old[:min(len(old), budget)]
+	for _, p := range old {
+		_ = call(ctx, func() error { return e.conn.Delete(p, -1) })
+	}
+	return len(old)
 }

@@ -49,23 +49,18 @@ type epochState struct {
 	lost  <-chan struct{}
 }
 
-// handleEvent follows go-zookeeper's session events, hands the events of
-// the leases' watches on their own nodes to nodeEvent, and counts the
-// other watch notifications. It does not block.
+// handleEvent follows go-zookeeper's session events and counts watch
+// notifications, but those of the tombstone watch (watchReleased). It does
+// not block.
 func (e *Engine) handleEvent(ev zk.Event) {
 	switch ev.Type {
 	case zk.EventSession:
 	case zk.EventNotWatching:
 		return
 	default:
-		// go-zookeeper calls this before it notifies the watch, and a
-		// lease leaves watched only once its own release has been
-		// answered, after the event.
-		if l, own := e.watcher(ev.Path); own {
-			e.nodeEvent(l)
-			return
+		if !e.isReleased(ev.Path) {
+			e.nodeEvents.Add(1)
 		}
-		e.nodeEvents.Add(1)
 		return
 	}
 	switch ev.State {
