@@ -70,7 +70,7 @@ func registeredNames(t *testing.T) map[string]bool {
 	m := New(nil)
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
 	names := map[string]bool{}
-	for _, c := range append(m.collectors(), scrapeHook{m: m}) {
+	for _, c := range append(m.collectors(), scrapeHook{m: m}, renewalHook{}) {
 		ch := make(chan *prometheus.Desc, 16)
 		c.Describe(ch)
 		close(ch)

@@ -23,15 +23,19 @@ import (
 // engine and on Redis.
 func TestLeasesHeld(t *testing.T) {
 	t.Run("memory", func(t *testing.T) { testLeasesHeld(t, memory.New()) })
-	t.Run("redis", func(t *testing.T) {
-		rc := goredis.NewClient(&goredis.Options{Addr: testenv.RedisAddr(t)})
-		t.Cleanup(func() { _ = rc.Close() })
-		e, err := redis.New(rc, redis.WithPrefix(fmt.Sprintf("held-%d:", time.Now().UnixNano())))
-		if err != nil {
-			t.Fatal(err)
-		}
-		testLeasesHeld(t, e)
-	})
+	t.Run("redis", func(t *testing.T) { testLeasesHeld(t, redisEngine(t)) })
+}
+
+// redisEngine is a Redis engine on the test server, under a prefix of its
+// own.
+func redisEngine(t *testing.T) *redis.Engine {
+	rc := goredis.NewClient(&goredis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() { _ = rc.Close() })
+	e, err := redis.New(rc, redis.WithPrefix(fmt.Sprintf("%s-%d:", t.Name(), time.Now().UnixNano())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
 
 func testLeasesHeld(t *testing.T, eng engine.Engine) {
