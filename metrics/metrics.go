@@ -5,6 +5,7 @@
 //	m := metrics.New(prometheus.DefaultRegisterer)
 //	f, _ := failover.New(engines, failover.Options{OnSwitch: m.Switched, OnRelease: m.ForceReleased})
 //	m.Watch(prometheus.DefaultRegisterer, f)
+//	m.WatchRenewal(prometheus.DefaultRegisterer, engines...) // the renewal slack
 //	c, _ := cerberus.New(f, cerberus.WithObserver(m))
 //
 // Metrics (all prefixed cerberus_):
@@ -20,6 +21,8 @@
 //	engine_healthy{engine}           1 while the manager sees the engine healthy
 //	switches_total{from,to,reason}   engine switches
 //	force_releases_total{engine}     keys freed by an operator (failover.Options.OnRelease: ForceReleased)
+//	renewal_slack_seconds{engine}    room the last renewal round left the tightest lease, for
+//	                                 engines that renew in rounds (WatchRenewal)
 //	fleet_processes{engine}          live processes of the fleet on each engine (with engine_key)
 //	fleet_degraded                   1 while the fleet view has a note: this process outvoted, or
 //	                                 the engine key's Consul unreachable (no automatic switch)
