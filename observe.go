@@ -50,9 +50,9 @@ type LostEvent struct {
 // leases of one owner share their outer lease's grant and end with its
 // last Unlock), after Acquired and, for a loss, after Lost, and before the
 // lease's Done closes (unless the lease was lost before Acquired was
-// reported: then right after it). Grants minus ends is the number of leases held now
-// (package metrics' leases_held gauge). Like the others, it is called
-// synchronously and must not block.
+// reported: then right after it). Grants minus ends is the number of
+// leases held now (package metrics' leases_held gauge). Like the others,
+// it is called synchronously and must not block.
 type EndObserver interface {
 	Observer
 	// Ended follows the end of a granted lease.
@@ -65,7 +65,7 @@ type EndEvent struct {
 	Key    string        //
 	Shared bool          // granted by RLock or TryRLock
 	Held   time.Duration // from the grant to the end
-	Err    error         // why it ended: ErrReleased (Unlock), or the loss as in LostEvent
+	Err    error         // ErrReleased (Unlock); ErrLeaseLost if Unlock's release failed; else as in LostEvent
 }
 
 // WithObserver reports acquisitions and losses to o, and the end of each
