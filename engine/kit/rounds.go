@@ -16,12 +16,14 @@ import (
 // rows). Each round comes interval() after the start of the last one, or
 // at once if the last one took longer, interval being read again every
 // time (a third of the shortest renewed TTL, say); while interval() is 0
-// there is nothing to renew (pace is cleared), and the loop waits for kick, which the engine
+// there is nothing to renew, and the loop waits for kick, which the engine
 // signals (without blocking) when it grants a renewed lease, so that the
 // new lease's interval is taken into account at once. round renews what
 // the engine holds and returns how many leases it renewed and the earliest
 // end of validity of the renewed leases it still holds (zero if none);
 // pace then records whether the next round can land in time (Pace.Record).
+// When interval() falls to 0 the pace is cleared: no lease is left at
+// risk, so a refusal recorded for the leases that ended ends too.
 // RenewRounds returns when closing closes.
 func RenewRounds(closing, kick <-chan struct{}, interval func() time.Duration,
 	round func() (n int, validUntil time.Time), pace *Pace) {
