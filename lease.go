@@ -28,8 +28,15 @@ type hold struct {
 	// granter names the engine that granted the lease, for the observer;
 	// atomic because the engine may report a loss before Acquire returns.
 	granter atomic.Pointer[string]
-	count   int32 // the nested leases (beside mode: a held lock keeps less)
-	mode    engine.Mode
+	// marks records, for an EndObserver, that the grant was reported
+	// (markGranted) and that the hold ended (markEnded, with endErr
+	// stored first): whichever sets the second mark reports the end, so it
+	// is reported once, and never before the grant.
+	marks     atomic.Uint32
+	endErr    atomic.Pointer[error]
+	grantedAt time.Time // set before markGranted
+	count     int32     // the nested leases (beside mode: a held lock keeps less)
+	mode      engine.Mode
 	// limit, when positive, ends the hold that long after its grant
 	// (WithHoldLimit); timer is armed at the grant and stopped when the
 	// hold ends otherwise.
@@ -53,6 +60,10 @@ func (h *hold) acquire(ctx context.Context, req engine.Request) error {
 			h.granter.Store(&ev.Engine)
 		}
 		h.obs.Acquired(ev)
+		if err == nil {
+			h.grantedAt = start.Add(ev.Duration)
+			h.mark(markGranted)
+		}
 	}
 	if err != nil {
 		return err
@@ -82,9 +93,42 @@ func (h *hold) end(err error) bool {
 		}
 		h.obs.Lost(LostEvent{Engine: name, Key: h.key, Err: err})
 	}
+	h.ended(err)
 	closed := h.sig.Close(err)
 	h.c.forget(h)
 	return closed
+}
+
+// Marks of hold.marks.
+const (
+	markGranted = 1 << iota
+	markEnded
+)
+
+// ended notes that the hold ends with err, and reports it to an
+// EndObserver if the grant was reported and the end was not yet. Call it
+// before closing h.sig, so that the end is reported before Done closes.
+func (h *hold) ended(err error) {
+	if _, ok := h.obs.(EndObserver); !ok {
+		return
+	}
+	h.endErr.CompareAndSwap(nil, &err)
+	h.mark(markEnded)
+}
+
+// mark sets bit in h.marks and, if that completes both marks, reports the
+// end.
+func (h *hold) mark(bit uint32) {
+	eo, ok := h.obs.(EndObserver)
+	if !ok {
+		return
+	}
+	old := h.marks.Or(bit)
+	if old&bit != 0 || old|bit != markGranted|markEnded {
+		return
+	}
+	eo.Ended(EndEvent{Engine: *h.granter.Load(), Key: h.key, Shared: h.mode == engine.Shared,
+		Held: time.Since(h.grantedAt), Err: *h.endErr.Load()})
 }
 
 func (h *hold) stopTimer() {
@@ -144,9 +188,11 @@ func (h *hold) release(ctx context.Context) error {
 			cause = fmt.Errorf("%w: release failed: %w", engine.ErrLeaseLost, err)
 			go retryRelease(h.lease)
 		}
+		h.ended(cause)
 		h.sig.Close(cause)
 		return err
 	}
+	h.ended(engine.ErrReleased)
 	h.sig.Close(engine.ErrReleased)
 	return nil
 }

@@ -41,7 +41,35 @@ type LostEvent struct {
 	Err    error // ErrLeaseLost (ErrHoldLimit among them), ErrEngineSwitched or ErrClosed, wrapped
 }
 
-// WithObserver reports acquisitions and losses to o. Given to New it
+// EndObserver is an Observer that also hears when each granted lease
+// ends, for whatever reason: Unlock, expiry or session loss, the hold
+// limit, a force release, an engine switch, Close. It is optional, so that
+// Observers written before it keep compiling: the Client calls Ended on an
+// Observer that implements it. Ended is called exactly once for each grant
+// reported to Acquired (a lease of LockAll counts once per key; nested
+// leases of one owner share their outer lease's grant and end with its
+// last Unlock), after Acquired and, for a loss, after Lost, and before the
+// lease's Done closes (unless the lease was lost before Acquired was
+// reported: then right after it). Grants minus ends is the number of
+// leases held now (package metrics' leases_held gauge). Like the others,
+// it is called synchronously and must not block.
+type EndObserver interface {
+	Observer
+	// Ended follows the end of a granted lease.
+	Ended(EndEvent)
+}
+
+// EndEvent describes one granted lease that ended.
+type EndEvent struct {
+	Engine string        // the engine that granted it, as in its AcquireEvent
+	Key    string        //
+	Shared bool          // granted by RLock or TryRLock
+	Held   time.Duration // from the grant to the end
+	Err    error         // ErrReleased (Unlock); ErrLeaseLost if Unlock's release failed; else as in LostEvent
+}
+
+// WithObserver reports acquisitions and losses to o, and the end of each
+// lease if o is an EndObserver. Given to New it
 // covers every call; given to a call, that call. The default is none.
 func WithObserver(o Observer) Option { return func(s *settings) { s.observer = o } }
 

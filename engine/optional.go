@@ -8,7 +8,10 @@ package engine
 // suite. Inspector and Watcher are for semaphores and elections: the suite
 // checks them on every engine that has them.
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Namer is implemented by a Lease that names the engine that granted it,
 // when that is not simply the engine it was asked of: a lease of package
@@ -106,3 +109,24 @@ func lookThrough[T any](e Engine) T {
 type NodeCounter interface {
 	Nodes() (held, total int)
 }
+
+// RenewalReporter is implemented by an Engine that renews its leases in
+// rounds and can say how close its renewal runs to losing them: the Redis
+// engine (single, Sentinel, Cluster; not Redlock) and the lease-row
+// strategies of MySQL and PostgreSQL. Engines whose server keeps a
+// session alive (ZooKeeper, Consul, etcd, the session strategies) and the
+// memory engine have no rounds to report.
+type RenewalReporter interface {
+	// RenewalSlack returns the room the last renewal round left the lease
+	// with the least of it: how long before that lease's validity ends its
+	// next renewal would land if it took as long as the last round did.
+	// Negative means the lease is at risk of expiring before its renewal
+	// lands (the engine then refuses new grants); 0 follows a round in
+	// which a renewal went unanswered. ok is false while the engine renews
+	// no lease.
+	RenewalSlack() (slack time.Duration, ok bool)
+}
+
+// RenewalReporterOf returns the RenewalReporter of e, looking through
+// wrappers (Wrapper), or nil when e has none.
+func RenewalReporterOf(e Engine) RenewalReporter { return lookThrough[RenewalReporter](e) }

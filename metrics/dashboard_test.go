@@ -70,7 +70,7 @@ func registeredNames(t *testing.T) map[string]bool {
 	m := New(nil)
 	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
 	names := map[string]bool{}
-	for _, c := range append(m.collectors(), scrapeHook{m: m}) {
+	for _, c := range append(m.collectors(), scrapeHook{m: m}, renewalHook{}) {
 		ch := make(chan *prometheus.Desc, 16)
 		c.Describe(ch)
 		close(ch)
@@ -91,8 +91,14 @@ func registeredNames(t *testing.T) map[string]bool {
 	return names
 }
 
+// mustChart are metrics the dashboard must have a panel for: the ones its
+// issue asked for that are easy to drop by mistake.
+var mustChart = []string{"cerberus_leases_held", "cerberus_renewal_slack_seconds",
+	"cerberus_acquire_seconds_bucket", "cerberus_switches_total", "cerberus_fleet_processes"}
+
 // TestDashboardQueriesExist: every metric a panel of the Grafana
-// dashboard queries is one package metrics registers.
+// dashboard queries is one package metrics registers, and the metrics of
+// mustChart each have a panel.
 func TestDashboardQueriesExist(t *testing.T) {
 	raw, err := os.ReadFile(dashboardPath)
 	if err != nil {
@@ -106,12 +112,14 @@ func TestDashboardQueriesExist(t *testing.T) {
 	}
 	known := registeredNames(t)
 	queried := 0
+	seen := map[string]bool{}
 	var walk func([]dashPanel)
 	walk = func(ps []dashPanel) {
 		for _, p := range ps {
 			for _, tg := range p.Targets {
 				for _, name := range metricNames(tg.Expr) {
 					queried++
+					seen[name] = true
 					if !known[name] {
 						t.Errorf("panel %q queries %s, which package metrics does not register", p.Title, name)
 					}
@@ -123,5 +131,10 @@ func TestDashboardQueriesExist(t *testing.T) {
 	walk(dash.Panels)
 	if queried < 10 {
 		t.Fatalf("%s: only %d metric names queried; the dashboard lost its panels", dashboardPath, queried)
+	}
+	for _, name := range mustChart {
+		if !seen[name] {
+			t.Errorf("%s: no panel queries %s", dashboardPath, name)
+		}
 	}
 }

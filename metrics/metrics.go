@@ -5,6 +5,7 @@
 //	m := metrics.New(prometheus.DefaultRegisterer)
 //	f, _ := failover.New(engines, failover.Options{OnSwitch: m.Switched, OnRelease: m.ForceReleased})
 //	m.Watch(prometheus.DefaultRegisterer, f)
+//	m.WatchRenewal(prometheus.DefaultRegisterer, engines...) // the renewal slack
 //	c, _ := cerberus.New(f, cerberus.WithObserver(m))
 //
 // Metrics (all prefixed cerberus_):
@@ -12,12 +13,16 @@
 //	acquire_seconds{engine,result}   histogram of acquisition time, waiting included
 //	acquisitions_total{engine,mode}  granted leases
 //	acquire_failures_total{engine,reason}  not_acquired, context, error
+//	leases_held{engine}              leases held now by this process: up at each grant, down once
+//	                                 when it ends (Unlock or any loss; cerberus.EndObserver)
 //	leases_lost_total{engine,reason}       lease_lost, released_by_operator, engine_switched, closed
 //	active_engine{engine}            1 for the active engine (Manager.ActiveEngine: under an engine
 //	                                 key the key's engine), 0 for the others; all 0 while unknown
 //	engine_healthy{engine}           1 while the manager sees the engine healthy
 //	switches_total{from,to,reason}   engine switches
 //	force_releases_total{engine}     keys freed by an operator (failover.Options.OnRelease: ForceReleased)
+//	renewal_slack_seconds{engine}    room the last renewal round left the tightest lease, for
+//	                                 engines that renew in rounds (WatchRenewal)
 //	fleet_processes{engine}          live processes of the fleet on each engine (with engine_key)
 //	fleet_degraded                   1 while the fleet view has a note: this process outvoted, or
 //	                                 the engine key's Consul unreachable (no automatic switch)
@@ -33,13 +38,14 @@ import (
 	"github.com/cerberus-go/cerberus/failover"
 )
 
-// Metrics is a cerberus.Observer that records into Prometheus collectors,
+// Metrics is a cerberus.Observer (and EndObserver) that records into Prometheus collectors,
 // and the OnSwitch and OnRelease hooks of a failover.Manager.
 type Metrics struct {
 	acquire  *prometheus.HistogramVec
 	granted  *prometheus.CounterVec
 	failures *prometheus.CounterVec
 	lost     *prometheus.CounterVec
+	held     *prometheus.GaugeVec
 	active   *prometheus.GaugeVec
 	healthy  *prometheus.GaugeVec
 	switches *prometheus.CounterVec
@@ -56,7 +62,7 @@ var (
 			"Consul.", nil, nil)
 )
 
-var _ cerberus.Observer = (*Metrics)(nil)
+var _ cerberus.EndObserver = (*Metrics)(nil)
 
 // New creates the collectors and registers them with reg (nil: not
 // registered, for tests that read them directly).
@@ -72,6 +78,8 @@ func New(reg prometheus.Registerer) *Metrics {
 				"error."}, []string{"engine", "reason"}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cerberus_leases_lost_total",
 			Help: "Leases that ended without Unlock."}, []string{"engine", "reason"}),
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cerberus_leases_held",
+			Help: "Leases held now: granted and not yet ended (Unlock or loss)."}, []string{"engine"}),
 		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cerberus_active_engine",
 			Help: "1 for the active engine (under an engine key, the key's), 0 for the others."}, []string{"engine"}),
 		healthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cerberus_engine_healthy",
@@ -90,7 +98,7 @@ func New(reg prometheus.Registerer) *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.acquire, m.granted, m.failures, m.lost, m.active, m.healthy,
+	return []prometheus.Collector{m.acquire, m.granted, m.failures, m.lost, m.held, m.active, m.healthy,
 		m.switches, m.releases}
 }
 
@@ -104,6 +112,7 @@ func (m *Metrics) Acquired(e cerberus.AcquireEvent) {
 			mode = "shared"
 		}
 		m.granted.WithLabelValues(e.Engine, mode).Inc()
+		m.held.WithLabelValues(e.Engine).Inc()
 	case errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, context.DeadlineExceeded):
 		result = "context"
 	case errors.Is(e.Err, cerberus.ErrNotAcquired):
@@ -129,6 +138,11 @@ func (m *Metrics) Lost(e cerberus.LostEvent) {
 		reason = "closed"
 	}
 	m.lost.WithLabelValues(e.Engine, reason).Inc()
+}
+
+// Ended counts a lease down from leases_held; see cerberus.EndObserver.
+func (m *Metrics) Ended(e cerberus.EndEvent) {
+	m.held.WithLabelValues(e.Engine).Dec()
 }
 
 // ForceReleased counts a force release; pass it as

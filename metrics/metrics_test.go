@@ -66,6 +66,7 @@ func TestMetricsFollowLocksAndSwitches(t *testing.T) {
 		{m.failures.WithLabelValues("a", "not_acquired"), 1},
 		{m.failures.WithLabelValues("a", "context"), 1},
 		{m.lost.WithLabelValues("a", "engine_switched"), 1},
+		{m.held.WithLabelValues("a"), 0}, // granted twice, unlocked once, switched away once
 		{m.switches.WithLabelValues("a", "b", "operator"), 1},
 	}
 	for i, ch := range checks {

@@ -22,6 +22,8 @@ import (
 // the engine holds and returns how many leases it renewed and the earliest
 // end of validity of the renewed leases it still holds (zero if none);
 // pace then records whether the next round can land in time (Pace.Record).
+// When interval() falls to 0 the pace is cleared: no lease is left at
+// risk, so a refusal recorded for the leases that ended ends too.
 // RenewRounds returns when closing closes.
 func RenewRounds(closing, kick <-chan struct{}, interval func() time.Duration,
 	round func() (n int, validUntil time.Time), pace *Pace) {
@@ -32,6 +34,11 @@ func RenewRounds(closing, kick <-chan struct{}, interval func() time.Duration,
 	for {
 		every := interval()
 		if every == 0 {
+			if !idle {
+				// The renewed leases ended: none is at risk, so a
+				// refusal recorded for them ends too.
+				pace.Record(0, 0, time.Time{}, time.Time{})
+			}
 			idle = true
 			select {
 			case <-kick:
@@ -79,8 +86,11 @@ func RenewRounds(closing, kick <-chan struct{}, interval func() time.Duration,
 // which a renewal went unanswered (it timed out: Unanswered) refuses too,
 // since when its renewal would land is unknown. The zero value is ready to
 // use.
+//
+// Pace also keeps that room, for metrics (Slack).
 type Pace struct {
 	behind atomic.Pointer[error]
+	slack  atomic.Pointer[time.Duration] // nil while no lease is renewed
 }
 
 // Record notes a round that renewed n leases in took. next and validUntil
@@ -89,6 +99,12 @@ type Pace struct {
 // zero validUntil (no lease left) clears the refusal.
 func (p *Pace) Record(n int, took time.Duration, next, validUntil time.Time) {
 	landing := next.Add(took)
+	if validUntil.IsZero() {
+		p.slack.Store(nil)
+	} else {
+		room := validUntil.Sub(landing)
+		p.slack.Store(&room)
+	}
 	if validUntil.IsZero() || !landing.After(validUntil) {
 		p.behind.Store(nil)
 		return
@@ -103,6 +119,8 @@ func (p *Pace) Record(n int, took time.Duration, next, validUntil time.Time) {
 // timed out unanswered: new grants are refused until a round is recorded
 // that leaves every lease slack.
 func (p *Pace) Unanswered(n int, took time.Duration) {
+	var none time.Duration
+	p.slack.Store(&none)
 	err := fmt.Errorf("%w: renewal is falling behind: a round for %d leases took %v and a renewal "+
 		"timed out unanswered; new leases are refused until a round leaves them slack",
 		engine.ErrUnavailable, n, took.Round(time.Millisecond))
@@ -116,6 +134,18 @@ func (p *Pace) Err() error {
 		return *err
 	}
 	return nil
+}
+
+// Slack returns the room the last round left the lease with the least of
+// it: how long before the end of its validity its next renewal would land,
+// by Record's projection; negative when it would land too late, and 0
+// after a round with an unanswered renewal (Unanswered). ok is false
+// before the first round and while no lease is renewed.
+func (p *Pace) Slack() (slack time.Duration, ok bool) {
+	if d := p.slack.Load(); d != nil {
+		return *d, true
+	}
+	return 0, false
 }
 
 // InBatches calls do on each set's items in batches of at most size, at

@@ -18,6 +18,13 @@ func TestPace(t *testing.T) {
 	if err := p.Err(); err != nil {
 		t.Fatalf("a new Pace: %v", err)
 	}
+	slack := func(want time.Duration, wantOK bool) {
+		t.Helper()
+		if got, ok := p.Slack(); got != want || ok != wantOK {
+			t.Fatalf("Slack() = %v, %v; want %v, %v", got, ok, want, wantOK)
+		}
+	}
+	slack(0, false)
 	s := time.Now() // a round's start
 	ttl := time.Second
 	life := ttl - engine.Margin(ttl) // 900ms
@@ -28,6 +35,7 @@ func TestPace(t *testing.T) {
 	if err := p.Err(); err != nil {
 		t.Fatalf("after a slow round that leaves the lease 100ms of slack: %v", err)
 	}
+	slack(100*time.Millisecond, true)
 	// The round of the issue: 567ms. The next one, as slow, would land at
 	// s+1134ms, after the validity ends.
 	p.Record(1, 567*time.Millisecond, s.Add(567*time.Millisecond), s.Add(life))
@@ -35,6 +43,7 @@ func TestPace(t *testing.T) {
 	if !errors.Is(err, engine.ErrUnavailable) || !strings.Contains(err.Error(), "renewal is falling behind") {
 		t.Fatalf("after a round that leaves a lease at risk: %v, want ErrUnavailable, falling behind", err)
 	}
+	slack(-234*time.Millisecond, true)
 	p.Record(1, 50*time.Millisecond, s.Add(333*time.Millisecond), s.Add(life))
 	if err := p.Err(); err != nil {
 		t.Fatalf("after a round that landed with slack: %v", err)
@@ -49,10 +58,12 @@ func TestPace(t *testing.T) {
 	if err := p.Err(); err != nil {
 		t.Fatalf("after a round with no lease left: %v", err)
 	}
+	slack(0, false)
 	p.Unanswered(3, 200*time.Millisecond)
 	if err := p.Err(); !errors.Is(err, engine.ErrUnavailable) {
 		t.Fatalf("after a round with an unanswered renewal: %v, want ErrUnavailable", err)
 	}
+	slack(0, true)
 }
 
 // TestInBatches: every item of every set is passed once, in batches of at
@@ -128,8 +139,8 @@ func TestBackoffPause(t *testing.T) {
 
 // TestRenewRounds: no rounds while the interval is 0; a kick starts them;
 // rounds follow the interval; a round that leaves too little validity for
-// the next one is recorded in the pace; the loop returns when closing
-// closes.
+// the next one is recorded in the pace, until a round leaves slack or
+// nothing is left to renew; the loop returns when closing closes.
 func TestRenewRounds(t *testing.T) {
 	var every atomic.Int64 // nanoseconds; 0: nothing to renew
 	var rounds atomic.Int32
@@ -159,6 +170,17 @@ func TestRenewRounds(t *testing.T) {
 	waitFor(t, "the pace to record a slow round", func() bool { return pace.Err() != nil })
 	slow.Store(false)
 	waitFor(t, "the pace to recover", func() bool { return pace.Err() == nil })
+	slow.Store(true)
+	waitFor(t, "the pace to record a slow round", func() bool { return pace.Err() != nil })
+	every.Store(0) // the leases at risk ended: nothing is left to renew
+	waitFor(t, "the pace to clear once nothing is renewed", func() bool {
+		_, ok := pace.Slack()
+		return pace.Err() == nil && !ok
+	})
+	slow.Store(false)
+	every.Store(int64(10 * time.Millisecond))
+	kick <- struct{}{}
+	waitFor(t, "the slack of a new round", func() bool { s, ok := pace.Slack(); return ok && s > 0 })
 	close(closing)
 	select {
 	case <-done:

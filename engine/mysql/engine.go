@@ -136,7 +136,10 @@ type Engine struct {
 	hot hotNames // the session strategy's recently contended lock names
 }
 
-var _ engine.Engine = (*Engine)(nil)
+var (
+	_ engine.Engine          = (*Engine)(nil)
+	_ engine.RenewalReporter = (*Engine)(nil)
+)
 
 // Pool is what New needs from the caller's database handle: its *sql.DB.
 // A *gorm.DB is a Pool, and so is anything else with that method.
@@ -349,3 +352,8 @@ func errNumber(err error) uint16 {
 	}
 	return 0
 }
+
+// RenewalSlack implements engine.RenewalReporter for the lease strategy:
+// the room the last renewal round left the lease with the least of it.
+// The other strategies renew nothing in rounds, and report ok false.
+func (e *Engine) RenewalSlack() (time.Duration, bool) { return e.core.RenewalSlack() }

@@ -154,7 +154,10 @@ type Engine struct {
 	hotMu sync.Mutex
 }
 
-var _ engine.Engine = (*Engine)(nil)
+var (
+	_ engine.Engine          = (*Engine)(nil)
+	_ engine.RenewalReporter = (*Engine)(nil)
+)
 
 // Open returns an engine with a connection pool of its own on the server
 // named by dsn, a libpq connection string or URL as pgxpool.ParseConfig
@@ -372,3 +375,8 @@ func sqlState(err error) string {
 	}
 	return ""
 }
+
+// RenewalSlack implements engine.RenewalReporter for the lease strategy:
+// the room the last renewal round left the lease with the least of it.
+// The other strategies renew nothing in rounds, and report ok false.
+func (e *Engine) RenewalSlack() (time.Duration, bool) { return e.core.RenewalSlack() }

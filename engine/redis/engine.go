@@ -114,9 +114,10 @@ type Engine struct {
 }
 
 var (
-	_ engine.Engine    = (*Engine)(nil)
-	_ engine.Inspector = (*Engine)(nil)
-	_ engine.Watcher   = (*Engine)(nil)
+	_ engine.Engine          = (*Engine)(nil)
+	_ engine.Inspector       = (*Engine)(nil)
+	_ engine.Watcher         = (*Engine)(nil)
+	_ engine.RenewalReporter = (*Engine)(nil)
 )
 
 // New returns a Redis engine over c. It does no I/O; the renewal loop starts
@@ -434,3 +435,8 @@ func (e *Engine) Close() error {
 	e.frame.Wait() // each is bounded by the engine's timeout
 	return nil
 }
+
+// RenewalSlack implements engine.RenewalReporter: the room the last
+// renewal round left the lease with the least of it (see Engine.pace);
+// ok is false while the engine renews no lease.
+func (e *Engine) RenewalSlack() (time.Duration, bool) { return e.renewPace.Slack() }

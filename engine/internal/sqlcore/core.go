@@ -192,3 +192,7 @@ func (c *Core) EnterKey(ctx context.Context, key string, maxKeyLen int) (context
 	qctx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
 	return qctx, func() { cancel(); c.Frame.Exit() }, nil
 }
+
+// RenewalSlack reports the room the last renewal round left (kit.Pace's
+// Slack), for engine.RenewalReporter; ok is false without a renewed lease.
+func (c *Core) RenewalSlack() (time.Duration, bool) { return c.pace.Slack() }
