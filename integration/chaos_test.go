@@ -328,12 +328,31 @@ func awaitWorkers(t *testing.T, dir string, cmds []*exec.Cmd, bound time.Duratio
 		select {
 		case err := <-done:
 			if err != nil {
-				t.Fatalf("worker %d: %v; see %s", i, err, filepath.Join(dir, fmt.Sprintf("worker-%d.log", i)))
+				path := filepath.Join(dir, fmt.Sprintf("worker-%d.log", i))
+				t.Fatalf("worker %d: %v (66 is the race detector's); the end of %s:\n%s", i, err, path, logTail(path, 80))
 			}
 		case <-time.After(bound):
 			t.Fatalf("worker %d did not finish", i)
 		}
 	}
+}
+
+// logTail returns n lines of the file at path (a worker's log, which the
+// test's temporary directory takes away with it): the race detector's
+// report if there is one, else the last lines; or why it cannot.
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	text := string(b)
+	if i := strings.Index(text, "WARNING: DATA RACE"); i >= 0 {
+		text = text[i:] // the race detector's report, rather than what followed it
+		lines := strings.SplitN(text, "\n", n+1)
+		return strings.Join(lines[:min(n, len(lines))], "\n")
+	}
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // collect reads every worker's records.

@@ -211,15 +211,21 @@ func (e *Engine) tryGrant(ctx context.Context, rc *rowConn, req engine.Request, 
 // GET_LOCK's answer, -1 for NULL, and token the new token if g is 1.
 func (e *Engine) waitGrant(ctx context.Context, rc *rowConn, req engine.Request, name string) (g int64,
 	token uint64, err error, killed bool) {
-	var got sql.NullInt64
+	// The scan targets belong to the statement's goroutine: once killed,
+	// killable may return while that goroutine still writes them.
+	type answer struct {
+		got   sql.NullInt64
+		token uint64
+	}
+	a := new(answer)
 	err, killed = e.killable(ctx, rc, func(qctx context.Context) error {
 		return rc.conn.QueryRowContext(qctx, e.q.sessWait, name, getLockWait(ctx, req.Wait), req.Key,
-			req.Value).Scan(&got, &token)
+			req.Value).Scan(&a.got, &a.token)
 	})
-	if !got.Valid {
+	if killed || !a.got.Valid {
 		return -1, 0, err, killed
 	}
-	return got.Int64, token, err, killed
+	return a.got.Int64, a.token, err, false
 }
 
 // sweep clears, best effort, the rows of lock names that nobody holds and
