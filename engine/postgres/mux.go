@@ -49,10 +49,16 @@ type backend struct {
 // backendAt returns the live backend of slot i, connecting a new one if
 // the slot is empty or its backend died.
 func (e *Engine) backendAt(ctx context.Context, i int) (*backend, error) {
-	e.muxMu.Lock()
+	// Both waits end with ctx: another caller may hold the slot while it
+	// dials, or the backend while a statement of its runs.
+	if !lockCtx(ctx, &e.muxMu) {
+		return nil, ctx.Err()
+	}
 	defer e.muxMu.Unlock()
 	if b := e.mux[i]; b != nil {
-		b.mu.Lock()
+		if !lockCtx(ctx, &b.mu) {
+			return nil, ctx.Err()
+		}
 		alive := b.conn != nil
 		b.mu.Unlock()
 		if alive {
@@ -91,13 +97,34 @@ func (e *Engine) pick(ctx context.Context, h int64) (*backend, error) {
 		if err != nil {
 			return nil, err
 		}
-		b.mu.Lock()
+		if !lockCtx(ctx, &b.mu) {
+			return nil, ctx.Err()
+		}
 		if _, ok := b.held[h]; !ok && b.conn != nil {
 			return b, nil
 		}
 		b.mu.Unlock()
 	}
 	return nil, nil
+}
+
+// lockCtx locks mu, or gives up when ctx ends first (a backend runs one
+// statement at a time, and under latency its queue can be long); it
+// reports whether it locked.
+func lockCtx(ctx context.Context, mu *sync.Mutex) bool {
+	if mu.TryLock() {
+		return true
+	}
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for !mu.TryLock() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return true
 }
 
 // muxGrant tries to grant req at once on a shared backend, with the
@@ -110,19 +137,50 @@ func (e *Engine) muxGrant(ctx context.Context, req engine.Request, h int64) (eng
 	if err != nil || b == nil {
 		return nil, err
 	}
-	l, dead, err := b.grant(req, h)
-	b.mu.Unlock()
-	if dead != nil {
-		dead.finish(fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, err))
-	}
-	if l == nil {
-		return nil, err
-	}
+	// The statement runs on its own goroutine, bounded by the op timeout
+	// rather than ctx (cancelling it would cost the backend every lease
+	// it carries), so that the caller can leave when ctx ends.
+	res := make(chan muxResult, 1)
+	go func() {
+		l, dead, err := b.grant(req, h)
+		b.mu.Unlock()
+		if dead != nil {
+			dead.finish(fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, err))
+		}
+		if l != nil {
+			select {
+			case b.wake <- struct{}{}:
+			default:
+			}
+		}
+		res <- muxResult{l, err}
+	}()
 	select {
-	case b.wake <- struct{}{}:
-	default:
+	case r := <-res:
+		if r.l == nil {
+			return nil, r.err
+		}
+		if err := ctx.Err(); err != nil {
+			// Granted after the caller gave up: let it go, in the
+			// background, so that the caller is not kept for it.
+			e.frame.Run(func() { _ = r.l.Release(context.Background()) })
+			return nil, err
+		}
+		return r.l, nil
+	case <-ctx.Done():
+		e.frame.Run(func() {
+			if r := <-res; r.l != nil {
+				_ = r.l.Release(context.Background())
+			}
+		})
+		return nil, ctx.Err()
 	}
-	return l, nil
+}
+
+// muxResult is a try-grant's answer: the lease, or why there is none.
+type muxResult struct {
+	l   *muxLease
+	err error
 }
 
 // grant runs the try-grant of req on b, which the caller holds locked. On
