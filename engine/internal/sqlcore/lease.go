@@ -68,6 +68,9 @@ func (c *Core) AcquireLease(ctx context.Context, req engine.Request) (engine.Lea
 		if w.tries() {
 			start := time.Now()
 			token, ok, err := c.grantOnce(ctx, req, owner, &w.a)
+			if err == nil {
+				transients = 0 // "in a row": a clean answer ends the run
+			}
 			switch {
 			case err != nil && c.d.Transient(err) && transients < maxTransient:
 				transients++
@@ -84,6 +87,9 @@ func (c *Core) AcquireLease(ctx context.Context, req engine.Request) (engine.Lea
 			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
 		}
 		delay, err := c.queue(ctx, req, owner, w)
+		if err == nil {
+			transients = 0
+		}
 		switch {
 		case err != nil && c.d.Transient(err) && transients < maxTransient:
 			transients++
