@@ -233,6 +233,8 @@ func (c *Core) granted(req engine.Request, owner string, token uint64,
 			l.timer = time.AfterFunc(life(req.TTL)-time.Since(start),
 				func() { l.end(engine.ErrLeaseLost, false) })
 			l.mu.Unlock()
+		} else if c.every == 0 || req.TTL/3 < c.every {
+			c.every = req.TTL / 3
 		}
 		return nil
 	}); err != nil {

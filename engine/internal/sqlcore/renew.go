@@ -2,6 +2,7 @@ package sqlcore
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -26,45 +27,61 @@ func (c *Core) wakeRenewal() {
 }
 
 // renewInterval is a third of the shortest TTL of the renewed leases, or 0
-// if there are none.
+// if there are none (see Core.every).
 func (c *Core) renewInterval() time.Duration {
 	c.Mu.Lock()
 	defer c.Mu.Unlock()
-	var d time.Duration
-	for x := range c.Frame.AllLocked() {
-		if l, ok := x.(*lease); ok && l.renew && (d == 0 || l.ttl/3 < d) {
-			d = l.ttl / 3
-		}
-	}
-	return d
+	return c.every
 }
 
 // renewAll renews every renewed lease of the engine, the ones whose
 // validity runs out first first, renewParallel statements at a time, and
 // returns how many it renewed and the earliest end of validity of those
-// still held (for kit.Pace).
+// still held (for kit.Pace). The walk under Mu only collects the leases
+// (and the interval, Core.every); their validity is read after it, once
+// each, so that grants are not held up behind a round.
 func (c *Core) renewAll() (int, time.Time) {
-	var writers, readers []*lease
+	var all []*lease
+	var every time.Duration
 	c.Mu.Lock()
 	for x := range c.Frame.AllLocked() {
-		l, ok := x.(*lease)
-		if !ok || !l.renew {
-			continue
-		}
-		if l.Mode() == engine.Shared {
-			readers = append(readers, l)
-		} else {
-			writers = append(writers, l)
+		if l, ok := x.(*lease); ok && l.renew {
+			all = append(all, l)
+			if every == 0 || l.ttl/3 < every {
+				every = l.ttl / 3
+			}
 		}
 	}
+	c.every = every
 	c.Mu.Unlock()
-	byValidity := func(a, b *lease) int { return a.validSince().Compare(b.validSince()) }
+	type since struct {
+		l    *lease
+		from time.Time
+	}
+	var writers, readers []since
+	for _, l := range all {
+		s := since{l, l.validSince()}
+		if l.Mode() == engine.Shared {
+			readers = append(readers, s)
+		} else {
+			writers = append(writers, s)
+		}
+	}
+	byValidity := func(a, b since) int { return a.from.Compare(b.from) }
 	slices.SortFunc(writers, byValidity)
 	slices.SortFunc(readers, byValidity)
-	kit.InBatches(renewBatch, renewParallel, [][]*lease{writers, readers}, func(set int, batch []*lease) {
+	leases := func(ss []since) []*lease {
+		ls := make([]*lease, len(ss))
+		for i, s := range ss {
+			ls[i] = s.l
+		}
+		return ls
+	}
+	w, r := leases(writers), leases(readers)
+	kit.InBatches(renewBatch, renewParallel, [][]*lease{w, r}, func(set int, batch []*lease) {
 		c.renewSome(batch, set == 1)
 	})
-	return len(writers) + len(readers), validUntil(writers, readers)
+	return len(w) + len(r), validUntil(w, r)
 }
 
 // validUntil is the earliest end of validity of the leases of sets that
@@ -101,18 +118,33 @@ func (l *lease) validSince() time.Time {
 func (c *Core) renewSome(batch []*lease, shared bool) {
 	// The statement may not outlast the earliest validity in the batch: a
 	// renewal still in flight when the server may have expired a row
-	// counts as failed, so that lease's Done closes in time.
-	deadline := time.Now().Add(c.cfg.OpTimeout)
+	// counts as failed, so that lease's Done closes in time. A lease whose
+	// validity has already run out (the round came late) is ended now and
+	// not sent: it would give the whole batch a deadline already past.
+	now := time.Now()
+	deadline := now.Add(c.cfg.OpTimeout)
 	keys := make([]string, 0, len(batch))
 	owners := make([]string, 0, len(batch))
+	live := batch[:0:0]
 	for _, l := range batch {
 		l.mu.Lock()
-		if v := l.validFrom.Add(life(l.ttl)); v.Before(deadline) {
+		v, releasing := l.validFrom.Add(life(l.ttl)), l.releasing
+		l.mu.Unlock()
+		if !v.After(now) {
+			if !releasing {
+				l.end(fmt.Errorf("%w: its validity ran out before its renewal was sent", engine.ErrLeaseLost), false)
+			}
+			continue
+		}
+		if v.Before(deadline) {
 			deadline = v
 		}
-		l.mu.Unlock()
+		live = append(live, l)
 		keys = append(keys, l.Key())
 		owners = append(owners, l.owner)
+	}
+	if batch = live; len(batch) == 0 {
+		return
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
