@@ -137,13 +137,16 @@ type pausable interface {
 }
 
 // fault is one injected fault: do starts it, and its duration later undo
-// ends it (undo may be nil). crash marks a fault that kills the server.
+// ends it (undo may be nil). crash marks a fault that kills the server;
+// killed, if set, is when do had the server dead (checker.Check's crash
+// time), else the time do started is taken.
 type fault struct {
-	name  string
-	do    func()
-	dur   time.Duration
-	undo  func()
-	crash bool
+	name   string
+	do     func()
+	dur    time.Duration
+	undo   func()
+	crash  bool
+	killed *time.Time
 }
 
 // chaosTarget is one engine under test.
@@ -250,10 +253,15 @@ func runChaos(t *testing.T, tg chaosTarget, p chaosParams) checker.Result {
 	time.Sleep(p.quiet)
 	for _, ft := range tg.faults {
 		t.Logf("%s: %s fault %s for %s", tg.name, time.Now().Format("15:04:05.000"), ft.name, ft.dur)
-		if ft.crash && tg.volatile {
-			crashes = append(crashes, time.Now().UnixNano())
-		}
+		before := time.Now()
 		ft.do()
+		if ft.crash && tg.volatile {
+			at := before
+			if ft.killed != nil {
+				at = *ft.killed
+			}
+			crashes = append(crashes, at.UnixNano())
+		}
 		faults++
 		time.Sleep(ft.dur)
 		if ft.undo != nil {
@@ -465,10 +473,24 @@ func networkFaults(t *testing.T, px *faultProxy, ttl time.Duration) []fault {
 }
 
 // serverFaults stop the server (SIGSTOP) for longer than ttl, then restart it.
+// A server that can be killed apart from its restart (a testenv.Process)
+// has its crash time taken once it and its children are dead, before the
+// new one starts: a grant the old server made while the kill was under way
+// died with it (a CI run saw one 7 ms after the fault began).
 func serverFaults(s pausable, ttl time.Duration) []fault {
+	var killed time.Time
+	restart := fault{name: "server restart", dur: 0, do: s.Restart, crash: true}
+	if k, ok := s.(interface{ Kill() }); ok {
+		restart.do = func() {
+			k.Kill()
+			killed = time.Now()
+			s.Restart()
+		}
+		restart.killed = &killed
+	}
 	return []fault{
 		{name: "server SIGSTOP", dur: ttl + ttl/2 + time.Second, do: s.Pause, undo: s.Resume},
-		{name: "server restart", dur: 0, do: s.Restart, crash: true},
+		restart,
 	}
 }
 
