@@ -67,6 +67,14 @@ func conformance(t *testing.T, opts ...consul.Option) {
 	})
 }
 
-func TestConformance(t *testing.T) { conformance(t) }
+// The two conformance runs go side by side: their checks mostly wait out
+// Consul's 20 s lease floor (about 200 s each), on keys of their own.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	conformance(t)
+}
 
-func TestConformanceFair(t *testing.T) { conformance(t, consul.WithFair(true)) }
+func TestConformanceFair(t *testing.T) {
+	t.Parallel()
+	conformance(t, consul.WithFair(true))
+}
