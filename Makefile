@@ -30,7 +30,7 @@ env:
 	@$(SERVICES) env
 
 ## test: servers up, then go test -race over the whole module; integration/
-## (about 15 minutes) is named first so that it starts first, beside the
+## (about 17 minutes) is named first so that it starts first, beside the
 ## other packages, instead of after them
 test: services
 	eval "$$($(SERVICES) env)" && $(GO) test -race -count=1 -timeout 45m ./integration/ ./...
