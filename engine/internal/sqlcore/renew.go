@@ -58,26 +58,19 @@ func (c *Core) renewAll() (int, time.Time) {
 		l    *lease
 		from time.Time
 	}
-	var writers, readers []since
-	for _, l := range all {
-		s := since{l, l.validSince()}
-		if l.Mode() == engine.Shared {
-			readers = append(readers, s)
+	order := make([]since, len(all))
+	for i, l := range all {
+		order[i] = since{l, l.validSince()}
+	}
+	slices.SortFunc(order, func(a, b since) int { return a.from.Compare(b.from) })
+	var w, r []*lease
+	for _, s := range order {
+		if s.l.Mode() == engine.Shared {
+			r = append(r, s.l)
 		} else {
-			writers = append(writers, s)
+			w = append(w, s.l)
 		}
 	}
-	byValidity := func(a, b since) int { return a.from.Compare(b.from) }
-	slices.SortFunc(writers, byValidity)
-	slices.SortFunc(readers, byValidity)
-	leases := func(ss []since) []*lease {
-		ls := make([]*lease, len(ss))
-		for i, s := range ss {
-			ls[i] = s.l
-		}
-		return ls
-	}
-	w, r := leases(writers), leases(readers)
 	kit.InBatches(renewBatch, renewParallel, [][]*lease{w, r}, func(set int, batch []*lease) {
 		c.renewSome(batch, set == 1)
 	})
