@@ -54,7 +54,8 @@ func startFence(t *testing.T) *fence {
 
 func newFence() *fence { return &fence{max: map[string]uint64{}, by: map[string]string{}} }
 
-// serve takes "key token holder" on /begin and /write alike.
+// serve takes "key token holder" on /begin and /write alike, and answers
+// "ok UNIXNANO" (when it accepted) or "stale".
 func (f *fence) serve(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(io.LimitReader(r.Body, 4096))
 	parts := strings.Fields(string(b))
@@ -67,8 +68,8 @@ func (f *fence) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad token", http.StatusBadRequest)
 		return
 	}
-	if f.take(parts[0], token, parts[2]) {
-		_, _ = io.WriteString(w, "ok")
+	if at, ok := f.takeAt(parts[0], token, parts[2]); ok {
+		_, _ = io.WriteString(w, "ok "+strconv.FormatInt(at, 10))
 	} else {
 		_, _ = io.WriteString(w, "stale")
 	}
@@ -78,15 +79,21 @@ func (f *fence) serve(w http.ResponseWriter, r *http.Request) {
 // accepted: only if token is larger than every token the key has seen, or
 // is the largest and was shown by the same holder.
 func (f *fence) take(key string, token uint64, holder string) bool {
+	_, ok := f.takeAt(key, token, holder)
+	return ok
+}
+
+// takeAt is take, also returning when (unix ns) it accepted.
+func (f *fence) takeAt(key string, token uint64, holder string) (int64, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if m := f.max[key]; token < m || token == m && f.by[key] != holder {
 		f.rejected++
-		return false
+		return 0, false
 	}
 	f.max[key], f.by[key] = token, holder
 	f.accepted++
-	return true
+	return time.Now().UnixNano(), true
 }
 
 // faultProxy is an embedded toxiproxy between the workers and one server.

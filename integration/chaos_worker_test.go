@@ -191,7 +191,8 @@ func runHolder(s workerSpec) error {
 	}
 	fmt.Printf("lost %d %v\n", time.Now().UnixNano(), l.Err())
 	w := &worker{spec: s, http: &http.Client{Timeout: 2 * time.Second}}
-	fmt.Printf("write %s\n", map[checker.Write]string{checker.Accepted: "ok", checker.Rejected: "stale", checker.NoWrite: "none"}[w.fenced("write", s.Prefix, l.Token(), "holder")])
+	res, _ := w.fenced("write", s.Prefix, l.Token(), "holder")
+	fmt.Printf("write %s\n", map[checker.Write]string{checker.Accepted: "ok", checker.Rejected: "stale", checker.NoWrite: "none"}[res])
 	return nil
 }
 
@@ -360,7 +361,7 @@ func (w *worker) loop(c *cerberus.Client, g int, stop time.Time) {
 				<-hold.C
 			case <-hold.C:
 			}
-		} else if s.Write = w.fenced("begin", key, s.Token, holder); s.Write == checker.Accepted {
+		} else if s.Write, _ = w.fenced("begin", key, s.Token, holder); s.Write == checker.Accepted {
 			s.Write = checker.NoWrite
 			select {
 			case <-l.Done():
@@ -372,7 +373,7 @@ func (w *worker) loop(c *cerberus.Client, g int, stop time.Time) {
 				case <-l.Done():
 					s.Told = time.Now().UnixNano()
 				default:
-					s.Write = w.fenced("write", key, s.Token, holder)
+					s.Write, s.Wrote = w.fenced("write", key, s.Token, holder)
 				}
 			} else {
 				// Told: it stops acting, but its section lasts as
@@ -409,22 +410,25 @@ func (c *lossClock) Acquired(cerberus.AcquireEvent) {}
 func (c *lossClock) Lost(cerberus.LostEvent)        { c.at.CompareAndSwap(0, time.Now().UnixNano()) }
 
 // fenced asks the parent's fenced resource to take an operation (begin or
-// write) on key with token, on behalf of holder.
-func (w *worker) fenced(op, key string, token uint64, holder string) checker.Write {
+// write) on key with token, on behalf of holder, and returns the outcome
+// and, if it was accepted, when the resource took it (unix ns): the
+// holder's process may be stopped before it can note anything later.
+func (w *worker) fenced(op, key string, token uint64, holder string) (checker.Write, int64) {
 	resp, err := w.http.Post("http://"+w.spec.Fence+"/"+op, "text/plain",
 		strings.NewReader(key+" "+strconv.FormatUint(token, 10)+" "+holder))
 	if err != nil {
-		return checker.NoWrite
+		return checker.NoWrite, 0
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	switch string(b) {
-	case "ok":
-		return checker.Accepted
-	case "stale":
-		return checker.Rejected
+	if at, ok := strings.CutPrefix(string(b), "ok "); ok {
+		ns, _ := strconv.ParseInt(at, 10, 64)
+		return checker.Accepted, ns
 	}
-	return checker.NoWrite
+	if string(b) == "stale" {
+		return checker.Rejected, 0
+	}
+	return checker.NoWrite, 0
 }
 
 func (w *worker) write() error {

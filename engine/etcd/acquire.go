@@ -242,13 +242,16 @@ func (e *Engine) deleteOwn(ctx context.Context, name string, rev int64) (bool, e
 }
 
 // register turns a granted entry into a lease, unless the engine closed or
-// the epoch ended meanwhile.
+// the epoch ended meanwhile, or its etcd lease is no longer known to live:
+// a process stopped longer than the TTL while waiting wakes to the
+// deletion that would grant it before keepAlive wakes to end the epoch,
+// and by then its own entry may have expired and the key gone to another.
 func (e *Engine) register(q *queued) (*lease, error) {
 	l := &lease{LeaseCore: kit.NewLeaseCore(q.req.Key, q.req.Mode, q.req.OnLost), eng: e, name: q.name,
 		slot: q.slot, ep: q.ep}
 	l.SetToken(uint64(q.rev))
 	if err := e.frame.Track(l, func() error {
-		if e.cur != q.ep {
+		if e.cur != q.ep || !q.ep.live() {
 			return fmt.Errorf("%w during acquire", errLeaseGone)
 		}
 		if !q.req.Renew {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
@@ -20,6 +21,12 @@ type epoch struct {
 	ttl  time.Duration
 	lost chan struct{} // closed when the epoch ends
 	once sync.Once
+	// valid is the unix ns until which the etcd lease is known to live
+	// on the server: the last renewal's send time plus the TTL it
+	// answered, less engine.Margin. A grant learned after it (the
+	// process was stopped, and the watch's deletion event arrived before
+	// keepAlive could end the epoch) may rest on an entry already gone.
+	valid atomic.Int64
 
 	mu   sync.Mutex
 	free []uint64 // entry slots given back, reused lowest-last
@@ -43,6 +50,14 @@ func (ep *epoch) take() uint64 {
 	ep.next++
 	return ep.next - 1
 }
+
+// renewed notes that the etcd lease lives on the server until expiry.
+func (ep *epoch) renewed(expiry time.Time) {
+	ep.valid.Store(expiry.Add(-engine.Margin(ep.ttl)).UnixNano())
+}
+
+// live reports whether the etcd lease is known to live on the server now.
+func (ep *epoch) live() bool { return time.Now().UnixNano() < ep.valid.Load() }
 
 // give returns a slot whose entry is known to be gone.
 func (ep *epoch) give(slot uint64) {
@@ -103,6 +118,7 @@ func (e *Engine) grant(ctx context.Context) (*epoch, error) {
 	ttl := time.Duration(resp.TTL) * time.Second
 	e.granted.Store(int64(ttl))
 	ep := &epoch{id: resp.ID, ttl: ttl, lost: make(chan struct{})}
+	ep.renewed(sent.Add(ttl))
 	e.mu.Lock()
 	if e.frame.ClosedLocked() {
 		e.mu.Unlock()
@@ -153,6 +169,7 @@ func (e *Engine) keepAlive(ep *epoch, expiry time.Time) {
 		switch {
 		case err == nil && resp.TTL > 0:
 			expiry = sent.Add(time.Duration(resp.TTL) * time.Second)
+			ep.renewed(expiry)
 			loss.Reset(time.Until(expiry) - margin)
 			next.Reset(interval)
 			e.tellBefore(ep)

@@ -17,9 +17,12 @@
 //     already dead when its holder got it). The lock kept its promise: it
 //     said A had lost the lock before A could act on it beside B.
 //   - paused and fenced: A's process was stopped (SIGSTOP, a simulated GC
-//     pause) during A's section, and A's fenced write was rejected or never
-//     made. No lock can prevent such an overlap; the fencing token stops the
-//     damage.
+//     pause) during A's section or during the call that granted it (the
+//     grant may have come before the stop and its return after), and A's
+//     fenced write was rejected or never made, or was accepted before B
+//     started (Section.Wrote: A stopped after its last act, before it
+//     could note its end). No lock can prevent such an overlap; the
+//     fencing token stops the damage.
 //   - crashed and fenced: only for an engine whose locks die with the
 //     server's connections (Check's crashes are given): the server crashed
 //     between the two grants, so the older holder's lock was gone before
@@ -29,7 +32,9 @@
 // Tokens are checked between sections that do not overlap: if A ended
 // before B started, A's token must be smaller than B's. On a counted key,
 // where permits granted together may be learned in either order, B's
-// start is the start of the call that asked for it (Section.Asked).
+// start is the start of the call that asked for it (Section.Asked); so it
+// is for a section whose granting call was stopped, as its grant may have
+// come before the stop.
 //
 // Sections of a counted key (a semaphore: Limit above 1) may overlap up to
 // Limit at a time. At each section's start the checker counts the
@@ -67,6 +72,9 @@ type Section struct {
 	End   int64  `json:"e"`           // unix ns, when the holder stopped
 	Told  int64  `json:"d,omitempty"` // unix ns when Done was seen closed, 0 if never
 	Write Write  `json:"w"`
+	// Wrote is when the fenced resource accepted the section's last
+	// write (unix ns, its own clock), 0 if it took none or did not say.
+	Wrote int64 `json:"wt,omitempty"`
 	// Limit is how many sections of the key may be in progress at once:
 	// a semaphore's permits; 0 or 1 for a lock or an election.
 	Limit int `json:"n,omitempty"`
@@ -175,7 +183,7 @@ func Check(secs []Section, calls []Call, pauses []Pause, crashes []int64, end in
 		} else {
 			r.overlaps(ss, pauses, crashes)
 		}
-		r.tokens(ss)
+		r.tokens(ss, pauses)
 	}
 	r.Violations = r.Overlaps + r.TokenErrors
 	for _, c := range calls {
@@ -218,7 +226,8 @@ func (r *Result) overlaps(ss []Section, pauses []Pause, crashes []int64) {
 			switch {
 			case old.Token != cur.Token && old.Told != 0 && old.Told <= max(cur.Start, old.Start):
 				r.LostButTold++
-			case old.Token != cur.Token && old.Write != Accepted && paused(old, pauses):
+			case old.Token != cur.Token && paused(old, pauses) &&
+				(old.Write != Accepted || old.Wrote != 0 && old.Wrote <= cur.Start):
 				r.PausedFenced++
 			case old.Token != cur.Token && old.Write != Accepted && crashedBetween(old, cur, crashes):
 				r.CrashFenced++
@@ -309,10 +318,15 @@ func crashedBetween(old, cur Section, crashes []int64) bool {
 	return false
 }
 
-// paused reports whether s's process was stopped during s.
-func paused(s Section, pauses []Pause) bool {
+// paused reports whether s's process was stopped during s or during the
+// call that granted it.
+func paused(s Section, pauses []Pause) bool { return stopped(s.Proc, asked(s), s.End, pauses) }
+
+// stopped reports whether proc was stopped at some time between from and
+// to.
+func stopped(proc int, from, to int64, pauses []Pause) bool {
 	for _, p := range pauses {
-		if p.Proc == s.Proc && p.Start < s.End && p.End > s.Start {
+		if p.Proc == proc && p.Start < to && p.End > from {
 			return true
 		}
 	}
@@ -343,24 +357,25 @@ func asked(s Section) int64 {
 }
 
 // tokens checks that a section's token is larger than the token of every
-// section on its key that ended before it started.
-func (r *Result) tokens(ss []Section) {
+// section on its key that ended before it started (before it was asked
+// for, on a counted key or when its call was stopped).
+func (r *Result) tokens(ss []Section, pauses []Pause) {
 	byEnd := append([]Section(nil), ss...)
 	sort.Slice(byEnd, func(i, j int) bool { return byEnd[i].End < byEnd[j].End })
+	from := func(b Section) int64 {
+		if b.Limit > 1 || stopped(b.Proc, asked(b), b.Start, pauses) {
+			return asked(b)
+		}
+		return b.Start
+	}
 	byStart := append([]Section(nil), ss...)
-	sort.Slice(byStart, func(i, j int) bool { return byStart[i].Start < byStart[j].Start })
+	sort.Slice(byStart, func(i, j int) bool { return from(byStart[i]) < from(byStart[j]) })
 	var maxTok uint64
 	var maxSec Section
 	j := 0
-	if ss[0].Limit > 1 {
-		sort.Slice(byStart, func(i, j int) bool { return asked(byStart[i]) < asked(byStart[j]) })
-	}
 	for _, b := range byStart {
-		from := b.Start
-		if b.Limit > 1 {
-			from = asked(b)
-		}
-		for j < len(byEnd) && byEnd[j].End <= from {
+		at := from(b)
+		for j < len(byEnd) && byEnd[j].End <= at {
 			if byEnd[j].Token >= maxTok {
 				maxTok, maxSec = byEnd[j].Token, byEnd[j]
 			}

@@ -25,6 +25,18 @@ func TestCheckJudgesOverlaps(t *testing.T) {
 	crashed := sec("k", 1, 1, 0, 100)
 	crashed.Write = NoWrite
 	crash := []int64{30 * ms}
+	// wrote(at) is the paused section whose last write the resource
+	// accepted at ms at.
+	wrote := func(at int64) Section { s := sec("k", 1, 1, 0, 100); s.Wrote = at * ms; return s }
+	// The granting call stopped: asked at 0, the grant learned at 90
+	// (before the stop or after it, unknown), its write refused, beside a
+	// section that ended before the return and one granted meanwhile.
+	ended, meanwhile := sec("k", 3, 5, 20, 40), sec("k", 2, 6, 50, 150)
+	lateReturn := asking(sec("k", 1, 1, 90, 95), 0)
+	lateReturn.Write = Rejected
+	askedLater := asking(sec("k", 1, 1, 90, 95), 85)
+	askedLater.Write = Rejected
+	callPause := []Pause{{Proc: 1, Start: 10 * ms, End: 85 * ms}}
 	cases := []struct {
 		name                         string
 		secs                         []Section
@@ -41,6 +53,12 @@ func TestCheckJudgesOverlaps(t *testing.T) {
 		{"paused and fenced", []Section{pausedRejected, next}, pause, nil, 0, 0, 1, 0, 0},
 		{"paused but the write got through", []Section{pausedAccepted, next}, pause, nil, 1, 0, 0, 0, 0},
 		{"rejected but not paused", []Section{pausedRejected, next}, nil, nil, 1, 0, 0, 0, 0},
+		{"paused after its write was taken", []Section{wrote(30), next}, pause, nil, 0, 0, 1, 0, 0},
+		{"paused, write taken after the next grant", []Section{wrote(60), next}, pause, nil, 1, 0, 0, 0, 0},
+		{"write taken early but not paused", []Section{wrote(30), next}, nil, nil, 1, 0, 0, 0, 0},
+		{"granting call stopped, fenced", []Section{ended, meanwhile, lateReturn}, callPause, nil, 0, 0, 1, 0, 0},
+		{"granting call not stopped", []Section{ended, meanwhile, lateReturn}, nil, nil, 2, 0, 0, 1, 0},
+		{"stopped before the call", []Section{ended, meanwhile, askedLater}, callPause, nil, 2, 0, 0, 1, 0},
 		{"token went back", []Section{sec("k", 1, 5, 0, 10), sec("k", 2, 4, 20, 30)}, nil, nil, 1, 0, 0, 1, 0},
 		{"token repeated", []Section{sec("k", 1, 5, 0, 10), sec("k", 2, 5, 20, 30)}, nil, nil, 1, 0, 0, 1, 0},
 		{"token compared with every earlier section", []Section{sec("k", 1, 9, 0, 10), sec("k", 2, 5, 20, 30), sec("k", 3, 7, 40, 50)}, nil, nil, 2, 0, 0, 2, 0},
