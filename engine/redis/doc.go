@@ -268,7 +268,9 @@
 // (right after the grant, when a node loses it, and every TTL/3 while one
 // is missing), so it keeps as many nodes as are free and healthy instead
 // of decaying to a bare majority; the lease's Nodes method (engine.NodeCounter)
-// reports held and total nodes for metrics.
+// reports held and total nodes for metrics. A node taken again adopts the
+// lease's token (its own draw came later and is larger), so that a force
+// release and the inventory report the token the holder fences with.
 //
 // Two holders can still overlap in one case: nodes lose the key a holder
 // A has there (a restart without persistence, FLUSHALL, eviction, or a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -125,6 +126,32 @@ var _ engine.Engine = (*Redlock)(nil)
 var raiseFence = goredis.NewScript(`
 local c = tonumber(redis.call('GET', KEYS[1]) or '0')
 if c < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1
+`)
+
+// adoptFence gives a node that a re-take (heal) granted the lease's own
+// token: the node drew a token of its own, later and so larger, and a
+// force release or inventory would report it for the lease. KEYS w f v;
+// ARGV id token drawn. A writer that still holds the node, whose counter
+// is still its own draw, has the counter set to the token (the counter is
+// its token there; lowering it is safe: the lease's token is already the
+// largest of a majority's counters, each at least it, so every later grant
+// on a majority still draws above it; a counter some other grant raised
+// meanwhile is left as it is); a reader has its entry in :v rewritten.
+// Otherwise the counter is only raised to the token, as raiseFence does.
+var adoptFence = goredis.NewScript(`
+local t = tonumber(ARGV[2])
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  if redis.call('GET', KEYS[2]) == ARGV[3] then redis.call('SET', KEYS[2], ARGV[2]) end
+  return 1
+end
+local c = tonumber(redis.call('GET', KEYS[2]) or '0')
+if c < t then redis.call('SET', KEYS[2], ARGV[2]) end
+local cur = redis.call('HGET', KEYS[3], ARGV[1])
+if cur then
+  local rest = string.match(cur, '^%d+ (.*)$') or ''
+  redis.call('HSET', KEYS[3], ARGV[1], ARGV[2] .. ' ' .. rest)
+end
 return 1
 `)
 
@@ -356,6 +383,15 @@ func (r *Redlock) raiseNode(ctx context.Context, i int, key string, token uint64
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.nodeTimeout)
 	defer cancel()
 	return raiseFence.Run(nctx, r.clients[i], []string{r.nodes[i].keysOf(key).f}, token).Err()
+}
+
+// adoptNode gives node i's grant p of key the lease's token (adoptFence).
+func (r *Redlock) adoptNode(ctx context.Context, i int, key string, p engine.Lease, token uint64) error {
+	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.nodeTimeout)
+	defer cancel()
+	k := r.nodes[i].keysOf(key)
+	return adoptFence.Run(nctx, r.clients[i], []string{k.w, k.f, k.v}, p.(*lease).id, token,
+		strconv.FormatUint(p.Token(), 10)).Err()
 }
 
 // granted registers rl and arms its expiry, or for a renewed lease its

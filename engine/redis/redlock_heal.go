@@ -81,11 +81,12 @@ func (l *redlockLease) heal() {
 	}
 }
 
-// retake asks node i for the key once. The node counts only after its
-// fencing counter has been raised to the lease's token, so a later grant
-// there carries a larger token than this lease's. A node that answers but
-// refuses (someone else holds the key there) has its counter raised all
-// the same.
+// retake asks node i for the key once. The node counts only after it has
+// adopted the lease's token (adoptFence): its fencing counter is then at
+// least the lease's token, so a later grant there carries a larger one,
+// and it reports the lease's own token for it, not the later one it drew.
+// A node that answers but refuses (someone else holds the key there) has
+// its counter raised all the same.
 func (l *redlockLease) retake(i int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), l.r.opts.nodeTimeout)
 	h, err := l.acquireNode(ctx, i)
@@ -93,7 +94,12 @@ func (l *redlockLease) retake(i int) error {
 	if err != nil && !errors.Is(err, engine.ErrNotAcquired) {
 		return fmt.Errorf("node %d: %w", i, err)
 	}
-	raised := l.r.raiseNode(context.Background(), i, l.Key(), l.Token())
+	var raised error
+	if h == nil {
+		raised = l.r.raiseNode(context.Background(), i, l.Key(), l.Token())
+	} else {
+		raised = l.r.adoptNode(context.Background(), i, l.Key(), h.l, l.Token())
+	}
 	if h == nil {
 		return fmt.Errorf("node %d: %w", i, err)
 	}

@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -333,5 +334,58 @@ func TestRedlockFailedAttemptDoesNotHeal(t *testing.T) {
 		if v := holder(t, a, r, key); v != "" {
 			t.Fatalf("node %d holds %q %v after a failed attempt", i, v, 3*ttl)
 		}
+	}
+}
+
+// TestRedlockHealedNodesReportTheLeaseToken: a lease granted by three of
+// five nodes takes the other two once they are free; they draw tokens of
+// their own, later and larger, and adopt the lease's, so that a force
+// release and the inventory report the lease's own token. Without the
+// adoption both report the healed nodes' larger token.
+func TestRedlockHealedNodesReportTheLeaseToken(t *testing.T) {
+	servers, admins := redlockNodes(t)
+	r := newRedlock(t, servers)
+	const ttl = 900 * time.Millisecond
+	for _, shared := range []bool{false, true} {
+		key := fmt.Sprintf("heal/token/%v", shared)
+		block(t, admins, r, key, 3, 4)
+		req := hold(key, ttl)
+		req.Wait = false
+		if shared {
+			req.Mode = engine.Shared
+		}
+		time.Sleep(2 * time.Millisecond) // the clock moves on: a later draw is larger
+		l, err := r.Acquire(ctxT(t), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+		unblock(t, admins, r, key, 3, 4)
+		if shared {
+			deadline := time.Now().Add(3 * ttl)
+			for held, _ := nodesOf(t, l); held != 5; held, _ = nodesOf(t, l) {
+				if time.Now().After(deadline) {
+					t.Fatalf("shared: held on %d nodes, not healed to 5", held)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		} else {
+			waitHeld(t, admins, r, key, 3*ttl, 0, 1, 2, 3, 4)
+		}
+		inv, err := r.List(ctxT(t), key, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(inv.Keys) != 1 || len(inv.Keys[0].Holders) != 1 || inv.Keys[0].Holders[0].Token != l.Token() {
+			t.Errorf("shared=%v: List = %+v; want one holder with token %d", shared, inv.Keys, l.Token())
+		}
+		freed, err := r.ForceRelease(ctxT(t), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(freed) != 1 || freed[0].Token != l.Token() {
+			t.Errorf("shared=%v: ForceRelease = %+v; want one holder with token %d", shared, freed, l.Token())
+		}
+		_ = l.Release(context.Background())
 	}
 }
