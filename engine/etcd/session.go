@@ -136,7 +136,10 @@ func (e *Engine) grant(ctx context.Context) (*epoch, error) {
 // the time each renewal was sent (the server counts from when it ran it,
 // which is later): when that expiry minus engine.Margin passes without a
 // renewal answered, or etcd answers that the lease is gone (expired or
-// revoked), the epoch ends and its leases are lost.
+// revoked), the epoch ends and its leases are lost. No renewal outlasts
+// that instant, so the loss is told on time even while a renewal hangs
+// on an unresponsive member; only a loss noticed after the expiry itself
+// (this process was stopped) first reads the force-release marks.
 func (e *Engine) keepAlive(ep *epoch, expiry time.Time) {
 	margin := engine.Margin(ep.ttl)
 	loss := time.NewTimer(time.Until(expiry) - margin)
@@ -162,8 +165,13 @@ func (e *Engine) keepAlive(ep *epoch, expiry time.Time) {
 		case <-e.frame.Closing():
 			return
 		}
+		// The renewal may take until the loss instant, not past it: a
+		// renewal hung on a stopped member would otherwise hold the loop
+		// past expiry, and the loss would be told only after the server
+		// could have expired the lease (the checker saw a permit granted
+		// to another process 130ms before its old holder was told).
 		sent := time.Now()
-		ctx, cancel := context.WithDeadline(e.frame.Context(), expiry)
+		ctx, cancel := context.WithDeadline(e.frame.Context(), expiry.Add(-margin))
 		resp, err := e.c().KeepAliveOnce(ctx, ep.id)
 		cancel()
 		switch {

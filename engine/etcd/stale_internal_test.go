@@ -98,3 +98,44 @@ func TestNoGrantOnAStaleEpoch(t *testing.T) {
 		}
 	}
 }
+
+// TestLossToldWhileRenewalHangs: with the server stopped (SIGSTOP), every
+// renewal hangs; the lease must still be told by the instant the engine
+// counts it valid until (the last renewal's send time plus the TTL, less
+// engine.Margin), not once a hung renewal gives up at the expiry itself
+// and a read of the force-release marks has waited out its own timeout.
+func TestLossToldWhileRenewalHangs(t *testing.T) {
+	srv := testenv.StartEtcd(t)
+	e, err := Dial(clientv3.Config{Endpoints: []string{srv.Addr}, DialTimeout: time.Second},
+		WithLeaseTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := e.Acquire(ctx, engine.Request{Key: "hang/renewal", Mode: engine.Exclusive, TTL: 2 * time.Second,
+		Renew: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // a renewal or two
+	srv.Pause()
+	defer srv.Resume()
+	time.Sleep(50 * time.Millisecond) // a renewal answered just before the stop has landed
+	e.mu.Lock()
+	ep := e.cur
+	e.mu.Unlock()
+	if ep == nil {
+		t.Fatal("no epoch")
+	}
+	valid := time.Unix(0, ep.valid.Load())
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease was not told within 10s of the server's stop")
+	}
+	if late := time.Since(valid); late > 150*time.Millisecond {
+		t.Errorf("told %v after the lease's validity ended (%v)", late.Round(time.Millisecond), l.Err())
+	}
+}
