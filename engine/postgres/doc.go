@@ -32,18 +32,26 @@
 //     keyed by (lock_key, owner), with its own version, expires_at and
 //     value.
 //   - "<table>_fences": the session strategy's token counter of each key,
-//     keyed by the full key.
+//     keyed by the full key, and the key's last exclusive holder (backend
+//     pid, mode, value, idle timeout, advisory lock id), written by the
+//     grant that draws the token and left in place by the release: it
+//     counts only while that backend holds the lock exclusively.
 //   - "<table>_released": the lease strategy's tombstones of the leases
 //     ForceRelease freed (see Force release).
-//   - "<table>_held": one row per session lease, keyed by the holding
-//     backend's pid and the key: mode, token and value, for Holders. The
+//   - "<table>_held": one row per shared session lease, keyed by the
+//     holding backend's pid and the key: mode, token and value, for
+//     Holders. The
 //     table is UNLOGGED: a row counts only while its backend holds the
 //     advisory lock, which a crash or a promoted standby does not keep
 //     either, so the rows need no WAL and a release waits for no log
 //     flush. (Versions before it kept "<table>_sessions", a row per
 //     backend, and "<table>_holders", keyed by owner; Migrate leaves those
 //     tables alone, and an engine of this version does not list the leases
-//     of an older one: stop every old process before starting new ones.)
+//     of an older one: stop every old process before starting new ones.
+//     Exclusive holders moved from "<table>_held" to "<table>_fences" in
+//     a later version: run Migrate after upgrading, which adds the
+//     columns; an older process's exclusive leases are still listed, from
+//     its rows in "<table>_held".)
 //
 // The two strategies do not exclude each other: every process that locks
 // a key must use the same strategy and the same table.
@@ -94,7 +102,8 @@
 //	max(counter + 1, clock)
 //
 // (INSERT ... ON CONFLICT (lock_key) DO UPDATE), which is Lease.Token, and
-// record the holder in "<table>_held". clock is the server's
+// record the holder: an exclusive one in the same row, a shared one in
+// "<table>_held". clock is the server's
 // clock_timestamp() in units of 8µs since 2025-01-01T00:00:00Z, read once
 // the lock is held (about 7.5e12 in 2026), the rule engine/redis follows.
 // The advisory lock orders a key's exclusive grants; shared holders each
@@ -229,17 +238,23 @@
 // advisory locks are shared or exclusive, with no counted mode. Use the
 // lease strategy for semaphores.
 //
-// Holders for the session strategy reads the key's rows in
-// "<table>_held" that belong to a backend holding the key's advisory
-// lock now (a join on pg_locks by pid, database, classid, objid), in token
-// order. A holder row is written in the grant's statement, once the lock
-// is held, and deleted in the statement that releases it (a closing
-// engine deletes its session connections' rows in one statement each); a
-// holder whose session ended without a release (a crash, a kill, the idle
-// cut-off) leaves a row that Holders does not list, that the next grant of
-// the key on a backend with the same pid overwrites, and that the next
-// session connection an engine opens deletes with every row whose backend
-// has ended.
+// Holders for the session strategy reads the key's holder records that
+// belong to a backend holding the key's advisory lock now, in that mode (a
+// join on pg_locks by pid, database, classid, objid and mode), in token
+// order: the exclusive holder in the key's row of "<table>_fences", the
+// shared ones in "<table>_held". A record is written in the grant's
+// statement, once the lock is held. A shared holder's row is deleted in
+// the statement that releases it (a closing engine deletes its session
+// connections' rows in one statement each); a holder whose session ended
+// without a release (a crash, a kill, the idle cut-off) leaves a row that
+// Holders does not list, that the next grant of the key on a backend with
+// the same pid overwrites, and that the next session connection an engine
+// opens deletes with every row whose backend has ended. An exclusive
+// release writes nothing, so a cycle costs the counter's one HOT update
+// and no holder row: the record stays until the key's next grant, and
+// counts only while its backend holds the lock exclusively and no later
+// record names that backend and lock id (under a hash collision, the
+// backend may hold the lock for another key).
 //
 // # Lease strategy (StrategyLease)
 //

@@ -73,8 +73,9 @@ type config struct {
 }
 
 // WithTable sets the lock table's name. The engine also uses the tables
-// "<name>_readers" (lease strategy), "<name>_fences" and "<name>_held"
-// (session strategy). The name must be 1 to 48 ASCII letters, digits or
+// "<name>_readers", "<name>_queue" and "<name>_released" (lease
+// strategy), "<name>_fences", "<name>_held" and "<name>_revoked" (session
+// strategy). The name must be 1 to 48 ASCII letters, digits or
 // underscores, starting with a letter or an underscore; Open and New refuse
 // anything else before any I/O. The default is DefaultTable.
 func WithTable(table string) Option { return func(c *config) { c.table = table } }

@@ -24,11 +24,12 @@ var listSlack = engine.MaxLimit
 // `lock_key >= prefix AND lock_key < engine.PrefixEnd(prefix)` (no range
 // for engine.AllKeys), listing only leases unexpired by the server's
 // now(), with Expires from expires_at (as an interval from now(), so
-// clocks do not matter). With the session strategy it is two: the same
-// range on the holders table's lock_key index, then one check of the rows
-// found against pg_locks, as Holders makes, so that the row of a session
-// that ended without a release is not listed; a session lease has no
-// Expires. Either reads at most limit + engine.MaxLimit + 2 rows: when all
+// clocks do not matter). With the session strategy it is two: one that
+// reads the exclusive holder records of "<table>_fences" that pg_locks
+// (read once) shows held, joined on the lock id's index, and the same
+// range on the shared holders' table, then one check of the rows found
+// against pg_locks, as Holders makes, so that the row of a session that
+// ended without a release is not listed; a session lease has no Expires. Either reads at most limit + engine.MaxLimit + 2 rows: when all
 // of them come back, the last key read (perhaps not whole) is dropped and
 // More is set. Waiters is -1. It returns engine.ErrClosed after Close.
 func (e *Engine) List(ctx context.Context, prefix string, limit int) (engine.Inventory, error) {

@@ -7,13 +7,23 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// listSession reads at most n holder rows of the session strategy (one
-// row per held lease in "<table>_held", deleted at release), then marks those
-// whose backend holds the key's advisory lock now (pg_locks).
+// listSession reads at most n holder rows of the session strategy: the
+// exclusive holders recorded in "<table>_fences" whose backend holds the
+// lock exclusively now (pg_locks read once, joined on pid and lock id: a
+// key's row keeps its last holder after the release), and the shared ones
+// of "<table>_held" (one row per shared lease, deleted at release); then
+// it marks those whose backend holds the key's advisory lock now.
 func (e *Engine) listSession(ctx context.Context, prefix string, n int) ([]listRow, error) {
 	where, args := rangeWhere(prefix)
-	q := "SELECT lock_key, mode::int, token, coalesce(value, ''), pid FROM " + quote(e.cfg.table+"_held") +
-		" WHERE " + where + " ORDER BY lock_key, token LIMIT " + strconv.Itoa(n)
+	q := "WITH lk AS MATERIALIZED (SELECT l.pid, (l.classid::bigint << 32) | l.objid::bigint AS id " +
+		"FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock' " +
+		"AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())) " +
+		"SELECT lock_key, mode::int, token, coalesce(value, ''), pid FROM (" +
+		"SELECT f.lock_key, f.mode, f.token, f.value, f.pid FROM lk JOIN " + quote(e.cfg.table+"_fences") +
+		" AS f ON f.lock_id = lk.id AND f.pid = lk.pid WHERE " + latestOf(quote(e.cfg.table+"_fences"), "f") +
+		" AND " + where +
+		" UNION ALL SELECT lock_key, mode, token, value, pid FROM " + quote(e.cfg.table+"_held") +
+		" WHERE " + where + ") AS u ORDER BY lock_key, token LIMIT " + strconv.Itoa(n)
 	rows, err := e.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err

@@ -45,12 +45,15 @@ func checkTable(t string) error {
 //     of the queue.
 //   - "<table>_fences": the session strategy's token counter of each key
 //     (logged, though grants commit it without waiting for a WAL flush:
-//     see sessionGrant).
+//     see sessionGrant), and the key's last exclusive holder: its backend
+//     pid, mode, value, idle timeout and advisory lock id, which count
+//     only while that backend holds the lock exclusively (so a release
+//     writes nothing).
 //   - "<table>_released": the lease strategy's tombstones of the leases
 //     ForceRelease freed, by owner value, until their periods run out.
-//   - "<table>_held": one row per session lease, keyed by the holding
-//     backend's pid and the key, written under the advisory lock, for
-//     Holders. (Versions before it used "<table>_sessions", one row per
+//   - "<table>_held": one row per shared session lease, keyed by the
+//     holding backend's pid and the key, written under the advisory lock,
+//     for Holders. (Versions before it used "<table>_sessions", one row per
 //     backend, and "<table>_holders", keyed by owner; Migrate leaves both
 //     alone.)
 func schema(table string) []string {
@@ -76,6 +79,14 @@ func schema(table string) []string {
 		"CREATE TABLE IF NOT EXISTS " + f + " (" +
 			"lock_key text COLLATE \"C\" NOT NULL PRIMARY KEY," +
 			"token bigint NOT NULL)",
+		// The last exclusive holder (versions before it kept every
+		// holder in "<table>_held"). lock_id is the advisory lock's key,
+		// constant for a row, so the grant's update of a row stays HOT;
+		// List joins pg_locks on it.
+		"ALTER TABLE " + f + " ADD COLUMN IF NOT EXISTS pid integer NULL, " +
+			"ADD COLUMN IF NOT EXISTS mode smallint NULL, ADD COLUMN IF NOT EXISTS value text NULL, " +
+			"ADD COLUMN IF NOT EXISTS idle_ms bigint NULL, ADD COLUMN IF NOT EXISTS lock_id bigint NULL",
+		"CREATE INDEX IF NOT EXISTS " + quote(table+"_fences_lock") + " ON " + f + " (lock_id)",
 		// Unlogged: a holder row means something only while its backend
 		// holds the advisory lock, which no crash or standby keeps either,
 		// so the rows need no WAL, and a release that clears one waits
@@ -296,13 +307,35 @@ func (q *queries) queue(t, r, w string) {
 	q.dequeue = "DELETE FROM " + w + " WHERE lock_key = $1 AND owner = $2"
 }
 
-// heldBy is true of the holder row h whose backend holds the session
-// strategy's advisory lock of $n (classid) and $n+1 (objid): how pg_locks
-// shows a pg_advisory_lock(bigint) lock.
-func heldBy(n int) string {
+// heldBy is true of the holder row a (a table alias) whose backend holds
+// the session strategy's advisory lock of $n (classid) and $n+1 (objid),
+// in the row's mode: how pg_locks shows a pg_advisory_lock(bigint) lock.
+func heldBy(a string, n int) string {
 	return fmt.Sprintf("EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted "+
-		"AND l.pid = h.pid AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "+
-		"AND l.classid::bigint = $%d AND l.objid::bigint = $%d AND l.objsubid = 1)", n, n+1)
+		"AND l.pid = %[1]s.pid AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "+
+		"AND l.classid::bigint = $%[2]d AND l.objid::bigint = $%[3]d AND l.objsubid = 1 "+
+		"AND l.mode = CASE WHEN %[1]s.mode = 1 THEN 'ShareLock' ELSE 'ExclusiveLock' END)", a, n, n+1)
+}
+
+// heldRows is a query of the holders of key $1 whose backend holds its
+// lock (classid $2, objid $3) now, with columns cols of each: the shared
+// ones' rows in h, and the exclusive one recorded in the key's row of f
+// (latest, see latestOf).
+func heldRows(f, h, cols string) string {
+	return "SELECT " + cols + " FROM " + h + " AS a WHERE a.lock_key = $1 AND " + heldBy("a", 2) +
+		" UNION ALL SELECT " + cols + " FROM " + f + " AS a WHERE a.lock_key = $1 AND a.pid IS NOT NULL AND " +
+		heldBy("a", 2) + " AND " + latestOf(f, "a")
+}
+
+// latestOf is true of the exclusive holder record a in f (a table alias)
+// that no later record names the same backend and lock id: under a hash
+// collision, a backend that released key a and now holds another key with
+// the same lock id shows in pg_locks as holding both. A backend holds one
+// lease per lock id at a time, so its later grant, with the larger token
+// (tokens follow the server's clock), is the one it holds.
+func latestOf(f, a string) string {
+	return "NOT EXISTS (SELECT 1 FROM " + f + " AS o WHERE o.lock_id = " + a + ".lock_id AND o.pid = " + a +
+		".pid AND o.token > " + a + ".token)"
 }
 
 // clockTicks is the server's clock, clock_timestamp(), in 8µs ticks since
@@ -317,9 +350,11 @@ const clockTicks = "((extract(epoch FROM clock_timestamp()) * 1000000)::bigint -
 // advisory lock functions on $1) and, if ok, sets the session's
 // idle_session_timeout to $2 (the lease period in milliseconds, kept after
 // the statement), draws the token of key $3 in f and records the holder
-// (mode $4, value $5) in h; it answers ok, the token (NULL when not ok)
-// and the session's idle_session_timeout from before, for the release. Each step reads the one before it, so the lock is held before
-// anything is written:
+// (mode $4, value $5): a shared one in h, an exclusive one in the key's
+// row of f, in the same write as the token; it answers ok, the token
+// (NULL when not ok) and the session's idle_session_timeout from before,
+// for the release. Each step reads the one before it, so the lock is held
+// before anything is written:
 //
 //   - the token is max(counter + 1, the server's clock in 8µs ticks), so
 //     a counter the server loses (a crash before the commit reached the
@@ -333,17 +368,32 @@ const clockTicks = "((extract(epoch FROM clock_timestamp()) * 1000000)::bigint -
 //   - so the counter needs no durable commit: the statement sets
 //     synchronous_commit off for its own transaction, and a grant waits
 //     for no WAL flush;
-//   - the holder row is keyed by the backend's pid and the key, so the
-//     grant replaces a row a crashed backend with the same pid left; the
-//     release deletes it (a shared backend holds many leases, so a row
-//     per backend no longer does).
-func sessionGrant(lock, f, h string) string {
-	return "WITH l AS MATERIALIZED (SELECT x.ok, current_setting('idle_session_timeout') AS idle " +
+//   - an exclusive holder is the key's row of f: the grant that draws
+//     the token also writes the backend's pid, the mode, the value, the
+//     idle timeout and the lock id ($1) there, one HOT update of one row,
+//     and the release writes nothing: the record counts only while its
+//     backend holds the lock exclusively (heldBy), and the next grant of
+//     the key overwrites it (a shared grant clears it);
+//   - a shared holder's row in h is keyed by the backend's pid and the
+//     key, so the grant replaces a row a crashed backend with the same pid
+//     left; the release deletes it (shared holders are many at once, so
+//     the key's one row cannot hold them).
+func sessionGrant(lock, f, h string, shared bool) string {
+	q := "WITH l AS MATERIALIZED (SELECT x.ok, current_setting('idle_session_timeout') AS idle " +
 		"FROM (" + lock + ") AS x), " +
 		"s AS MATERIALIZED (SELECT set_config('idle_session_timeout', $2, false), " +
-		"set_config('synchronous_commit', 'off', true), " + clockTicks + " AS c FROM l WHERE l.ok), " +
-		"t AS (INSERT INTO " + f + " AS f (lock_key, token) SELECT $3::text, greatest(1, s.c) FROM s " +
-		"ON CONFLICT (lock_key) DO UPDATE SET token = greatest(f.token + 1, excluded.token) RETURNING token), " +
+		"set_config('synchronous_commit', 'off', true), " + clockTicks + " AS c FROM l WHERE l.ok), "
+	if !shared {
+		return q + "t AS (INSERT INTO " + f + " AS f (lock_key, token, pid, mode, value, idle_ms, lock_id) " +
+			"SELECT $3::text, greatest(1, s.c), pg_backend_pid(), $4::smallint, $5::text, $2::text::bigint, " +
+			"$1::bigint FROM s ON CONFLICT (lock_key) DO UPDATE SET token = greatest(f.token + 1, excluded.token), " +
+			"pid = excluded.pid, mode = excluded.mode, value = excluded.value, idle_ms = excluded.idle_ms, " +
+			"lock_id = excluded.lock_id RETURNING token) " +
+			"SELECT l.ok, (SELECT t.token FROM t), l.idle FROM l"
+	}
+	return q + "t AS (INSERT INTO " + f + " AS f (lock_key, token, lock_id) SELECT $3::text, greatest(1, s.c), " +
+		"$1::bigint FROM s ON CONFLICT (lock_key) DO UPDATE SET token = greatest(f.token + 1, excluded.token), " +
+		"pid = NULL, mode = NULL, value = NULL, idle_ms = NULL, lock_id = excluded.lock_id RETURNING token), " +
 		"r AS (INSERT INTO " + h + " (pid, lock_key, mode, token, value, idle_ms) " +
 		"SELECT pg_backend_pid(), $3::text, $4::smallint, t.token, $5::text, $2::text::bigint FROM t " +
 		"ON CONFLICT (pid, lock_key) DO UPDATE SET mode = excluded.mode, " +
@@ -354,29 +404,32 @@ func sessionGrant(lock, f, h string) string {
 // session fills in the session strategy's statements; f is the quoted
 // fences table, h the quoted holders table.
 func (q *queries) session(f, h, v string) {
-	q.grantWait = sessionGrant("SELECT true AS ok FROM pg_advisory_lock($1::bigint)", f, h)
-	q.grantWaitShared = sessionGrant("SELECT true AS ok FROM pg_advisory_lock_shared($1::bigint)", f, h)
-	q.grantTry = sessionGrant("SELECT g.ok FROM pg_try_advisory_lock($1::bigint) AS g(ok)", f, h)
-	q.grantTryShared = sessionGrant("SELECT g.ok FROM pg_try_advisory_lock_shared($1::bigint) AS g(ok)", f, h)
-	// The release: delete the session's holder row of key $3, unlock $1
-	// and set the session's idle_session_timeout to $2 (as the grant
-	// found it, or the shared backend's while it holds other leases).
-	release := func(fn string) string {
-		return "WITH d AS (DELETE FROM " + h + " WHERE pid = pg_backend_pid() AND lock_key = $3::text), " +
-			"v AS (DELETE FROM " + v + " WHERE pid = pg_backend_pid() AND lock_key = $3::text) " +
-			"SELECT " + fn + "($1::bigint), set_config('idle_session_timeout', $2, false)"
-	}
-	q.releaseExclusive = release("pg_advisory_unlock")
-	q.releaseShared = release("pg_advisory_unlock_shared")
-	// A closing shared backend deletes its holder rows; a new one those
-	// of every backend that has ended.
-	q.sessionTidy = "DELETE FROM " + h + " WHERE pid = pg_backend_pid()"
-	q.deadTidy = "DELETE FROM " + h + " AS h WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = h.pid)"
+	q.grantWait = sessionGrant("SELECT true AS ok FROM pg_advisory_lock($1::bigint)", f, h, false)
+	q.grantWaitShared = sessionGrant("SELECT true AS ok FROM pg_advisory_lock_shared($1::bigint)", f, h, true)
+	q.grantTry = sessionGrant("SELECT g.ok FROM pg_try_advisory_lock($1::bigint) AS g(ok)", f, h, false)
+	q.grantTryShared = sessionGrant("SELECT g.ok FROM pg_try_advisory_lock_shared($1::bigint) AS g(ok)", f, h,
+		true)
+	// The releases: unlock $1 and set the session's idle_session_timeout
+	// to $2 (as the grant found it, or the shared backend's while it holds
+	// other leases); a shared one also deletes the session's holder row of
+	// key $3. An exclusive one writes nothing (see sessionGrant). A
+	// revocation left behind (ForceRelease deletes its own) names a token
+	// no later lease has, and goes with the session's tidy.
+	q.releaseExclusive = "SELECT pg_advisory_unlock($1::bigint), set_config('idle_session_timeout', $2, false)"
+	q.releaseShared = "WITH d AS (DELETE FROM " + h + " WHERE pid = pg_backend_pid() AND lock_key = $3::text) " +
+		"SELECT pg_advisory_unlock_shared($1::bigint), set_config('idle_session_timeout', $2, false)"
+	// A closing shared backend deletes its holder rows and revocations; a
+	// new one those of every backend that has ended.
+	q.sessionTidy = "WITH v AS (DELETE FROM " + v + " WHERE pid = pg_backend_pid()) " +
+		"DELETE FROM " + h + " WHERE pid = pg_backend_pid()"
+	q.deadTidy = "WITH v AS (DELETE FROM " + v + " AS v WHERE NOT EXISTS " +
+		"(SELECT 1 FROM pg_stat_activity a WHERE a.pid = v.pid)) " +
+		"DELETE FROM " + h + " AS h WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = h.pid)"
 	// ForceRelease: the holders of key $1 whose backend holds its lock
 	// (classid $2, objid $3) now, each given a revocation in the same
 	// statement, in token order.
-	q.revoke = "WITH x AS (SELECT h.pid, h.mode, h.token, coalesce(h.value, '') AS value, h.idle_ms FROM " + h +
-		" AS h WHERE h.lock_key = $1 AND " + heldBy(2) + "), " +
+	q.revoke = "WITH x AS (" + heldRows(f, h, "a.pid, a.mode, a.token, coalesce(a.value, '') AS value, "+
+		"coalesce(a.idle_ms, 0) AS idle_ms") + "), " +
 		"r AS (INSERT INTO " + v + " (pid, lock_key, token) SELECT pid, $1, token FROM x " +
 		"ON CONFLICT (pid, lock_key) DO UPDATE SET token = excluded.token) " +
 		"SELECT pid, mode::int, token, value, idle_ms FROM x ORDER BY token"
@@ -384,10 +437,12 @@ func (q *queries) session(f, h, v string) {
 	q.revoked = "SELECT lock_key, token FROM " + v + " WHERE pid = pg_backend_pid()"
 	// Which of the backends $4 still hold the lock (classid $2, objid $3)
 	// of key $1.
-	q.stillHeld = "SELECT h.pid FROM unnest($4::int[]) AS h(pid) WHERE $1::text <> '' AND " + heldBy(2)
+	q.stillHeld = "SELECT h.pid FROM unnest($4::int[]) AS h(pid) WHERE $1::text <> '' AND EXISTS " +
+		"(SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.pid = h.pid AND " +
+		"l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND " +
+		"l.classid::bigint = $2 AND l.objid::bigint = $3 AND l.objsubid = 1)"
 	q.unrevoke = "DELETE FROM " + v + " WHERE lock_key = $1 AND pid = ANY($2::int[])"
 	// The holder rows that count: those whose backend holds the advisory
 	// lock now.
-	q.sessionHolders = "SELECT h.mode::int, h.token, coalesce(h.value, '') FROM " + h + " AS h " +
-		"WHERE h.lock_key = $1 AND " + heldBy(2) + " ORDER BY h.token"
+	q.sessionHolders = heldRows(f, h, "a.mode::int, a.token, coalesce(a.value, '')") + " ORDER BY 2"
 }

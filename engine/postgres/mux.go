@@ -475,13 +475,10 @@ func (l *muxLease) unlock() (held bool, err error) {
 		idle, b.idle = b.orig, 0
 		b.timer.Stop()
 	}
-	q := b.e.q.releaseExclusive
-	if l.mode == engine.Shared {
-		q = b.e.q.releaseShared
-	}
+	q, args := b.e.releaseOf(l.mode, l.hash, idle, l.key)
 	ctx, cancel := b.e.core.OpCtx()
 	sent := time.Now()
-	err = b.conn.QueryRow(ctx, q, l.hash, idle, l.key).Scan(&held, nil)
+	err = b.conn.QueryRow(ctx, q, args...).Scan(&held, nil)
 	cancel()
 	var dead *deadBackend
 	if err == nil {
@@ -496,8 +493,8 @@ func (l *muxLease) unlock() (held bool, err error) {
 	return held, err
 }
 
-// Release releases the advisory lock of l and clears its holder row, on
-// its backend, in one statement. A lease that has ended returns an error
+// Release releases the advisory lock of l (and clears a shared lease's
+// holder row), on its backend, in one statement. A lease that has ended returns an error
 // wrapping engine.ErrNotHeld; so does one whose connection fails now (the
 // connection is closed, which frees the lock, and every other lease on it
 // ends with engine.ErrLeaseLost). The statement runs even if ctx is

@@ -448,22 +448,29 @@ func (l *sessionLease) take() *pgxpool.Conn {
 	return c
 }
 
-// unlock clears the session's holder row, releases the advisory lock and
-// puts back the session's idle_session_timeout, in one statement. It
-// reports whether the session held the lock.
+// unlock releases the advisory lock and puts back the session's
+// idle_session_timeout (and clears a shared lease's holder row), in one
+// statement. It reports whether the session held the lock.
 func (l *sessionLease) unlock(c *pgxpool.Conn) (held bool, err error) {
-	q := l.e.q.releaseExclusive
-	if l.Mode() == engine.Shared {
-		q = l.e.q.releaseShared
-	}
+	q, args := l.e.releaseOf(l.Mode(), l.hash, l.idle, l.Key())
 	ctx, cancel := l.e.core.OpCtx()
 	defer cancel()
-	err = c.QueryRow(ctx, q, l.hash, l.idle, l.Key()).Scan(&held, nil)
+	err = c.QueryRow(ctx, q, args...).Scan(&held, nil)
 	return held, err
 }
 
-// Release clears the holder row and releases the advisory lock on the
-// pinned connection, which goes back to the pool. A lease that has ended
+// releaseOf returns the release statement of a session lease of key in
+// mode, on advisory lock h, that puts idle back as the session's
+// idle_session_timeout, and its arguments (see queries.session).
+func (e *Engine) releaseOf(mode engine.Mode, h int64, idle, key string) (string, []any) {
+	if mode == engine.Shared {
+		return e.q.releaseShared, []any{h, idle, key}
+	}
+	return e.q.releaseExclusive, []any{h, idle}
+}
+
+// Release releases the advisory lock (and clears a shared lease's holder
+// row) on the pinned connection, which goes back to the pool. A lease that has ended
 // (expired, lost, released) returns an error wrapping engine.ErrNotHeld;
 // so does one whose connection fails now: the connection is closed, which
 // ends its session and the lock with it. The statement runs even if ctx is

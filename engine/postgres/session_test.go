@@ -156,6 +156,37 @@ func checkFences(t *testing.T, pool *pgxpool.Pool, table string, want map[string
 	}
 }
 
+// TestCollisionOneBackend: one shared backend releases key x and then
+// takes y, which has the same lock id. x's exclusive holder record still
+// names that backend, which pg_locks shows holding the lock id: Holders
+// and List must not take x for held (a later record of the backend and
+// lock id, y's, is the one it holds), and a key whose record is older
+// than the backend's release is not listed either.
+func TestCollisionOneBackend(t *testing.T) {
+	dsn := testDSN(t)
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	one := int64(binary.BigEndian.Uint64(b[:]))
+	e := openT(t, dsn, WithTable(testTable(t, dsn)), withHash(func(string) int64 { return one }),
+		WithSessionConns(1))
+	lx := acquireT(t, e, engine.Request{Key: "one/x", TTL: time.Minute, Renew: true, Value: "vx"})
+	px := pidOf(t, lx)
+	if err := lx.Release(hangCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	ly := acquireT(t, e, engine.Request{Key: "one/y", TTL: time.Minute, Renew: true, Value: "vy"})
+	defer ly.Release(context.Background())
+	if py := pidOf(t, ly); py != px {
+		t.Fatalf("the two leases are on backends %d and %d; the test needs one", px, py)
+	}
+	mustHold(t, e, "one/x")
+	mustHold(t, e, "one/y", engine.Holder{Mode: engine.Exclusive, Token: ly.Token(), Value: "vy"})
+	inv, err := e.List(hangCtx(t), "one/", 0)
+	if err != nil || len(inv.Keys) != 1 || inv.Keys[0].Key != "one/y" {
+		t.Errorf("List = %+v, %v; want one/y alone", inv, err)
+	}
+}
+
 func acquireT(t *testing.T, e *Engine, req engine.Request) engine.Lease {
 	t.Helper()
 	l, err := e.Acquire(hangCtx(t), req)
@@ -249,7 +280,7 @@ func waitLocks(t *testing.T, pool *pgxpool.Pool, h int64, n int) {
 
 // TestTerminatedHolder: pg_terminate_backend on a renewed holder's
 // connection ends its lease with ErrLeaseLost (Done and OnLost) at its
-// next ping; its stale holder row is not listed by Holders; its Release is
+// next ping; its stale holder record is not listed by Holders; its Release is
 // ErrNotHeld; the next holder gets a larger token.
 func TestTerminatedHolder(t *testing.T) {
 	dsn := testDSN(t)
@@ -284,14 +315,14 @@ func TestTerminatedHolder(t *testing.T) {
 		t.Errorf("OnLost got %v, want ErrLeaseLost", err)
 	}
 	var rows int
-	if err := pool.QueryRow(hangCtx(t), "SELECT count(*) FROM "+quote(table+"_held")+" WHERE lock_key = $1",
-		key).Scan(&rows); err != nil {
+	if err := pool.QueryRow(hangCtx(t), "SELECT count(*) FROM "+quote(table+"_fences")+
+		" WHERE lock_key = $1 AND pid = $2", key, int(pid)).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
 	if rows != 1 {
-		t.Errorf("%d holder rows after the kill, want the stale one", rows)
+		t.Errorf("%d holder records naming the killed backend, want the stale one", rows)
 	}
-	mustHold(t, b, key) // the stale row does not count
+	mustHold(t, b, key) // the stale record does not count
 	if err := la.Release(hangCtx(t)); !errors.Is(err, engine.ErrNotHeld) {
 		t.Errorf("Release of the terminated lease: %v, want ErrNotHeld", err)
 	}
@@ -573,7 +604,8 @@ func TestGrantCommitsAsync(t *testing.T) {
 	if err := c.QueryRow(ctx, e.q.grantTry, h, "60000", "async", 0, "").Scan(&ok, nil, &idle); err != nil || !ok {
 		t.Fatalf("grant: %v, %v", ok, err)
 	}
-	if err := c.QueryRow(ctx, e.q.releaseExclusive, h, idle, "async").Scan(&ok, nil); err != nil || !ok {
+	q, args := e.releaseOf(engine.Exclusive, h, idle, "async")
+	if err := c.QueryRow(ctx, q, args...).Scan(&ok, nil); err != nil || !ok {
 		t.Fatalf("release: %v, %v", ok, err)
 	}
 	if err := c.QueryRow(ctx, "SHOW idle_session_timeout").Scan(&now); err != nil {
