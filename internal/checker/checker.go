@@ -226,7 +226,7 @@ func (r *Result) overlaps(ss []Section, pauses []Pause, crashes []int64) {
 			switch {
 			case old.Token != cur.Token && old.Told != 0 && old.Told <= max(cur.Start, old.Start):
 				r.LostButTold++
-			case old.Token != cur.Token && paused(old, pauses) &&
+			case old.Token != cur.Token && stopped(old.Proc, asked(old), old.End, pauses) &&
 				(old.Write != Accepted || old.Wrote != 0 && old.Wrote <= cur.Start):
 				r.PausedFenced++
 			case old.Token != cur.Token && old.Write != Accepted && crashedBetween(old, cur, crashes):
@@ -318,9 +318,11 @@ func crashedBetween(old, cur Section, crashes []int64) bool {
 	return false
 }
 
-// paused reports whether s's process was stopped during s or during the
-// call that granted it.
-func paused(s Section, pauses []Pause) bool { return stopped(s.Proc, asked(s), s.End, pauses) }
+// paused reports whether s's process was stopped during s. (An exclusive
+// section's granting call counts too, in overlaps; a permit's does not: a
+// permit makes no fenced write, so its excuse is only that its holder
+// could not act.)
+func paused(s Section, pauses []Pause) bool { return stopped(s.Proc, s.Start, s.End, pauses) }
 
 // stopped reports whether proc was stopped at some time between from and
 // to.

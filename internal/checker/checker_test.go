@@ -142,6 +142,8 @@ func TestCheckJudgesPermits(t *testing.T) {
 		{"the third before the first was told", []Section{late, permit(2, 2, 10, 100), permit(3, 3, 50, 120)}, nil, 1, 0, 0},
 		{"the first paused", []Section{permit(1, 1, 0, 100), permit(2, 2, 10, 100), permit(3, 3, 50, 120)},
 			[]Pause{{Proc: 1, Start: 20 * ms, End: 90 * ms}}, 0, 0, 1},
+		{"the first's call paused, not its hold", []Section{asking(permit(1, 1, 30, 100), 0), permit(2, 2, 10, 100),
+			permit(3, 3, 50, 120)}, []Pause{{Proc: 1, Start: 5 * ms, End: 25 * ms}}, 1, 0, 0},
 		{"tokens still rise", []Section{permit(1, 5, 0, 10), permit(2, 4, 20, 30)}, nil, 1, 0, 0},
 		{"granted together, learned late", []Section{permit(1, 5, 0, 10), asking(permit(2, 4, 20, 30), 0)}, nil, 0, 0, 0},
 		{"asked after the other ended", []Section{permit(1, 5, 0, 10), asking(permit(2, 4, 20, 30), 15)}, nil, 1, 0, 0},
