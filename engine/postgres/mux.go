@@ -71,9 +71,10 @@ func (e *Engine) backendAt(ctx context.Context, i int) (*backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The holder rows of sessions that ended without deleting theirs (a
-	// crash, a kill): best effort, as a grant overwrites a row of its own
-	// pid and key and Holders skips rows whose backend holds no lock.
+	// The shared holders' rows and the revocations of sessions that ended
+	// without deleting theirs (a crash, a kill): best effort, as a grant
+	// overwrites a row of its own pid and key and Holders skips rows whose
+	// backend holds no lock.
 	_, _ = c.Exec(actx, e.q.deadTidy)
 	b := &backend{e: e, wake: make(chan struct{}, 1), conn: c, held: map[int64]*muxLease{}}
 	b.timer = time.AfterFunc(time.Hour, b.deadline)
@@ -351,7 +352,7 @@ type deadBackend struct {
 	e      *Engine
 	conn   *pgxpool.Conn
 	leases []*muxLease
-	tidy   bool // the connection works: delete the session's holder rows first
+	tidy   bool // the connection works: delete the session's holder rows and revocations first
 }
 
 // detach takes b out of service: no statement runs on it from then on.

@@ -219,7 +219,7 @@ func (e *Engine) grantQuery(req engine.Request) string {
 
 // lockOn runs the grant statement on c (pg_advisory_lock or _shared for a
 // waiting request, pg_try_advisory_lock or _shared for a TryLock, then
-// the token and the holder row: see sessionGrant) and returns its answer
+// the token and the holder record: see sessionGrant) and returns its answer
 // and its send time. The statement runs under a context of its own, so
 // that pgx never drops the connection mid-statement on the caller's
 // cancellation. If ctx ends or the engine closes first, lockOn returns
@@ -305,7 +305,7 @@ func (e *Engine) anchor(ctx context.Context, c *pgxpool.Conn, ttl time.Duration,
 // the statement has completed. The ping anchor may send is bounded by ctx
 // as well as the op timeout, so that a grant that came just before ctx's
 // deadline does not keep the caller past it. On an error, c is closed,
-// which frees the lock (the drawn token is skipped, and a holder row whose
+// which frees the lock (the drawn token is skipped, and a holder record whose
 // session holds no lock does not count).
 func (e *Engine) grantSession(ctx context.Context, c *pgxpool.Conn, req engine.Request,
 	h int64, r grantResult, sent time.Time) (engine.Lease, error) {
