@@ -82,11 +82,16 @@ func schema(table string) []string {
 		// The last exclusive holder (versions before it kept every
 		// holder in "<table>_held"). lock_id is the advisory lock's key,
 		// constant for a row, so the grant's update of a row stays HOT;
-		// List joins pg_locks on it.
-		"ALTER TABLE " + f + " ADD COLUMN IF NOT EXISTS pid integer NULL, " +
+		// List joins pg_locks on it. Only while the index is missing:
+		// ALTER TABLE and CREATE INDEX lock the table even when there is
+		// nothing to do, and every process's start migrates, beside other
+		// processes' grants.
+		"DO $$ BEGIN IF to_regclass('" + quote(table+"_fences_lock") + "') IS NULL THEN " +
+			"ALTER TABLE " + f + " ADD COLUMN IF NOT EXISTS pid integer NULL, " +
 			"ADD COLUMN IF NOT EXISTS mode smallint NULL, ADD COLUMN IF NOT EXISTS value text NULL, " +
-			"ADD COLUMN IF NOT EXISTS idle_ms bigint NULL, ADD COLUMN IF NOT EXISTS lock_id bigint NULL",
-		"CREATE INDEX IF NOT EXISTS " + quote(table+"_fences_lock") + " ON " + f + " (lock_id)",
+			"ADD COLUMN IF NOT EXISTS idle_ms bigint NULL, ADD COLUMN IF NOT EXISTS lock_id bigint NULL; " +
+			"CREATE INDEX IF NOT EXISTS " + quote(table+"_fences_lock") + " ON " + f + " (lock_id); " +
+			"END IF; END $$",
 		// Unlogged: a holder row means something only while its backend
 		// holds the advisory lock, which no crash or standby keeps either,
 		// so the rows need no WAL, and a release that clears one waits

@@ -648,3 +648,28 @@ func TestLongWaitKeepsItsPeriod(t *testing.T) {
 		t.Errorf("token %d after %d", lb.Token(), la.Token())
 	}
 }
+
+// TestMigrateLeavesBusyFencesAlone: a Migrate of tables that are up to
+// date takes no lock that waits for the session strategy's grants: it
+// completes while another transaction holds a write on "<table>_fences"
+// (an ALTER TABLE or CREATE INDEX would wait for it, and every grant
+// would queue behind them).
+func TestMigrateLeavesBusyFencesAlone(t *testing.T) {
+	dsn := testDSN(t)
+	table := testTable(t, dsn)
+	pool := rawPool(t, dsn)
+	tx, err := pool.Begin(hangCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(hangCtx(t), "INSERT INTO "+quote(table+"_fences")+" (lock_key, token) VALUES ('busy', 1)"); err != nil {
+		t.Fatal(err)
+	}
+	e := openT(t, dsn, WithTable(table))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := e.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate beside a write on the fences table: %v", err)
+	}
+}
