@@ -16,8 +16,7 @@ import (
 func (e *Engine) listSession(ctx context.Context, prefix string, n int) ([]listRow, error) {
 	where, args := rangeWhere(prefix)
 	q := "WITH lk AS MATERIALIZED (SELECT l.pid, (l.classid::bigint << 32) | l.objid::bigint AS id " +
-		"FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock' " +
-		"AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())) " +
+		"FROM " + advisoryHeld + " AND l.mode = 'ExclusiveLock') " +
 		"SELECT lock_key, mode::int, token, coalesce(value, ''), pid FROM (" +
 		"SELECT f.lock_key, f.mode, f.token, f.value, f.pid FROM lk JOIN " + quote(e.cfg.table+"_fences") +
 		" AS f ON f.lock_id = lk.id AND f.pid = lk.pid WHERE " + latestOf(quote(e.cfg.table+"_fences"), "f") +
@@ -47,10 +46,8 @@ func (e *Engine) listSession(ctx context.Context, prefix string, n int) ([]listR
 		classids[i], objids[i] = lockParts(e.cfg.hash(r.key))
 	}
 	live, err := e.pool.Query(ctx, "SELECT c.i FROM unnest($1::int[], $2::bigint[], $3::bigint[]) "+
-		"WITH ORDINALITY AS c(pid, classid, objid, i) WHERE EXISTS (SELECT 1 FROM pg_locks l "+
-		"WHERE l.locktype = 'advisory' AND l.granted AND l.pid = c.pid AND l.database = "+
-		"(SELECT oid FROM pg_database WHERE datname = current_database()) AND l.classid::bigint = c.classid "+
-		"AND l.objid::bigint = c.objid AND l.objsubid = 1)", pids, classids, objids)
+		"WITH ORDINALITY AS c(pid, classid, objid, i) WHERE EXISTS (SELECT 1 FROM "+advisoryHeld+
+		" AND l.pid = c.pid AND l.classid::bigint = c.classid AND l.objid::bigint = c.objid)", pids, classids, objids)
 	if err != nil {
 		return nil, err
 	}

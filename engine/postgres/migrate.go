@@ -312,13 +312,19 @@ func (q *queries) queue(t, r, w string) {
 	q.dequeue = "DELETE FROM " + w + " WHERE lock_key = $1 AND owner = $2"
 }
 
+// advisoryHeld is pg_locks, as l, narrowed to the granted advisory locks
+// of the current database taken with the one-bigint form of
+// pg_advisory_lock (objsubid 1): every test of whether a backend holds a
+// session lease's lock adds its pid, lock id and mode to it.
+const advisoryHeld = "pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND " +
+	"l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+
 // heldBy is true of the holder row a (a table alias) whose backend holds
 // the session strategy's advisory lock of $n (classid) and $n+1 (objid),
 // in the row's mode: how pg_locks shows a pg_advisory_lock(bigint) lock.
 func heldBy(a string, n int) string {
-	return fmt.Sprintf("EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted "+
-		"AND l.pid = %[1]s.pid AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "+
-		"AND l.classid::bigint = $%[2]d AND l.objid::bigint = $%[3]d AND l.objsubid = 1 "+
+	return fmt.Sprintf("EXISTS (SELECT 1 FROM "+advisoryHeld+" AND l.pid = %[1]s.pid "+
+		"AND l.classid::bigint = $%[2]d AND l.objid::bigint = $%[3]d "+
 		"AND l.mode = CASE WHEN %[1]s.mode = 1 THEN 'ShareLock' ELSE 'ExclusiveLock' END)", a, n, n+1)
 }
 
@@ -443,9 +449,7 @@ func (q *queries) session(f, h, v string) {
 	// Which of the backends $4 still hold the lock (classid $2, objid $3)
 	// of key $1.
 	q.stillHeld = "SELECT h.pid FROM unnest($4::int[]) AS h(pid) WHERE $1::text <> '' AND EXISTS " +
-		"(SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.pid = h.pid AND " +
-		"l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND " +
-		"l.classid::bigint = $2 AND l.objid::bigint = $3 AND l.objsubid = 1)"
+		"(SELECT 1 FROM " + advisoryHeld + " AND l.pid = h.pid AND l.classid::bigint = $2 AND l.objid::bigint = $3)"
 	q.unrevoke = "DELETE FROM " + v + " WHERE lock_key = $1 AND pid = ANY($2::int[])"
 	// The holder rows that count: those whose backend holds the advisory
 	// lock now.
