@@ -58,6 +58,10 @@ type Process struct {
 	start   uint64        // the start time of cmd in /proc, 0 if unknown
 	logFrom int64         // the size of the log before cmd was launched
 	paused  bool
+	// stopped is what Pause stopped beside the process group: the
+	// processes that left it (PostgreSQL's backends each start a session
+	// of their own), which Resume continues.
+	stopped map[int]uint64
 }
 
 // newProcess prepares (does not start) a server process and registers its
@@ -71,13 +75,18 @@ func newProcess(t testing.TB, name, bin string, args []string, dir, log string, 
 	return p
 }
 
-// Pause stops the server with SIGSTOP (its whole process group): its
-// connections stay open but nothing answers, as in a network partition or a
-// long garbage-collection pause. It returns once every thread of the group
-// has stopped. Pausing a paused server does nothing.
+// Pause stops the server with SIGSTOP (its whole process group, and every
+// process that descends from it but left the group, as PostgreSQL's
+// backends do): its connections stay open but nothing answers, as in a
+// network partition or a long garbage-collection pause. It returns once
+// every thread of them has stopped. Pausing a paused server does nothing.
 func (p *Process) Pause() {
 	p.t.Helper()
 	p.signal(syscall.SIGSTOP, "pause")
+	p.mu.Lock()
+	start := p.start
+	p.mu.Unlock()
+	tree := stopTree(p.Pid(), start, true, p.log)
 	// kill(2) returns once one thread is told; the others stop a moment
 	// later, and until then one of them may still answer a request.
 	pid := p.Pid()
@@ -102,6 +111,7 @@ func (p *Process) Pause() {
 	}
 	p.mu.Lock()
 	p.paused = true
+	p.stopped = tree
 	p.mu.Unlock()
 }
 
@@ -156,8 +166,10 @@ func (p *Process) Resume() {
 	p.t.Helper()
 	p.signal(syscall.SIGCONT, "resume")
 	p.mu.Lock()
-	p.paused = false
+	tree := p.stopped
+	p.paused, p.stopped = false, nil
 	p.mu.Unlock()
+	signalTree(tree, syscall.SIGCONT)
 }
 
 func (p *Process) signal(sig syscall.Signal, what string) {

@@ -346,6 +346,48 @@ func TestKillEndsTheWholeTree(t *testing.T) {
 	}
 }
 
+// TestPauseStopsTheWholeTree: Pause stops the processes that left the
+// server's process group too (PostgreSQL's backends call setsid, and an
+// open session would keep answering through one), and Resume continues
+// them.
+func TestPauseStopsTheWholeTree(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Fatalf("setsid (util-linux) is missing: %v", err)
+	}
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "child.pid")
+	script := fmt.Sprintf("setsid sh -c 'echo $$ > %s.tmp && mv %s.tmp %s && exec sleep 300' & exec sleep 300",
+		pidFile, pidFile, pidFile)
+	p := newProcess(t, "process tree", "/bin/sh", []string{"-c", script}, dir, "tree.log", 10*time.Second,
+		func() error { _, err := os.Stat(pidFile); return err })
+	p.launch()
+	p.await()
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, ok := procOf(child); !ok || info.pgrp == p.Pid() {
+		t.Fatalf("the child %d is not running in a group of its own (%+v, %v)", child, info, ok)
+	}
+	p.Pause()
+	if !stopped(child) {
+		t.Fatalf("the child %d that left the group was not stopped by Pause", child)
+	}
+	p.Resume()
+	deadline := time.Now().Add(10 * time.Second)
+	for stopped(child) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the child %d that left the group was still stopped 10s after Resume", child)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestStartRetriesWhileThePortIsBusy starts a redis-server whose port is
 // held by someone else for a moment (its Process not told about the port,
 // so that the start does not wait for it): the server exits with "Address
