@@ -113,7 +113,8 @@
 // counter stays at the clock or just above it, and a counter the server
 // forgets starts again above every token granted before it. So the
 // statement needs no durable commit: it sets synchronous_commit off for its
-// own transaction, and a grant waits for no WAL flush. A crash that loses
+// own transaction (a session connection has it off for its whole session,
+// as nothing it writes needs a flush), and a grant waits for no WAL flush. A crash that loses
 // the last grants' commits, a standby promoted before it replayed them, a
 // counter row deleted or the table truncated: the next grant draws the
 // clock, above them (TestSessionTokensAfterCounterLost,
@@ -176,7 +177,18 @@
 // one pinger for all its leases, renewed or not, every third of its idle
 // timeout while it holds any (without it a lease with a longer period
 // would lose its lock early); each lease's validity there is its
-// connection's (below). A failed ping (the connection was killed with
+// connection's (below). A session connection's grant sets the timeout
+// only when it changes, and its release is the unlock alone: the timeout
+// stays set after the last lease leaves, until the pinger's next round
+// resets it to the server's own (TestSessionConnIdlesAfterLastRelease).
+// Its statements run without a context of their own, bounded instead by
+// the deadline of the connection's socket, which is moved to one and a
+// half op timeouts ahead whenever less than half of one is left
+// (TestSessionConnBoundsStatements): a statement then sets no timer of
+// its own (setting one can wake a second OS thread; about a tenth of the
+// cycle on the 2-core test machine). A grant whose caller's context can
+// never end runs on the caller's goroutine; any other runs on a goroutine
+// of its own, so that the caller can leave at its deadline. A failed ping (the connection was killed with
 // pg_terminate_backend, the server restarted, the network broke), or one
 // that does not answer before the validity runs out, ends the lease, or
 // every lease of the session connection, with engine.ErrLeaseLost through

@@ -185,6 +185,11 @@ type queries struct {
 	releaseExclusive, releaseShared, sessionHolders      string
 	sessionTidy, deadTidy                                string
 	revoke, revoked, stillHeld, unrevoke                 string
+
+	// muxTry is the shared backends' try-grant, by [shared][setIdle]
+	// (grantStatement); muxRelease their releases, by shared.
+	muxTry     [2][2]string
+	muxRelease [2]string
 }
 
 // buildQueries returns the statements on table and its "_readers",
@@ -390,17 +395,46 @@ const clockTicks = "((extract(epoch FROM clock_timestamp()) * 1000000)::bigint -
 //     left; the release deletes it (shared holders are many at once, so
 //     the key's one row cannot hold them).
 func sessionGrant(lock, f, h string, shared bool) string {
-	q := "WITH l AS MATERIALIZED (SELECT x.ok, current_setting('idle_session_timeout') AS idle " +
-		"FROM (" + lock + ") AS x), " +
-		"s AS MATERIALIZED (SELECT set_config('idle_session_timeout', $2, false), " +
-		"set_config('synchronous_commit', 'off', true), " + clockTicks + " AS c FROM l WHERE l.ok), "
-	if !shared {
+	return grantStatement(lock, f, h, grantForm{shared: shared, pinned: true, setIdle: true})
+}
+
+// grantForm is what a grant statement does beside the lock and the token.
+type grantForm struct {
+	shared bool
+	// pinned: the statement runs on a pooled connection pinned for one
+	// lease, which goes back to the pool: it answers the session's
+	// idle_session_timeout from before, for the release to put back, and
+	// sets synchronous_commit off for its own transaction only. A shared
+	// backend (mux.go) is the engine's alone until it is closed: it
+	// turned synchronous_commit off for its whole session when it was
+	// opened, and needs no setting put back.
+	pinned bool
+	// setIdle: the statement sets idle_session_timeout to $2. A shared
+	// backend whose session has it at $2 already leaves it (set_config
+	// costs about 10µs a statement).
+	setIdle bool
+}
+
+// grantStatement is sessionGrant in form g; without pinned it answers ok
+// and the token only.
+func grantStatement(lock, f, h string, g grantForm) string {
+	var cur, idle, async, ans string
+	if g.pinned {
+		cur = ", current_setting('idle_session_timeout') AS idle"
+		async, ans = "set_config('synchronous_commit', 'off', true), ", ", l.idle"
+	}
+	if g.setIdle {
+		idle = "set_config('idle_session_timeout', $2, false), "
+	}
+	q := "WITH l AS MATERIALIZED (SELECT x.ok" + cur + " FROM (" + lock + ") AS x), " +
+		"s AS MATERIALIZED (SELECT " + idle + async + clockTicks + " AS c FROM l WHERE l.ok), "
+	if !g.shared {
 		return q + "t AS (INSERT INTO " + f + " AS f (lock_key, token, pid, mode, value, idle_ms, lock_id) " +
 			"SELECT $3::text, greatest(1, s.c), pg_backend_pid(), $4::smallint, $5::text, $2::text::bigint, " +
 			"$1::bigint FROM s ON CONFLICT (lock_key) DO UPDATE SET token = greatest(f.token + 1, excluded.token), " +
 			"pid = excluded.pid, mode = excluded.mode, value = excluded.value, idle_ms = excluded.idle_ms, " +
 			"lock_id = excluded.lock_id RETURNING token) " +
-			"SELECT l.ok, (SELECT t.token FROM t), l.idle FROM l"
+			"SELECT l.ok, (SELECT t.token FROM t)" + ans + " FROM l"
 	}
 	return q + "t AS (INSERT INTO " + f + " AS f (lock_key, token, lock_id) SELECT $3::text, greatest(1, s.c), " +
 		"$1::bigint FROM s ON CONFLICT (lock_key) DO UPDATE SET token = greatest(f.token + 1, excluded.token), " +
@@ -409,7 +443,7 @@ func sessionGrant(lock, f, h string, shared bool) string {
 		"SELECT pg_backend_pid(), $3::text, $4::smallint, t.token, $5::text, $2::text::bigint FROM t " +
 		"ON CONFLICT (pid, lock_key) DO UPDATE SET mode = excluded.mode, " +
 		"token = excluded.token, value = excluded.value, idle_ms = excluded.idle_ms RETURNING token) " +
-		"SELECT l.ok, (SELECT r.token FROM r), l.idle FROM l"
+		"SELECT l.ok, (SELECT r.token FROM r)" + ans + " FROM l"
 }
 
 // session fills in the session strategy's statements; f is the quoted
@@ -420,6 +454,17 @@ func (q *queries) session(f, h, v string) {
 	q.grantTry = sessionGrant("SELECT g.ok FROM pg_try_advisory_lock($1::bigint) AS g(ok)", f, h, false)
 	q.grantTryShared = sessionGrant("SELECT g.ok FROM pg_try_advisory_lock_shared($1::bigint) AS g(ok)", f, h,
 		true)
+	for i, lock := range []string{"pg_try_advisory_lock", "pg_try_advisory_lock_shared"} {
+		for j := range 2 {
+			q.muxTry[i][j] = grantStatement("SELECT g.ok FROM "+lock+"($1::bigint) AS g(ok)", f, h,
+				grantForm{shared: i == 1, setIdle: j == 1})
+		}
+	}
+	// A shared backend's releases leave its idle_session_timeout armed:
+	// its pinger resets it once the backend holds nothing (mux.go).
+	q.muxRelease[0] = "SELECT pg_advisory_unlock($1::bigint)"
+	q.muxRelease[1] = "WITH d AS (DELETE FROM " + h + " WHERE pid = pg_backend_pid() AND lock_key = $2::text) " +
+		"SELECT pg_advisory_unlock_shared($1::bigint)"
 	// The releases: unlock $1 and set the session's idle_session_timeout
 	// to $2 (as the grant found it, or the shared backend's while it holds
 	// other leases); a shared one also deletes the session's holder row of

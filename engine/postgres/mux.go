@@ -36,14 +36,23 @@ type backend struct {
 	// the same key is sent on this session meanwhile (advisory locks are
 	// reentrant per session).
 	held map[int64]*muxLease
-	// idle is the session's idle_session_timeout while it holds leases:
-	// the shortest TTL of the leases granted since it last held none.
+	// idle is the session's idle_session_timeout as this engine set it:
+	// the shortest TTL of the leases granted since it last held none, or
+	// 0 while the session has the server's own setting. A release leaves
+	// it set; the pinger resets it once the backend holds nothing.
 	idle time.Duration
-	orig string // the setting before that, put back when the last lease leaves
 	// validFrom is the send time of the last statement that succeeded on
 	// the session: the server cannot end it before validFrom + idle.
 	validFrom time.Time
-	timer     *time.Timer // ends every lease at validFrom + life(idle)
+	// timer ends every lease at validFrom + life(idle). It is set only
+	// when that instant comes before timerAt, when it fires now (a zero
+	// timerAt: not set); a timer that fires early sets itself again (see
+	// deadline), so that a statement costs no timer change.
+	timer   *time.Timer
+	timerAt time.Time
+	// boundAt is the deadline of the session's socket, which bounds
+	// every statement on it without a timer of its own (see bound).
+	boundAt time.Time
 }
 
 // backendAt returns the live backend of slot i, connecting a new one if
@@ -76,6 +85,13 @@ func (e *Engine) backendAt(ctx context.Context, i int) (*backend, error) {
 	// overwrites a row of its own pid and key and Holders skips rows whose
 	// backend holds no lock.
 	_, _ = c.Exec(actx, e.q.deadTidy)
+	// Nothing the backend writes needs a durable commit: the tokens' rule
+	// holds without one (see sessionGrant), and its holder rows are
+	// unlogged.
+	if _, err := c.Exec(actx, "SET synchronous_commit = off"); err != nil {
+		e.closeConn(c)
+		return nil, err
+	}
 	b := &backend{e: e, wake: make(chan struct{}, 1), conn: c, held: map[int64]*muxLease{}}
 	b.timer = time.AfterFunc(time.Hour, b.deadline)
 	b.timer.Stop()
@@ -138,22 +154,20 @@ func (e *Engine) muxGrant(ctx context.Context, req engine.Request, h int64) (eng
 	if err != nil || b == nil {
 		return nil, err
 	}
+	if ctx.Done() == nil {
+		// ctx never ends: the caller has nothing to leave for.
+		l, err := b.grantUnlock(req, h)
+		if l == nil {
+			return nil, err
+		}
+		return l, nil
+	}
 	// The statement runs on its own goroutine, bounded by the op timeout
 	// rather than ctx (cancelling it would cost the backend every lease
 	// it carries), so that the caller can leave when ctx ends.
 	res := make(chan muxResult, 1)
 	go func() {
-		l, dead, err := b.grant(req, h)
-		b.mu.Unlock()
-		if dead != nil {
-			dead.finish(fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, err))
-		}
-		if l != nil {
-			select {
-			case b.wake <- struct{}{}:
-			default:
-			}
-		}
+		l, err := b.grantUnlock(req, h)
 		res <- muxResult{l, err}
 	}()
 	select {
@@ -178,6 +192,26 @@ func (e *Engine) muxGrant(ctx context.Context, req engine.Request, h int64) (eng
 	}
 }
 
+// grantUnlock runs grant, unlocks b, then finishes b if the grant found
+// its connection dead, and wakes the pinger if the grant armed the
+// session's idle timeout.
+func (b *backend) grantUnlock(req engine.Request, h int64) (*muxLease, error) {
+	armed := b.idle == 0
+	l, dead, err := b.grant(req, h)
+	armed = armed && l != nil
+	b.mu.Unlock()
+	if dead != nil {
+		dead.finish(fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, err))
+	}
+	if armed {
+		select {
+		case b.wake <- struct{}{}:
+		default:
+		}
+	}
+	return l, err
+}
+
 // muxResult is a try-grant's answer: the lease, or why there is none.
 type muxResult struct {
 	l   *muxLease
@@ -193,20 +227,21 @@ func (b *backend) grant(req engine.Request, h int64) (*muxLease, *deadBackend, e
 	if len(b.held) > 0 {
 		idle = min(idle, b.idle)
 	}
-	q := e.q.grantTry
+	shared, set := 0, 0
 	if req.Mode == engine.Shared {
-		q = e.q.grantTryShared
+		shared = 1
 	}
-	ctx, cancel := e.core.OpCtx()
-	defer cancel()
+	if b.idle == 0 || idleTimeout(idle) != idleTimeout(b.idle) {
+		set = 1
+	}
 	var (
 		ok    bool
 		token *int64
-		orig  string
 	)
+	b.bound()
 	sent := time.Now()
-	err := b.conn.QueryRow(ctx, q, h, idleTimeout(idle), req.Key, int(req.Mode), req.Value).
-		Scan(&ok, &token, &orig)
+	err := b.conn.QueryRow(context.Background(), e.q.muxTry[shared][set], h, idleTimeout(idle), req.Key,
+		int(req.Mode), req.Value).Scan(&ok, &token)
 	switch {
 	case err != nil && sqlState(err) != "" && !b.conn.Conn().IsClosed():
 		// A server error that leaves the session open (a full lock
@@ -226,9 +261,6 @@ func (b *backend) grant(req engine.Request, h int64) (*muxLease, *deadBackend, e
 	case token == nil:
 		_ = b.undo(req.Mode, h)
 		return nil, nil, errors.New("the grant drew no token")
-	}
-	if len(b.held) == 0 {
-		b.orig = orig
 	}
 	b.idle = idle
 	b.touch(sent)
@@ -251,29 +283,61 @@ func (b *backend) undo(mode engine.Mode, h int64) error {
 	if mode == engine.Shared {
 		fn = "pg_advisory_unlock_shared"
 	}
-	ctx, cancel := b.e.core.OpCtx()
-	defer cancel()
-	_, err := b.conn.Exec(ctx, "SELECT "+fn+"($1::bigint)", h)
+	b.bound()
+	_, err := b.conn.Exec(context.Background(), "SELECT "+fn+"($1::bigint)", h)
 	return err
 }
 
-// touch records a statement sent at sent that succeeded, and moves the
+// bound sets the deadline of b's socket to the op timeout from now, if it
+// is less than half of that away: every statement sent on b with a
+// context that cannot end is cut (which ends b) within one to one and a
+// half op timeouts, and only one statement in many pays for a timer. The
+// caller holds b.mu.
+func (b *backend) bound() {
+	now := time.Now()
+	if b.boundAt.Sub(now) >= b.e.cfg.opTimeout/2 {
+		return
+	}
+	b.boundAt = now.Add(b.e.cfg.opTimeout * 3 / 2)
+	_ = b.conn.Conn().PgConn().Conn().SetDeadline(b.boundAt)
+}
+
+// touch records a statement sent at sent that succeeded, which moves the
 // deadline of b's leases to sent + life(idle). The caller holds b.mu.
 func (b *backend) touch(sent time.Time) {
 	if sent.After(b.validFrom) {
 		b.validFrom = sent
 	}
-	if len(b.held) > 0 || b.idle > 0 {
-		b.timer.Reset(time.Until(b.validFrom.Add(life(b.idle))))
+	b.arm()
+}
+
+// arm sets b's timer for the deadline of its leases, validFrom +
+// life(idle), unless it is set to fire no later. The caller holds b.mu.
+func (b *backend) arm() {
+	if b.idle == 0 {
+		return
 	}
+	at := b.validFrom.Add(life(b.idle))
+	if !b.timerAt.IsZero() && !at.Before(b.timerAt) {
+		return
+	}
+	b.timerAt = at
+	b.timer.Reset(time.Until(at))
 }
 
 // deadline ends every lease of b when its validity ran out without a
 // statement that succeeded (this process was stopped, or a ping hung):
-// the server may have ended the session since.
+// the server may have ended the session since. Fired early (a statement
+// moved the deadline on since the timer was set), it sets the timer again.
 func (b *backend) deadline() {
 	b.mu.Lock()
-	if b.conn == nil || len(b.held) == 0 || time.Since(b.validFrom) < life(b.idle) {
+	b.timerAt = time.Time{}
+	if b.conn == nil || len(b.held) == 0 {
+		b.mu.Unlock()
+		return
+	}
+	if time.Since(b.validFrom) < life(b.idle) {
+		b.arm()
 		b.mu.Unlock()
 		return
 	}
@@ -291,13 +355,13 @@ func (b *backend) pinger() {
 	defer t.Stop()
 	for {
 		b.mu.Lock()
-		alive, busy, idle := b.conn != nil, len(b.held) > 0, b.idle
+		alive, idle := b.conn != nil, b.idle
 		b.mu.Unlock()
 		if !alive {
 			return
 		}
 		var tick <-chan time.Time
-		if busy {
+		if idle > 0 {
 			t.Reset(max(idle/3, time.Millisecond))
 			tick = t.C
 		}
@@ -314,14 +378,31 @@ func (b *backend) pinger() {
 	}
 }
 
-// ping pings b's session once if it holds a lease, and reports whether b
-// is still alive.
+// ping pings b's session once if it holds a lease, resets its idle
+// timeout to the server's own if it holds none, and reports whether b is
+// still alive.
 func (b *backend) ping() bool {
 	b.mu.Lock()
-	if b.conn == nil || len(b.held) == 0 {
+	if b.conn == nil || b.idle == 0 {
 		alive := b.conn != nil
 		b.mu.Unlock()
 		return alive
+	}
+	if len(b.held) == 0 {
+		// Nothing to keep alive: the session may idle again, which keeps
+		// an idle engine from pinging. A lease granted later sets the
+		// timeout again.
+		b.bound()
+		_, err := b.conn.Exec(context.Background(), "RESET idle_session_timeout")
+		if err == nil {
+			b.idle = 0
+			b.mu.Unlock()
+			return true
+		}
+		dead := b.detach()
+		b.mu.Unlock()
+		dead.finish(fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, err))
+		return false
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), b.validFrom.Add(life(b.idle)))
 	sent := time.Now()
@@ -332,6 +413,7 @@ func (b *backend) ping() bool {
 		}
 	})
 	cancel()
+	b.boundAt = time.Time{} // pgx clears the socket's deadline when ctx ends first
 	if err == nil {
 		b.touch(sent)
 		b.mu.Unlock()
@@ -365,6 +447,7 @@ func (b *backend) detach() *deadBackend {
 	}
 	b.conn, b.held = nil, map[int64]*muxLease{}
 	b.timer.Stop()
+	b.timerAt = time.Time{}
 	return d
 }
 
@@ -471,16 +554,13 @@ func (l *muxLease) unlock() (held bool, err error) {
 		return false, nil // the backend died meanwhile; its close freed the lock
 	}
 	delete(b.held, l.hash)
-	idle := idleTimeout(b.idle)
-	if len(b.held) == 0 {
-		idle, b.idle = b.orig, 0
-		b.timer.Stop()
+	q, args := b.e.q.muxRelease[0], []any{l.hash}
+	if l.mode == engine.Shared {
+		q, args = b.e.q.muxRelease[1], []any{l.hash, l.key}
 	}
-	q, args := b.e.releaseOf(l.mode, l.hash, idle, l.key)
-	ctx, cancel := b.e.core.OpCtx()
+	b.bound()
 	sent := time.Now()
-	err = b.conn.QueryRow(ctx, q, args...).Scan(&held, nil)
-	cancel()
+	err = b.conn.QueryRow(context.Background(), q, args...).Scan(&held)
 	var dead *deadBackend
 	if err == nil {
 		b.touch(sent)

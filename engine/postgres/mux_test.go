@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
 // TestSessionConnsHoldMany: an engine with N session connections holds
@@ -172,4 +173,97 @@ func TestForceReleaseTerminatesSilentHolder(t *testing.T) {
 	}
 	l := acquireT(t, e, engine.Request{Key: key, TTL: time.Minute})
 	_ = l.Release(hangCtx(t))
+}
+
+// TestSessionConnIdlesAfterLastRelease: a shared backend keeps the
+// idle_session_timeout of its leases set after a release (so that a
+// release is the bare unlock), and its pinger resets it to the server's
+// own once the backend holds nothing: the session outlives its last
+// lease's period with nothing to ping for, and the next grant sets the
+// timeout again.
+func TestSessionConnIdlesAfterLastRelease(t *testing.T) {
+	dsn := testDSN(t)
+	table := testTable(t, dsn)
+	pool := rawPool(t, dsn)
+	e := openT(t, dsn, WithTable(table), WithSessionConns(1))
+	const ttl = 600 * time.Millisecond
+	show := func(l engine.Lease) string {
+		t.Helper()
+		b := l.(*muxLease).b
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.conn == nil {
+			t.Fatal("the backend died")
+		}
+		var v string
+		if err := b.conn.QueryRow(hangCtx(t), "SHOW idle_session_timeout").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	l := acquireT(t, e, sessionReq("idle/a", ttl))
+	pid := pidOf(t, l)
+	if v := show(l); v != "600ms" {
+		t.Errorf("idle_session_timeout while a 600ms lease is held: %q", v)
+	}
+	if err := l.Release(hangCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * ttl)
+	var alive int
+	if err := pool.QueryRow(hangCtx(t), "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+		int32(pid)).Scan(&alive); err != nil {
+		t.Fatal(err)
+	}
+	if alive != 1 {
+		t.Fatalf("the backend's session ended %v after its last lease left: the server cut it for idling", 3*ttl)
+	}
+	l = acquireT(t, e, engine.Request{Key: "idle/b", TTL: time.Minute})
+	if p := pidOf(t, l); p != pid {
+		t.Errorf("the next lease went to backend %d, want the same %d", p, pid)
+	}
+	if v := show(l); v != "1min" {
+		t.Errorf("idle_session_timeout after a one-minute grant on the reset session: %q", v)
+	}
+}
+
+// TestSessionConnBoundsStatements: a grant on a shared backend whose
+// caller's context cannot end is still bounded, by the socket's deadline:
+// against a server that stopped answering it fails within two and a half
+// op timeouts (the statement cut within one and a half, then one op
+// timeout to dial a new backend), and the backend's lease is told it is
+// lost.
+func TestSessionConnBoundsStatements(t *testing.T) {
+	srv := testenv.StartPostgres(t)
+	table := testTable(t, srv.DSN)
+	const op = time.Second
+	e := openT(t, srv.DSN, WithTable(table), WithSessionConns(1), WithOpTimeout(op))
+	held := acquireT(t, e, sessionReq("bound/held", time.Minute))
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Acquire(context.Background(), engine.Request{Key: "bound/next", TTL: time.Minute})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a TryLock against a stopped server succeeded")
+		}
+		if took := time.Since(start); took > op*5/2+500*time.Millisecond {
+			t.Errorf("the TryLock failed after %v, want within %v", took, op*5/2)
+		}
+	case <-time.After(hang):
+		t.Fatalf("a TryLock against a stopped server hung for %v", hang)
+	}
+	select {
+	case <-held.Done():
+		if !errors.Is(held.Err(), engine.ErrLeaseLost) {
+			t.Errorf("the backend's lease ended with %v, want ErrLeaseLost", held.Err())
+		}
+	case <-time.After(hang):
+		t.Error("the lease on the cut backend was not told")
+	}
 }
