@@ -288,8 +288,8 @@ func (b *backend) undo(mode engine.Mode, h int64) error {
 	return err
 }
 
-// bound sets the deadline of b's socket to the op timeout from now, if it
-// is less than half of that away: every statement sent on b with a
+// bound sets the deadline of b's socket to one and a half op timeouts from
+// now, if less than half of one is left: every statement sent on b with a
 // context that cannot end is cut (which ends b) within one to one and a
 // half op timeouts, and only one statement in many pays for a timer. The
 // caller holds b.mu.
@@ -300,6 +300,18 @@ func (b *backend) bound() {
 	}
 	b.boundAt = now.Add(b.e.cfg.opTimeout * 3 / 2)
 	_ = b.conn.Conn().PgConn().Conn().SetDeadline(b.boundAt)
+}
+
+// unbound clears the deadline of b's socket before a statement that its
+// context bounds instead: a deadline left from bound would cut it once it
+// passed, however long the leases' validity (a backend whose leases are
+// only pinged for longer than an op timeout). The caller holds b.mu.
+func (b *backend) unbound() {
+	if b.boundAt.IsZero() {
+		return
+	}
+	b.boundAt = time.Time{}
+	_ = b.conn.Conn().PgConn().Conn().SetDeadline(time.Time{})
 }
 
 // touch records a statement sent at sent that succeeded, which moves the
@@ -404,6 +416,7 @@ func (b *backend) ping() bool {
 		dead.finish(fmt.Errorf("%w: connection lost: %v", engine.ErrLeaseLost, err))
 		return false
 	}
+	b.unbound() // ctx bounds the ping, which may take longer than an op timeout
 	ctx, cancel := context.WithDeadline(context.Background(), b.validFrom.Add(life(b.idle)))
 	sent := time.Now()
 	var revoked []*muxLease
@@ -413,7 +426,6 @@ func (b *backend) ping() bool {
 		}
 	})
 	cancel()
-	b.boundAt = time.Time{} // pgx clears the socket's deadline when ctx ends first
 	if err == nil {
 		b.touch(sent)
 		b.mu.Unlock()
@@ -465,6 +477,7 @@ func (d *deadBackend) finish(err error) {
 		return
 	}
 	if d.tidy && len(d.leases) > 0 {
+		_ = d.conn.Conn().PgConn().Conn().SetDeadline(time.Time{}) // see unbound
 		ctx, cancel := d.e.core.OpCtx()
 		_, _ = d.conn.Exec(ctx, d.e.q.sessionTidy)
 		cancel()

@@ -267,3 +267,23 @@ func TestSessionConnBoundsStatements(t *testing.T) {
 		t.Error("the lease on the cut backend was not told")
 	}
 }
+
+// TestSessionConnPingsOutliveTheSocketDeadline: the deadline a grant puts
+// on a session connection's socket does not cut the pings that keep its
+// leases afterwards, however long they are held: a lease pinged for five
+// op timeouts is still held, and its release still works.
+func TestSessionConnPingsOutliveTheSocketDeadline(t *testing.T) {
+	dsn := testDSN(t)
+	table := testTable(t, dsn)
+	const op = 200 * time.Millisecond
+	e := openT(t, dsn, WithTable(table), WithSessionConns(1), WithOpTimeout(op))
+	l := acquireT(t, e, sessionReq("pinged/a", 900*time.Millisecond))
+	select {
+	case <-l.Done():
+		t.Fatalf("the lease ended while its connection was pinged: %v", l.Err())
+	case <-time.After(5 * op):
+	}
+	if err := l.Release(hangCtx(t)); err != nil {
+		t.Fatalf("release after %v of pings: %v", 5*op, err)
+	}
+}
