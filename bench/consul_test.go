@@ -42,10 +42,13 @@ func consulEngine(b *testing.B, addr string, fair bool) *consul.Engine {
 }
 
 // consulEngineLock adapts an engine to LockFunc: a renewed exclusive lease,
-// waiting.
+// waiting, with the shortest lease period the engine honours (its Floor:
+// two session TTLs and the lock-delay, 30s with the defaults; it refuses
+// shorter ones). The period costs nothing while the holder renews.
 func consulEngineLock(e *consul.Engine, key string) LockFunc {
+	ttl := e.Limits().MinTTL
 	return func(ctx context.Context) (func() error, error) {
-		l, err := e.Acquire(ctx, engine.Request{Key: key, Mode: engine.Exclusive, TTL: 15 * time.Second, Renew: true, Wait: true})
+		l, err := e.Acquire(ctx, engine.Request{Key: key, Mode: engine.Exclusive, TTL: ttl, Renew: true, Wait: true})
 		if err != nil {
 			return nil, err
 		}
