@@ -465,12 +465,12 @@ func (q *queries) session(f, h, v string) {
 	q.muxRelease[0] = "SELECT pg_advisory_unlock($1::bigint)"
 	q.muxRelease[1] = "WITH d AS (DELETE FROM " + h + " WHERE pid = pg_backend_pid() AND lock_key = $2::text) " +
 		"SELECT pg_advisory_unlock_shared($1::bigint)"
-	// The releases: unlock $1 and set the session's idle_session_timeout
-	// to $2 (as the grant found it, or the shared backend's while it holds
-	// other leases); a shared one also deletes the session's holder row of
-	// key $3. An exclusive one writes nothing (see sessionGrant). A
-	// revocation left behind (ForceRelease deletes its own) names a token
-	// no later lease has, and goes with the session's tidy.
+	// A pinned connection's releases: unlock $1 and set the session's
+	// idle_session_timeout back to $2, as the grant found it; a shared one
+	// also deletes the session's holder row of key $3. An exclusive one
+	// writes nothing (see sessionGrant). A revocation left behind
+	// (ForceRelease deletes its own) names a token no later lease has, and
+	// goes with the session's tidy.
 	q.releaseExclusive = "SELECT pg_advisory_unlock($1::bigint), set_config('idle_session_timeout', $2, false)"
 	q.releaseShared = "WITH d AS (DELETE FROM " + h + " WHERE pid = pg_backend_pid() AND lock_key = $3::text) " +
 		"SELECT pg_advisory_unlock_shared($1::bigint), set_config('idle_session_timeout', $2, false)"

@@ -44,10 +44,10 @@ type backend struct {
 	// validFrom is the send time of the last statement that succeeded on
 	// the session: the server cannot end it before validFrom + idle.
 	validFrom time.Time
-	// timer ends every lease at validFrom + life(idle). It is set only
-	// when that instant comes before timerAt, when it fires now (a zero
-	// timerAt: not set); a timer that fires early sets itself again (see
-	// deadline), so that a statement costs no timer change.
+	// timer ends every lease at validFrom + life(idle); timerAt is when
+	// it fires (zero: not set). A statement sets it only when that instant
+	// comes before timerAt, and a timer that fires early sets itself
+	// again (see deadline), so that a statement costs no timer change.
 	timer   *time.Timer
 	timerAt time.Time
 	// boundAt is the deadline of the session's socket, which bounds
