@@ -60,12 +60,12 @@ type backend struct {
 func (e *Engine) backendAt(ctx context.Context, i int) (*backend, error) {
 	// Both waits end with ctx: another caller may hold the slot while it
 	// dials, or the backend while a statement of its runs.
-	if !lockCtx(ctx, &e.muxMu) {
+	if !kit.LockCtx(ctx, &e.muxMu) {
 		return nil, ctx.Err()
 	}
 	defer e.muxMu.Unlock()
 	if b := e.mux[i]; b != nil {
-		if !lockCtx(ctx, &b.mu) {
+		if !kit.LockCtx(ctx, &b.mu) {
 			return nil, ctx.Err()
 		}
 		alive := b.conn != nil
@@ -114,7 +114,7 @@ func (e *Engine) pick(ctx context.Context, h int64) (*backend, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !lockCtx(ctx, &b.mu) {
+		if !kit.LockCtx(ctx, &b.mu) {
 			return nil, ctx.Err()
 		}
 		if _, ok := b.held[h]; !ok && b.conn != nil {
@@ -123,25 +123,6 @@ func (e *Engine) pick(ctx context.Context, h int64) (*backend, error) {
 		b.mu.Unlock()
 	}
 	return nil, nil
-}
-
-// lockCtx locks mu, or gives up when ctx ends first (a backend runs one
-// statement at a time, and under latency its queue can be long); it
-// reports whether it locked.
-func lockCtx(ctx context.Context, mu *sync.Mutex) bool {
-	if mu.TryLock() {
-		return true
-	}
-	t := time.NewTicker(time.Millisecond)
-	defer t.Stop()
-	for !mu.TryLock() {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-		}
-	}
-	return true
 }
 
 // muxGrant tries to grant req at once on a shared backend, with the
