@@ -50,7 +50,7 @@ func mysqlSetup(b *testing.B) (dsn, table string) {
 		for _, s := range []string{"", "_readers", "_fences", "_queue", "_names"} {
 			_, _ = db.Exec("DROP TABLE IF EXISTS `" + table + s + "`")
 		}
-		for _, p := range []string{"_grant1", "_kill1"} {
+		for _, p := range []string{"_grant1", "_grant2", "_kill1"} {
 			_, _ = db.Exec("DROP PROCEDURE IF EXISTS `" + table + p + "`")
 		}
 	})
@@ -102,7 +102,7 @@ func mysqlLibraries(dsn, table string) []mysqlLocker {
 		{"get_lock+token", func(b *testing.B, key string) LockFunc {
 			name := fmt.Sprintf("%.40s/%s", table, key)
 			try := rawTry(table)
-			wait := rawGetLock(b, dsn, name, "CALL `"+table+"_grant1`(?, ?, ?, NULL)", true, key)
+			wait := rawGetLock(b, dsn, name, "CALL `"+table+"_grant2`(?, ?, ?, NULL)", true, key)
 			var held time.Time // when a try last found the key held: then wait at once for a second, as the engine does
 			return func(ctx context.Context) (func() error, error) {
 				if time.Since(held) < time.Second {

@@ -228,45 +228,73 @@
 //
 // # Session strategy (StrategySession)
 //
-// A lease is a named lock of the server, GET_LOCK, held by the session of
-// a connection pinned out of the pool until Release runs RELEASE_LOCK
-// (which the connection's end does too). Exclusive only: GET_LOCK has no
-// shared mode, so Limits().ExclusiveOnly is true and a shared or counted
-// request is refused by Validate before any I/O. A key maps to the lock
-// name "cerberus:" and 48 hex digits of SHA-256 over the table name and
-// the key (57 characters, within MySQL's 64, whatever the key holds); two
-// keys whose names collide exclude each other, which costs false
-// contention only.
+// A lease is a named lock of the server, GET_LOCK, held by a session
+// until Release runs RELEASE_LOCK (which the session's end does too).
+// Exclusive only: GET_LOCK has no shared mode, so Limits().ExclusiveOnly
+// is true and a shared or counted request is refused by Validate before
+// any I/O. A key maps to the lock name "cerberus:" and 48 hex digits of
+// SHA-256 over the table name and the key (57 characters, within MySQL's
+// 64, whatever the key holds); two keys whose names collide exclude each
+// other, which costs false contention only.
 //
 // The first attempt is one statement, an INSERT ... SELECT ... WHERE
 // GET_LOCK(name, 0) = 1 into the MEMORY table "<table>_names": it takes
 // the lock, sets the name's token to max(counter + 1, the server's UTC
 // clock in 8µs ticks since 2025-01-01) and records the holder (connection
-// id, key, value), or affects no row if the key is held. A waiting request
-// then CALLs "<table>_grant1", which waits in GET_LOCK (locking no table)
-// and runs the same write once granted: one round trip. The MEMORY table
-// has no redo log, so no grant waits for a disk flush; a restart or crash
-// empties it, and the clock floor keeps the next tokens above every token
-// before, as long as the server's clock does not step back across the
-// loss and no name is granted more than once per 8µs on average.
-// Cancelling a wait sends KILL QUERY for the waiter's connection from
-// another one and drops the waiter's connection, which also frees a grant
-// that raced the cancel.
+// id, key, value, and the connection's wait_timeout if it is shared), or
+// affects no row if the key is held. It runs on one of the engine's
+// shared connections (WithSessionConns, 2 by default), whose session holds
+// the names of any number of leases, one statement at a time per
+// connection: an engine holds tens of thousands of leases on those few
+// connections (TestScale holds 20,000 on two), and a lease costs memory,
+// not a connection. GET_LOCK is reentrant per session, so a name is never
+// tried on a connection that holds it already. A waiting request that
+// finds the key held then waits on a connection pinned for it (up to
+// WithMaxConns less the shared ones and two): it CALLs "<table>_grant2",
+// which waits in GET_LOCK (locking no table) and runs the same write once
+// granted, one round trip, and keeps that connection for as long as it
+// holds the lease. A waiting request whose key a try found held in the
+// last second goes to the CALL at once. The MEMORY table has no redo log,
+// so no grant waits for a disk flush; a restart or crash empties it, and
+// the clock floor keeps the next tokens above every token before, as long
+// as the server's clock does not step back across the loss and no name is
+// granted more than once per 8µs on average. Migrate sizes it for 128 MiB
+// (about 155,000 names), whatever the server's max_heap_table_size; when
+// it is full, the rows of names nobody holds whose counters the clock has
+// passed are swept. Cancelling a wait sends KILL QUERY for the waiter's
+// connection from another one and drops the waiter's connection, which
+// also frees a grant that raced the cancel; a try on a shared connection
+// is left to finish (cutting it would end every lease on it) and its
+// grant, if it came, is released in the background.
 //
 // A silent holder is cut off as with the row strategy: its session's
-// wait_timeout is the lease period in whole seconds plus one, and a holder
-// pings its connection every WithConnCheck interval and three times a
-// period, so Limits().Floor is 2s. A lease counts as held until its last
-// successful ping's send time (the grant's, or for a fixed TTL the grant's
-// only) plus the period less engine.Margin, so a holder whose pings stop
-// answering is told before the server frees its lock; a failed ping ends
-// it at once. Holders and List read the names table's rows whose
-// connection holds their name (IS_USED_LOCK). ForceRelease
-// (engine.Releaser) records the holder's token as the name's released one
-// and kills the holder's connection with KILL CONNECTION, which frees the
-// name at once (a session lease pins a connection of its own, so no other
-// lease ends); the holder's next ping fails, it reads the record, and its
-// lease ends with engine.ErrReleasedByOperator.
+// wait_timeout is the lease period in whole seconds plus one (on a shared
+// connection, the shortest period of the leases it carries; the server's
+// own setting comes back once it carries none), and the engine pings
+// every connection that holds a lease every WithConnCheck interval and
+// three times a period, so Limits().Floor is 2s. A lease counts as held
+// until its connection's last successful statement's send time (for a
+// fixed TTL, its grant's) plus the period less engine.Margin, so a holder
+// whose pings stop answering is told before the server frees its lock; a
+// failed ping ends it at once, and on a shared connection every lease it
+// carries. Holders and List read the names table's rows whose connection
+// holds their name (IS_USED_LOCK).
+//
+// ForceRelease (engine.Releaser) of a lease on a pinned connection
+// records the holder's token as the name's released one and kills the
+// holder's connection with KILL CONNECTION, which frees the name at once;
+// the holder's next ping fails, it reads the record, and its lease ends
+// with engine.ErrReleasedByOperator. A lease on a shared connection is
+// revoked instead: the record is written, and the holder's next ping
+// (every WithConnCheck, a third of its period at most) reads it, tells
+// the lease engine.ErrReleasedByOperator and releases the name, leaving
+// the connection's other leases alone; ForceRelease returns once the
+// name is free. A holder that has not let go within its connection's
+// wait_timeout (a process stopped meanwhile, which the server has not cut
+// off yet) has its connection killed, which ends every lease on it; a
+// stopped holder reads the record when it resumes, and its revoked lease
+// ends with engine.ErrReleasedByOperator, the others with
+// engine.ErrLeaseLost.
 //
 // # Holders and Watch
 //

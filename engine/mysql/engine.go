@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
@@ -30,7 +31,9 @@ const (
 	// connection, until Release ends the transaction.
 	StrategyRow Strategy = "row"
 	// StrategySession holds each lock as a named lock of the server
-	// (GET_LOCK) on a pinned connection, until Release runs RELEASE_LOCK.
+	// (GET_LOCK), on a connection shared with other leases
+	// (WithSessionConns) or, for a request that waited, pinned for it,
+	// until Release runs RELEASE_LOCK.
 	// It grants exclusive leases only: shared and counted requests are
 	// refused by Validate (Limits().ExclusiveOnly).
 	StrategySession Strategy = "session"
@@ -65,16 +68,33 @@ type config struct {
 	connCheck  time.Duration
 	opTimeout  time.Duration
 	maxConns   int
+	muxConns   int
 }
 
 // DefaultMaxConns is the default of WithMaxConns.
 const DefaultMaxConns = 50
 
+// DefaultSessionConns is the default of WithSessionConns.
+const DefaultSessionConns = 2
+
+// WithSessionConns sets how many connections the session strategy shares
+// among its uncontended leases: a grant that GET_LOCK(name, 0) answers at
+// once holds its lock name on one of these n sessions, which carry any
+// number of names each, so that thousands of leases cost n connections.
+// A waiting request whose key is held waits on a connection pinned for it
+// (see the package documentation). Each shared connection takes one of
+// the WithMaxConns budget for as long as the engine lives, so n must be
+// at least 1 and the max conns at least n+3. The default is
+// DefaultSessionConns (2). Other strategies ignore it.
+func WithSessionConns(n int) Option { return func(c *config) { c.muxConns = n } }
+
 // WithMaxConns bounds the connections the engine uses. Open caps its own
 // pool at n. The row strategy pins one connection per held or waiting lock,
 // so it pins at most n-2, leaving two for KILL QUERY, renewals and
 // releases; further row acquisitions wait (cancellably) for a connection to
-// come free instead of exhausting the server's max_connections. With New,
+// come free instead of exhausting the server's max_connections. The
+// session strategy's shared connections (WithSessionConns) and the
+// connections pinned for its waiting requests count among those n-2. With New,
 // size the caller's pool to at least n. It must be at least 3. The default
 // is DefaultMaxConns (50).
 func WithMaxConns(n int) Option { return func(c *config) { c.maxConns = n } }
@@ -134,6 +154,10 @@ type Engine struct {
 	pins  chan struct{} // one token per pinned row connection
 
 	hot hotNames // the session strategy's recently contended lock names
+
+	muxMu sync.Mutex    // guards the slots of mux
+	mux   []*backend    // the session strategy's shared connections, by slot
+	turn  atomic.Uint32 // the slot a new shared grant starts from
 }
 
 var (
@@ -213,7 +237,7 @@ func buildConfig(opts []Option) (config, error) {
 		table: DefaultTable, strategy: StrategyLease,
 		minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff,
 		connCheck: DefaultConnCheck, opTimeout: DefaultOpTimeout,
-		maxConns: DefaultMaxConns,
+		maxConns: DefaultMaxConns, muxConns: DefaultSessionConns,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -235,6 +259,10 @@ func buildConfig(opts []Option) (config, error) {
 		return cfg, fmt.Errorf("%w: mysql: max conns %d is under 3", engine.ErrInvalidRequest,
 			cfg.maxConns)
 	}
+	if cfg.strategy == StrategySession && (cfg.muxConns < 1 || cfg.maxConns < cfg.muxConns+3) {
+		return cfg, fmt.Errorf("%w: mysql: session conns %d with max conns %d (want at least 1, and max conns at least session conns + 3)",
+			engine.ErrInvalidRequest, cfg.muxConns, cfg.maxConns)
+	}
 	if cfg.connCheck <= 0 || cfg.opTimeout <= 0 {
 		return cfg, fmt.Errorf("%w: mysql: conn check and op timeout must be positive",
 			engine.ErrInvalidRequest)
@@ -251,6 +279,9 @@ func newEngine(cfg config, db *sql.DB, owned bool) *Engine {
 		MinBackoff: cfg.minBackoff, MaxBackoff: cfg.maxBackoff,
 		Renew: cfg.strategy == StrategyLease}, leaseSQL{e})
 	e.frame, e.mu = &e.core.Frame, &e.core.Mu
+	if cfg.strategy == StrategySession {
+		e.mux = make([]*backend, cfg.muxConns)
+	}
 	return e
 }
 
@@ -319,11 +350,16 @@ func (e *Engine) Close() error {
 			l.end(engine.ErrClosed)
 		case *sessionLease:
 			l.end(engine.ErrClosed)
+		case *muxLease:
+			// Told here; closeMux frees the names of every lease of a
+			// shared connection at once, by closing it.
+			l.sig.Close(engine.ErrClosed)
 		}
 	}
 	if !e.core.Close(endRow) {
 		return nil
 	}
+	e.closeMux()
 	e.mu.Lock()
 	idle := e.idle
 	e.idle = nil

@@ -36,7 +36,7 @@ func dropTables(t testing.TB, db *sql.DB, table string) {
 			t.Errorf("drop %s%s: %v", table, s, err)
 		}
 	}
-	for _, p := range []string{"_grant1", "_kill1"} {
+	for _, p := range []string{"_grant1", "_grant2", "_kill1"} {
 		if _, err := db.Exec("DROP PROCEDURE IF EXISTS `" + table + p + "`"); err != nil {
 			t.Errorf("drop %s%s: %v", table, p, err)
 		}

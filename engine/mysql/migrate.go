@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql/driver"
 	"fmt"
 	"strings"
 
@@ -9,7 +10,7 @@ import (
 )
 
 // maxTableLen leaves room for the "_readers", "_fences", "_queue",
-// "_names", "_grant1" and "_released" suffixes within the 64-character
+// "_names", "_grant2" and "_released" suffixes within the 64-character
 // identifier limit.
 const maxTableLen = 48
 
@@ -86,6 +87,7 @@ func schema(table string) []string {
 			"`lock_key` VARBINARY(512) NOT NULL," +
 			valueColumn + "," +
 			"`released` BIGINT UNSIGNED NOT NULL DEFAULT 0," +
+			idleColumn + "," +
 			"PRIMARY KEY (`name`)" +
 			") ENGINE=MEMORY",
 		"CREATE TABLE IF NOT EXISTS `" + table + "_queue` (" +
@@ -115,6 +117,21 @@ func schema(table string) []string {
 // valueColumn holds a lease's Request.Value (engine.MaxValueLen bytes).
 const valueColumn = "`value` VARBINARY(256) NULL"
 
+// idleColumn holds, in a session holder's row, its connection's
+// wait_timeout in seconds when the connection is shared by many leases
+// (WithSessionConns), or 0 when it is pinned to the lease: ForceRelease
+// revokes the first kind and kills the second.
+const idleColumn = "`idle_s` INT UNSIGNED NOT NULL DEFAULT 0"
+
+// namesHeap is the most memory, in bytes, the "<table>_names" MEMORY
+// table may take: 128 MiB, about 155,000 lock names. The server's
+// max_heap_table_size (16 MiB by default, about 19,000 names) fixes a
+// MEMORY table's size when it is created or altered, and again for every
+// MEMORY table when the server restarts, so Migrate, and a grant that
+// finds the table full, set it for their own session only and rebuild a
+// smaller table (growNames).
+const namesHeap = 128 << 20
+
 // errDupColumn is the server's error for ADD COLUMN of a column that
 // exists: another Migrate added it first.
 const errDupColumn = 1060
@@ -124,7 +141,7 @@ const errDupColumn = 1060
 // strategy's waiters, "<table>_fences" for the row strategy's fencing
 // tokens, "<table>_released" for the tombstones of ForceRelease, and for
 // the session strategy the MEMORY table "<table>_names" and the stored
-// procedures "<table>_grant1" and "<table>_kill1" (which needs the CREATE
+// procedures "<table>_grant2" and "<table>_kill1" (which needs the CREATE
 // ROUTINE privilege). The lease strategy's statements name the queue
 // table, so run Migrate after upgrading from a version without it; on
 // tables without the released table everything but ForceRelease works,
@@ -157,7 +174,41 @@ func (e *Engine) Migrate(ctx context.Context) error {
 			return e.opErr(ctx, "migrate", "", err)
 		}
 	}
+	if err := e.addColumn(ctx, e.cfg.table+"_names", "idle_s", idleColumn); err != nil {
+		return e.opErr(ctx, "migrate", "", err)
+	}
+	if err := e.growNames(ctx); err != nil {
+		return e.opErr(ctx, "migrate", "", err)
+	}
 	return nil
+}
+
+// growNames rebuilds "<table>_names" with room for namesHeap bytes if it
+// has less (made with the server's default max_heap_table_size, or by an
+// earlier version), on a connection of its own whose session setting
+// never goes back to the pool. The rebuild keeps the rows.
+func (e *Engine) growNames(ctx context.Context) error {
+	var size uint64
+	if err := e.db.QueryRowContext(ctx, "SELECT MAX_DATA_LENGTH FROM information_schema.TABLES "+
+		"WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", e.cfg.table+"_names").Scan(&size); err != nil {
+		return err
+	}
+	if size >= namesHeap*3/4 {
+		return nil
+	}
+	c, err := e.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = c.Raw(func(any) error { return driver.ErrBadConn }) // its session setting stays with it
+		_ = c.Close()
+	}()
+	if _, err := c.ExecContext(ctx, fmt.Sprintf("SET SESSION max_heap_table_size = %d", namesHeap)); err != nil {
+		return err
+	}
+	_, err = c.ExecContext(ctx, "ALTER TABLE `"+e.cfg.table+"_names` ENGINE=MEMORY")
+	return err
 }
 
 // addColumn adds column (named col, defined by def) to table unless it has
@@ -189,6 +240,7 @@ type queries struct {
 	enqueue, queueTidy, queueRefresh, queuePlace, dequeue, ticketDone string
 	sessTry, sessWait, sessRelease, sessHolders, sessList, sessKill   string
 	sessHolder, sessMarked, sessSweep                                 string
+	sessRevoke, sessRevoked, sessReleased, sessStill                  string
 	freeRow, freeReaders, freeTidy, freeClear, freeClearReaders       string
 	tombstone, released                                               string
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/internal/sqlcore"
@@ -247,9 +248,13 @@ func (e *Engine) forceReleaseSession(ctx context.Context, key string) ([]engine.
 	var (
 		conn, token uint64
 		value       []byte
+		idle        int
 		killed      int
 	)
-	err := e.db.QueryRowContext(qctx, e.q.sessHolder, name, key).Scan(&conn, &token, &value)
+	err := e.db.QueryRowContext(qctx, e.q.sessHolder, name, key).Scan(&conn, &token, &value, &idle)
+	if err == nil && idle > 0 {
+		return e.revokeShared(ctx, key, name, conn, token, string(value), time.Duration(idle)*time.Second)
+	}
 	if err == nil {
 		err = e.db.QueryRowContext(qctx, e.q.sessKill, name, conn, token).Scan(&killed)
 	}
@@ -264,17 +269,87 @@ func (e *Engine) forceReleaseSession(ctx context.Context, key string) ([]engine.
 }
 
 // endKilled ends, with engine.ErrReleasedByOperator, the lease of this
-// engine on connection conn with token, if there is one.
+// engine on connection conn with token, if there is one: a pinned lease,
+// or one on a shared connection, which lets its name go.
 func (e *Engine) endKilled(conn, token uint64) {
-	var hit *sessionLease
+	var (
+		hit    *sessionLease
+		shared []*muxLease // checked after e.mu: a backend's grant takes e.mu under b.mu
+	)
 	e.mu.Lock()
 	for l := range e.frame.AllLocked() {
-		if s, ok := l.(*sessionLease); ok && s.conn == conn && s.token == token {
-			hit = s
+		switch s := l.(type) {
+		case *sessionLease:
+			if s.conn == conn && s.token == token {
+				hit = s
+			}
+		case *muxLease:
+			if s.token == token {
+				shared = append(shared, s)
+			}
 		}
 	}
 	e.mu.Unlock()
 	if hit != nil {
 		hit.end(fmt.Errorf("%w: %q", engine.ErrReleasedByOperator, hit.key))
+	}
+	for _, l := range shared {
+		if l.b.connID() == conn {
+			l.end(fmt.Errorf("%w: %q", engine.ErrReleasedByOperator, l.key))
+		}
+	}
+}
+
+// revokeShared is ForceRelease of a lease held on a shared connection
+// (WithSessionConns), conn, whose wait_timeout is idle: killing the
+// connection would end every other lease on it, so the lease's token is
+// recorded as released (sessRevoke) and the holder lets the name go
+// itself: at once in this engine, else at its backend's next ping, which
+// reads the record (every WithConnCheck, and a third of the shortest
+// lease period on the connection at most). It waits, polling, until the
+// name is free of that lease. A holder that has not let go within idle
+// (a process of a version that reads no revocations; a stopped one is cut
+// off by its wait_timeout by then) is killed, with every lease of its
+// connection.
+func (e *Engine) revokeShared(ctx context.Context, key, name string, conn, token uint64, value string,
+	idle time.Duration) ([]engine.Holder, error) {
+	qctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
+	res, err := e.db.ExecContext(qctx, e.q.sessRevoke, name, conn, token)
+	cancel()
+	var n int64
+	if err == nil {
+		n, err = res.RowsAffected()
+	}
+	switch {
+	case err != nil:
+		return nil, e.opErr(ctx, "force release", key, err)
+	case n == 0:
+		return nil, fmt.Errorf("%w: %q is not held", engine.ErrNotHeld, key)
+	}
+	e.endKilled(conn, token)
+	start := time.Now()
+	for wait := 2 * time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		qctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
+		var still int
+		err := e.db.QueryRowContext(qctx, e.q.sessStill, name, conn, token).Scan(&still)
+		cancel()
+		switch {
+		case err != nil:
+			return nil, e.opErr(ctx, "force release", key, err)
+		case still == 0:
+			return []engine.Holder{{Mode: engine.Exclusive, Token: token, Value: value}}, nil
+		case time.Since(start) >= idle:
+			kctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
+			_, err := e.db.ExecContext(kctx, fmt.Sprintf("KILL CONNECTION %d", conn))
+			cancel()
+			if err != nil && errNumber(err) != errNoSuchThread {
+				return nil, e.opErr(ctx, "force release", key, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, e.opErr(ctx, "force release", key, ctx.Err())
+		case <-time.After(wait):
+		}
 	}
 }

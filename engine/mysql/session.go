@@ -62,19 +62,43 @@ func (e *Engine) setIdle(ctx context.Context, rc *rowConn, ttl time.Duration) er
 	return nil
 }
 
-// acquireSession grants req with GET_LOCK on a pinned connection. The
-// first attempt is one statement that tries the lock (GET_LOCK(name, 0)),
-// draws the token and records the holder (sessionGrant); a waiting request
-// that finds the key held then waits inside the server, in GET_LOCK, with
-// one CALL that draws the token too (sessionWaitProc).
+// acquireSession grants req with GET_LOCK. The first attempt is one
+// statement, on a shared connection (muxGrant), that tries the lock
+// (GET_LOCK(name, 0)), draws the token and records the holder
+// (sessionGrant); a waiting request that finds the key held then waits
+// inside the server, in GET_LOCK, on a connection pinned for it, with one
+// CALL that draws the token too (sessionWaitProc). A waiting request whose
+// key a try found held within hotFor goes to the CALL at once.
 func (e *Engine) acquireSession(ctx context.Context, req engine.Request) (engine.Lease, error) {
 	name := lockName(e.cfg.table, req.Key)
+	first := true
+	if !(req.Wait && e.hot.recent(name)) {
+		l, err := e.muxGrant(ctx, req, name)
+		switch {
+		case l != nil:
+			return l, nil
+		case errors.Is(err, errRefused) && !req.Wait:
+			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
+		case errors.Is(err, errRefused):
+			e.hot.mark(name)
+			first = false // it would be refused again: wait at once
+		case errNumber(err) == errTableFull:
+			e.sweep() // then try on a pinned connection, which tries again
+		case err != nil && ctx.Err() != nil:
+			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
+		case errors.Is(err, engine.ErrClosed):
+			return nil, err
+		case err != nil:
+			return nil, e.opErr(ctx, "acquire", req.Key, err)
+		}
+		// err == nil: every shared connection holds the name already.
+	}
 	rc, err := e.getConn(ctx)
 	if err != nil {
 		return nil, e.pinErr(ctx, req, err)
 	}
 	for try := 0; try < maxRowTries; try++ {
-		l, next, err := e.trySession(ctx, rc, req, name, try == 0)
+		l, next, err := e.trySession(ctx, rc, req, name, first && try == 0)
 		if next == nil {
 			return l, err
 		}
@@ -137,8 +161,8 @@ func (e *Engine) pinErr(ctx context.Context, req engine.Request, err error) erro
 // then, for a waiting request, the waiting CALL. When next is nil
 // it returns the lease or the error that ends the Acquire, and has put rc
 // back or dropped it; otherwise next is the connection to try again on:
-// rc when the wait ran out without a deadline, a new one when rc's
-// session was cut after the grant or the names table was full.
+// rc when the wait ran out without a deadline or the names table was full
+// (swept since), a new one when rc's session was cut after the grant.
 func (e *Engine) trySession(ctx context.Context, rc *rowConn, req engine.Request, name string,
 	first bool) (l engine.Lease, next *rowConn, err error) {
 	if err := ctx.Err(); err != nil {
@@ -172,8 +196,15 @@ func (e *Engine) trySession(ctx context.Context, rc *rowConn, req engine.Request
 		// have come first.
 		return nil, nil, e.stopErr(ctx)
 	case errNumber(err) == errTableFull:
-		e.sweep() // then try again
-		return e.renewConn(ctx, rc, req)
+		// GET_LOCK may have granted the name before the write failed:
+		// free it on rc, which did not hold it before, so that the next
+		// try does not find it held by a connection whose close the
+		// server has not seen yet. Then sweep, and try again.
+		if e.exec(ctx, rc, "DO RELEASE_LOCK(?)", name) != nil {
+			return e.renewConn(ctx, rc, req)
+		}
+		e.sweep()
+		return nil, rc, nil
 	case err != nil:
 		e.discard(rc) // which frees the lock if the grant came first
 		return nil, nil, e.acquireErr(ctx, req, err)
@@ -196,7 +227,7 @@ func (e *Engine) tryGrant(ctx context.Context, rc *rowConn, req engine.Request, 
 	token uint64, err error) {
 	qctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
 	defer cancel()
-	res, err := rc.conn.ExecContext(qctx, e.q.sessTry, name, req.Key, req.Value, name)
+	res, err := rc.conn.ExecContext(qctx, e.q.sessTry, name, req.Key, req.Value, 0, name)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -229,11 +260,15 @@ func (e *Engine) waitGrant(ctx context.Context, rc *rowConn, req engine.Request,
 }
 
 // sweep clears, best effort, the rows of lock names that nobody holds and
-// whose counters the clock has overtaken, when the MEMORY table is full.
+// whose counters the clock has overtaken, when the MEMORY table is full,
+// and rebuilds the table with room for namesHeap bytes if it has less: a
+// server restart sizes every MEMORY table by the server's
+// max_heap_table_size again, whatever Migrate made it.
 func (e *Engine) sweep() {
 	ctx, cancel := e.core.OpCtx()
 	defer cancel()
 	_, _ = e.db.ExecContext(ctx, e.q.sessSweep)
+	_ = e.growNames(ctx)
 }
 
 // errCut is the cause of a grant whose session the server cut before this

@@ -24,17 +24,19 @@ const clockTicks = "(TIMESTAMPDIFF(MICROSECOND, '2025-01-01 00:00:00', UTC_TIMES
 //     names collide share a counter, which still increases for each;
 //   - so nothing is flushed to disk per grant (a MEMORY table has no redo
 //     log);
-//   - the row also names the holder (CONNECTION_ID, key, value), for
-//     Holders and List: the holder of a name is always its last grant, and
-//     the row counts only while that connection holds the name
-//     (IS_USED_LOCK), so a release need not touch it. released, the token
-//     of the last force release, is left alone.
+//   - the row also names the holder (CONNECTION_ID, key, value, and ?4,
+//     the connection's wait_timeout if it is a shared one, 0 if pinned to
+//     the lease), for Holders, List and ForceRelease: the holder of a name
+//     is always its last grant, and the row counts only while that
+//     connection holds the name (IS_USED_LOCK), so a release need not
+//     touch it. released, the token of the last force release, is left
+//     alone.
 //
 // A MEMORY table is locked whole for each statement, which is why cond
 // never waits here: a TryLock's GET_LOCK(name, 0). A wait runs GET_LOCK
 // first, in a statement of its own (sessionWaitProc).
 func sessionGrant(n, cond string) string {
-	return "INSERT INTO " + n + nameColumns + "SELECT ?, " + firstToken + ", CONNECTION_ID(), ?, ? FROM DUAL WHERE " +
+	return "INSERT INTO " + n + nameColumns + "SELECT ?, " + firstToken + ", CONNECTION_ID(), ?, ?, ? FROM DUAL WHERE " +
 		cond + nameUpsert
 }
 
@@ -42,26 +44,28 @@ func sessionGrant(n, cond string) string {
 // to the names table: the columns, a first grant's token, and the update
 // of a name's row that exists (the next token, the new holder).
 const (
-	nameColumns = " (`name`, `token`, `conn`, `lock_key`, `value`) "
+	nameColumns = " (`name`, `token`, `conn`, `lock_key`, `value`, `idle_s`) "
 	firstToken  = "LAST_INSERT_ID(GREATEST(1, " + clockTicks + "))"
 	nameUpsert  = " ON DUPLICATE KEY UPDATE `token` = LAST_INSERT_ID(GREATEST(`token` + 1, VALUES(`token`))), " +
-		"`conn` = VALUES(`conn`), `lock_key` = VALUES(`lock_key`), `value` = VALUES(`value`)"
+		"`conn` = VALUES(`conn`), `lock_key` = VALUES(`lock_key`), `value` = VALUES(`value`), `idle_s` = VALUES(`idle_s`)"
 )
 
 // sessionWaitProc returns the CREATE PROCEDURE statement of the session
-// strategy's waiting grant, "<table>_grant1": one CALL, so one round trip,
+// strategy's waiting grant, "<table>_grant2": one CALL, so one round trip,
 // that waits up to w seconds in GET_LOCK(n, w), which locks no table, and
 // if it was granted runs sessionGrant's statement (its condition true);
 // it answers GET_LOCK's result (1, 0 on timeout, NULL on error) and the
-// token (0 when not granted).
+// token (0 when not granted). Its connection is pinned to the lease, so the
+// holder row's idle_s is 0. ("_grant1", of earlier versions, left idle_s
+// alone.)
 func sessionWaitProc(table string) string {
 	n := "`" + table + "_names`"
-	return "CREATE PROCEDURE IF NOT EXISTS `" + table + "_grant1`(IN n VARBINARY(64), IN w DOUBLE, " +
+	return "CREATE PROCEDURE IF NOT EXISTS `" + table + "_grant2`(IN n VARBINARY(64), IN w DOUBLE, " +
 		"IN k VARBINARY(512), IN v VARBINARY(256)) MODIFIES SQL DATA BEGIN " +
 		"DECLARE g INT DEFAULT NULL; DECLARE t BIGINT UNSIGNED DEFAULT 0; " +
 		"SET g = GET_LOCK(n, w); " +
 		"IF g = 1 THEN " +
-		"INSERT INTO " + n + nameColumns + "VALUES (n, " + firstToken + ", CONNECTION_ID(), k, v)" + nameUpsert + "; " +
+		"INSERT INTO " + n + nameColumns + "VALUES (n, " + firstToken + ", CONNECTION_ID(), k, v, 0)" + nameUpsert + "; " +
 		"SET t = LAST_INSERT_ID(); " +
 		"END IF; " +
 		"SELECT g, t; END"
@@ -96,14 +100,21 @@ func procedures(table string) []string {
 func (q *queries) session(table string) {
 	n := "`" + table + "_names`"
 	q.sessTry = sessionGrant(n, "GET_LOCK(?, 0) = 1")
-	q.sessWait = "CALL `" + table + "_grant1`(?, ?, ?, ?)"
+	q.sessWait = "CALL `" + table + "_grant2`(?, ?, ?, ?)"
 	q.sessKill = "CALL `" + table + "_kill1`(?, ?, ?)"
 	q.sessRelease = "SELECT RELEASE_LOCK(?)"
 	// The rows that count: those whose connection holds their lock name
 	// now.
 	held := "IS_USED_LOCK(`name`) = `conn`"
 	q.sessHolders = "SELECT 0, `token`, `value` FROM " + n + " WHERE `name` = ? AND `lock_key` = ? AND " + held
-	q.sessHolder = "SELECT `conn`, `token`, `value` FROM " + n + " WHERE `name` = ? AND `lock_key` = ? AND " + held
+	q.sessHolder = "SELECT `conn`, `token`, `value`, `idle_s` FROM " + n + " WHERE `name` = ? AND `lock_key` = ? AND " + held
+	// A shared connection's holder is revoked, not killed: its token is
+	// recorded as released, and the holder's next ping reads it
+	// (sessRevoked) and lets the name go.
+	q.sessRevoke = "UPDATE " + n + " SET `released` = `token` WHERE `name` = ? AND `conn` = ? AND `token` = ? AND " + held
+	q.sessRevoked = "SELECT `name`, `token` FROM " + n + " WHERE `conn` = ? AND `released` = `token`"
+	q.sessReleased = "SELECT `name`, `released` FROM " + n + " WHERE `released` <> 0"
+	q.sessStill = "SELECT COUNT(*) FROM " + n + " WHERE `name` = ? AND `conn` = ? AND `token` = ? AND " + held
 	q.sessList = "SELECT `lock_key`, 0, `token`, `value`, NULL FROM " + n + " WHERE " + held
 	q.sessMarked = "SELECT `released` FROM " + n + " WHERE `name` = ?"
 	// Rows of names nobody holds whose counters are behind the clock: the

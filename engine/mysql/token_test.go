@@ -60,6 +60,7 @@ func tokenTables(t *testing.T, dsn string) map[mysql.Strategy]string {
 				_, _ = db.Exec("DROP TABLE IF EXISTS `" + table + suffix + "`")
 			}
 			_, _ = db.Exec("DROP PROCEDURE IF EXISTS `" + table + "_grant1`")
+			_, _ = db.Exec("DROP PROCEDURE IF EXISTS `" + table + "_grant2`")
 			_, _ = db.Exec("DROP PROCEDURE IF EXISTS `" + table + "_kill1`")
 		}
 	})
@@ -162,4 +163,60 @@ func TestSessionTokensAfterServerRestart(t *testing.T) {
 	after := cycles(t, e, "restart", 3, last)
 	t.Logf("token before the restart %d, after it %d", last, after)
 	cycles(t, openOn(t, srv.DSN, table, mysql.StrategySession), "restart", 3, after)
+}
+
+// TestSessionNamesGrowAfterRestart: Migrate sizes the names table for
+// 128 MiB; a restart of the server sizes it by the server's
+// max_heap_table_size again (16 MiB here, which the test checks), and a
+// grant that then finds it full of names it cannot sweep (counters ahead
+// of the clock) rebuilds it at the larger size and is granted.
+func TestSessionNamesGrowAfterRestart(t *testing.T) {
+	srv := testenv.StartMariaDB(t)
+	table := tokenTables(t, srv.DSN)[mysql.StrategySession]
+	db, err := sql.Open("mysql", srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	size := func() uint64 {
+		t.Helper()
+		var n uint64
+		if err := db.QueryRow("SELECT MAX_DATA_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "+
+			"AND TABLE_NAME = ?", table+"_names").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	const grown = 96 << 20
+	if got := size(); got < grown {
+		t.Fatalf("the names table holds %d bytes after Migrate, want at least %d", got, grown)
+	}
+	if _, err := db.Exec("SHUTDOWN"); err != nil {
+		t.Fatalf("SHUTDOWN: %v", err)
+	}
+	srv.Restart()
+	ctx, cancel := context.WithTimeout(context.Background(), restartWait)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := size(); got >= grown {
+		t.Fatalf("the names table holds %d bytes after a restart; the test expects the server's 16 MiB", got)
+	}
+	// Fill it with names whose counters are far ahead of the clock, which
+	// no sweep deletes.
+	_, err = db.Exec("INSERT INTO `"+table+"_names` (`name`, `token`, `conn`, `lock_key`) "+
+		"SELECT CONCAT('filler:', seq), 4611686018427387904, 0, CONCAT('filler/', seq) FROM seq_1_to_40000")
+	if err == nil {
+		t.Fatal("40,000 names fit in the restarted table; the test expects it full")
+	}
+	e := openOn(t, srv.DSN, table, mysql.StrategySession)
+	l, err := e.Acquire(ctx, engine.Request{Key: "after-full", TTL: time.Minute})
+	if err != nil {
+		t.Fatalf("a grant on a full names table: %v", err)
+	}
+	_ = l.Release(ctx)
+	if got := size(); got < grown {
+		t.Errorf("the names table holds %d bytes after a grant found it full, want at least %d", got, grown)
+	}
 }
