@@ -205,6 +205,9 @@ func (e *EngineSpec) buildMySQL(ctx context.Context) (engine.Engine, error) {
 	if e.MaxConns != 0 {
 		opts = append(opts, mysql.WithMaxConns(e.MaxConns))
 	}
+	if e.SessionConns != 0 {
+		opts = append(opts, mysql.WithSessionConns(e.SessionConns))
+	}
 	dsn, err := e.mysqlDSN()
 	if err != nil {
 		return nil, err

@@ -358,10 +358,11 @@ type EngineSpec struct {
 	// least 1) or the mysql or postgres pool (at least 3). Zero means the
 	// default.
 	MaxConns int `mapstructure:"max_conns"`
-	// SessionConns is how many connections the postgres session
-	// strategy shares among the leases it grants at once
-	// (postgres.WithSessionConns; at least 1, and max_conns at least
-	// SessionConns+2). Zero means the default (2).
+	// SessionConns is how many connections the postgres or mysql
+	// session strategy shares among the leases it grants at once
+	// (postgres.WithSessionConns, mysql.WithSessionConns; at least 1, and
+	// max_conns at least SessionConns+2 for postgres, SessionConns+3 for
+	// mysql). Zero means the default (2).
 	SessionConns int `mapstructure:"session_conns"`
 	// TLS, when set, encrypts the connections to the servers (redis,
 	// redis-cluster, redlock, consul, mysql, etcd, postgres). For postgres

@@ -40,8 +40,18 @@ func TestPostgresInvalid(t *testing.T) {
 			"engines[0].max_conns: must be at least 10 for kind postgres (session_conns 8, plus 2), got 9"},
 		{"negative session_conns", "engines: [{name: e, kind: postgres, " + dsn + ", session_conns: -1}]",
 			"engines[0].session_conns: must not be negative"},
-		{"mysql's session_conns", "engines: [{name: e, kind: mysql, " + dsn + ", session_conns: 2}]",
-			"engines[0].session_conns: not used by kind mysql"},
+		{"mysql's session_conns without the session strategy", "engines: [{name: e, kind: mysql, " +
+			"dsn: 'root@tcp(127.0.0.1:3306)/test', session_conns: 2}]",
+			`engines[0].session_conns: applies to strategy "session" only`},
+		{"mysql's pool under session_conns", "engines: [{name: e, kind: mysql, " +
+			"dsn: 'root@tcp(127.0.0.1:3306)/test', strategy: session, session_conns: 4, max_conns: 6}]",
+			"engines[0].max_conns: must be at least 7 for kind mysql, strategy session (session_conns 4, plus 3), got 6"},
+		{"mysql's pool under the default session_conns", "engines: [{name: e, kind: mysql, " +
+			"dsn: 'root@tcp(127.0.0.1:3306)/test', strategy: session, max_conns: 4}]",
+			"engines[0].max_conns: must be at least 5 for kind mysql, strategy session (session_conns 2, plus 3), got 4"},
+		{"mysql's negative session_conns", "engines: [{name: e, kind: mysql, " +
+			"dsn: 'root@tcp(127.0.0.1:3306)/test', strategy: session, session_conns: -1}]",
+			"engines[0].session_conns: must not be negative"},
 		{"consul's settings", "engines: [{name: e, kind: postgres, " + dsn + ", token: t}]",
 			"engines[0].token: not used by kind postgres"},
 	} {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/consul"
+	"github.com/cerberus-go/cerberus/engine/mysql"
 	"github.com/cerberus-go/cerberus/engine/postgres"
 )
 
@@ -79,7 +80,7 @@ var fields = []field{
 	{"datacenter", func(e *EngineSpec) bool { return e.Datacenter != "" }, []string{KindConsul}},
 	{"max_conns", func(e *EngineSpec) bool { return e.MaxConns != 0 },
 		[]string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL, KindPostgres}},
-	{"session_conns", func(e *EngineSpec) bool { return e.SessionConns != 0 }, []string{KindPostgres}},
+	{"session_conns", func(e *EngineSpec) bool { return e.SessionConns != 0 }, []string{KindMySQL, KindPostgres}},
 	{"tls", func(e *EngineSpec) bool { return e.TLS != nil }, tlsKinds},
 }
 
@@ -440,6 +441,20 @@ func (e *EngineSpec) validateMySQL(p string) []error {
 	}
 	if e.MaxConns > 0 && e.MaxConns < mysqlMinConns {
 		add("%s.max_conns: must be at least %d for kind mysql, got %d", p, mysqlMinConns, e.MaxConns)
+	}
+	sc := e.SessionConns
+	switch {
+	case sc < 0:
+		add("%s.session_conns: must not be negative, got %d", p, sc)
+	case sc > 0 && e.Strategy != "session":
+		add("%s.session_conns: applies to strategy \"session\" only", p)
+	}
+	if sc <= 0 {
+		sc = mysql.DefaultSessionConns
+	}
+	if e.Strategy == "session" && e.MaxConns > 0 && e.MaxConns < sc+3 {
+		add("%s.max_conns: must be at least %d for kind mysql, strategy session (session_conns %d, plus 3), got %d",
+			p, sc+3, sc, e.MaxConns)
 	}
 	return errs
 }
