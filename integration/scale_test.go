@@ -32,14 +32,8 @@ func scaleSize(engine string) (int, time.Duration) {
 	if n, err := strconv.Atoi(os.Getenv("CERBERUS_SCALE")); err == nil && n > 0 {
 		return n, time.Minute
 	}
-	switch engine {
-	case "memory":
+	if engine == "memory" {
 		return 100000, 4 * scaleWatchdog
-	case "postgres":
-		// Its grants share two connections, one statement at a time
-		// each: 20,000 took 90s at load 18, so make test holds 5,000 and
-		// the soak the full count.
-		return 5000, 4 * scaleWatchdog
 	}
 	return 20000, 4 * scaleWatchdog
 }
@@ -97,11 +91,9 @@ func TestScale(t *testing.T) {
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
 			n, hold := scaleSize(tc.engine)
-			switch tc.engine {
-			case "mysql-row", "mysql-session":
-				// A row or session lease pins a pool connection (48 with
-				// the default pool of 50): its scale is the pool, not
-				// renewal.
+			if tc.engine == "mysql-row" {
+				// A row lease pins a pool connection (48 with the default
+				// pool of 50): its scale is the pool, not renewal.
 				n = 40
 			}
 			addr, table := tc.server(t)
@@ -116,18 +108,18 @@ func TestScale(t *testing.T) {
 				defer stallReport(t, addr, 20*time.Second)()
 			}
 			perLease := runScale(t, tc.engine, e, n, hold)
-			if tc.engine == "postgres" && perLease > maxSessionHeap {
-				// The session strategy shares its few connections
-				// (postgres.WithSessionConns) among every lease: a lease
-				// costs memory, never a connection or a goroutine.
-				t.Errorf("heap %d B per postgres session lease, want at most %d", perLease, maxSessionHeap)
+			if (tc.engine == "postgres" || tc.engine == "mysql-session") && perLease > maxSessionHeap {
+				// The session strategies share their few connections
+				// (WithSessionConns) among every lease: a lease costs
+				// memory, never a connection or a goroutine.
+				t.Errorf("heap %d B per %s lease, want at most %d", perLease, tc.engine, maxSessionHeap)
 			}
 		})
 	}
 }
 
-// maxSessionHeap bounds the heap of one postgres session lease in the
-// scale run, the client's share included.
+// maxSessionHeap bounds the heap of one session lease (postgres, mysql) in
+// the scale run, the client's share included.
 const maxSessionHeap = 1024
 
 // runScale acquires n leases on e, holds them for hold, and checks and
