@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
@@ -155,9 +154,7 @@ type Engine struct {
 
 	hot hotNames // the session strategy's recently contended lock names
 
-	muxMu sync.Mutex    // guards the slots of mux
-	mux   []*backend    // the session strategy's shared connections, by slot
-	turn  atomic.Uint32 // the slot a new shared grant starts from
+	mux *sqlcore.Mux[string] // the session strategy's shared connections
 }
 
 var (
@@ -279,9 +276,8 @@ func newEngine(cfg config, db *sql.DB, owned bool) *Engine {
 		MinBackoff: cfg.minBackoff, MaxBackoff: cfg.maxBackoff,
 		Renew: cfg.strategy == StrategyLease}, leaseSQL{e})
 	e.frame, e.mu = &e.core.Frame, &e.core.Mu
-	if cfg.strategy == StrategySession {
-		e.mux = make([]*backend, cfg.muxConns)
-	}
+	e.mux = sqlcore.NewMux(e.frame, sqlcore.MuxDriver[string](muxDriver{e}),
+		sqlcore.MuxConfig{Conns: cfg.muxConns, MaxPing: cfg.connCheck})
 	return e
 }
 
@@ -351,15 +347,15 @@ func (e *Engine) Close() error {
 		case *sessionLease:
 			l.end(engine.ErrClosed)
 		case *muxLease:
-			// Told here; closeMux frees the names of every lease of a
-			// shared connection at once, by closing it.
-			l.sig.Close(engine.ErrClosed)
+			// Told here; the mux's Close frees the names of every lease
+			// of a shared connection at once, by closing it.
+			l.Tell(engine.ErrClosed)
 		}
 	}
 	if !e.core.Close(endRow) {
 		return nil
 	}
-	e.closeMux()
+	e.mux.Close()
 	e.mu.Lock()
 	idle := e.idle
 	e.idle = nil

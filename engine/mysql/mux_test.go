@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/internal/sqlcore"
 )
 
 // sessionT opens a session-strategy engine on table with opts, closed when
@@ -48,7 +49,7 @@ func TestSessionConnsHoldMany(t *testing.T) {
 	for i := range leases {
 		leases[i] = acquireMux(t, e, engine.Request{Key: fmt.Sprintf("many/%d", i), TTL: time.Second,
 			Renew: true, Wait: true})
-		id := leases[i].b.connID()
+		id := connOf(t, leases[i]).rc.id
 		conns[id] = append(conns[id], leases[i])
 	}
 	if len(conns) != n {
@@ -146,7 +147,7 @@ func TestForceReleaseRevokesSharedHolder(t *testing.T) {
 		return engine.Request{Key: key, TTL: 5 * time.Second, Renew: true, Value: "v-" + key}
 	}
 	victim, bystander := acquireMux(t, holder, req("rev/victim")), acquireMux(t, holder, req("rev/bystander"))
-	if victim.b != bystander.b {
+	if connOf(t, victim) != connOf(t, bystander) {
 		t.Fatal("the two leases are on different connections")
 	}
 	start := time.Now()
@@ -230,38 +231,54 @@ func TestSessionConnIdlesAfterLastRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := sessionT(t, dsn, table, WithSessionConns(1), WithConnCheck(50*time.Millisecond))
-	waitTimeout := func(b *backend) int {
+	waitTimeout := func() int {
 		t.Helper()
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		var got int
-		if err := b.rc.conn.QueryRowContext(hangCtx(t), "SELECT @@SESSION.wait_timeout").Scan(&got); err != nil {
+		var (
+			got int
+			err error
+		)
+		if !e.mux.Do(0, func(c sqlcore.MuxConn[string]) {
+			err = c.(*muxConn).rc.conn.QueryRowContext(hangCtx(t), "SELECT @@SESSION.wait_timeout").Scan(&got)
+		}) {
+			t.Fatal("the shared connection died")
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		return got
 	}
 	l := acquireMux(t, e, engine.Request{Key: "idle/a", TTL: 2 * time.Second, Renew: true})
-	b := l.b
-	if got := waitTimeout(b); got != 3 {
+	c := connOf(t, l)
+	if got := waitTimeout(); got != 3 {
 		t.Errorf("wait_timeout %d while a 2 s lease is held, want 3", got)
 	}
 	if err := l.Release(hangCtx(t)); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(hang)
-	for waitTimeout(b) != global {
+	for waitTimeout() != global {
 		if time.Now().After(deadline) {
-			t.Fatalf("wait_timeout %d after the last release, want the server's %d", waitTimeout(b), global)
+			t.Fatalf("wait_timeout %d after the last release, want the server's %d", waitTimeout(), global)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(4 * time.Second) // past the lease's wait_timeout: the idle session lives on
 	l = acquireMux(t, e, engine.Request{Key: "idle/b", TTL: 4 * time.Second, Renew: true})
-	if l.b != b {
+	if connOf(t, l) != c {
 		t.Error("the idle shared connection was replaced")
 	}
-	if got := waitTimeout(b); got != 5 {
+	if got := waitTimeout(); got != 5 {
 		t.Errorf("wait_timeout %d while a 4 s lease is held, want 5", got)
 	}
 	_ = l.Release(hangCtx(t))
+}
+
+// connOf returns the shared connection that holds l.
+func connOf(t *testing.T, l *muxLease) *muxConn {
+	t.Helper()
+	c, ok := l.Conn().(*muxConn)
+	if !ok {
+		t.Fatalf("the lease of %q has ended: %v", l.Key(), l.Err())
+	}
+	return c
 }

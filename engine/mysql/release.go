@@ -274,7 +274,7 @@ func (e *Engine) forceReleaseSession(ctx context.Context, key string) ([]engine.
 func (e *Engine) endKilled(conn, token uint64) {
 	var (
 		hit    *sessionLease
-		shared []*muxLease // checked after e.mu: a backend's grant takes e.mu under b.mu
+		shared []*muxLease // checked after e.mu: a shared connection's grant takes e.mu under its own
 	)
 	e.mu.Lock()
 	for l := range e.frame.AllLocked() {
@@ -284,7 +284,7 @@ func (e *Engine) endKilled(conn, token uint64) {
 				hit = s
 			}
 		case *muxLease:
-			if s.token == token {
+			if s.Token() == token {
 				shared = append(shared, s)
 			}
 		}
@@ -294,8 +294,8 @@ func (e *Engine) endKilled(conn, token uint64) {
 		hit.end(fmt.Errorf("%w: %q", engine.ErrReleasedByOperator, hit.key))
 	}
 	for _, l := range shared {
-		if l.b.connID() == conn {
-			l.end(fmt.Errorf("%w: %q", engine.ErrReleasedByOperator, l.key))
+		if c, ok := l.Conn().(*muxConn); ok && c.rc.id == conn {
+			l.End(fmt.Errorf("%w: %q", engine.ErrReleasedByOperator, l.Key()))
 		}
 	}
 }

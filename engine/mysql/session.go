@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/internal/sqlcore"
 	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
@@ -63,7 +64,7 @@ func (e *Engine) setIdle(ctx context.Context, rc *rowConn, ttl time.Duration) er
 }
 
 // acquireSession grants req with GET_LOCK. The first attempt is one
-// statement, on a shared connection (muxGrant), that tries the lock
+// statement, on a shared connection (sqlcore.Mux.Grant), that tries the lock
 // (GET_LOCK(name, 0)), draws the token and records the holder
 // (sessionGrant); a waiting request that finds the key held then waits
 // inside the server, in GET_LOCK, on a connection pinned for it, with one
@@ -72,14 +73,14 @@ func (e *Engine) setIdle(ctx context.Context, rc *rowConn, ttl time.Duration) er
 func (e *Engine) acquireSession(ctx context.Context, req engine.Request) (engine.Lease, error) {
 	name := lockName(e.cfg.table, req.Key)
 	first := true
-	if !(req.Wait && e.hot.recent(name)) {
-		l, err := e.muxGrant(ctx, req, name)
+	for try := 0; !(req.Wait && e.hot.recent(name)); try++ {
+		l, err := e.mux.Grant(ctx, req, name)
 		switch {
 		case l != nil:
 			return l, nil
-		case errors.Is(err, errRefused) && !req.Wait:
+		case errors.Is(err, sqlcore.ErrRefused) && !req.Wait:
 			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
-		case errors.Is(err, errRefused):
+		case errors.Is(err, sqlcore.ErrRefused):
 			e.hot.mark(name)
 			first = false // it would be refused again: wait at once
 		case errNumber(err) == errTableFull:
@@ -88,10 +89,16 @@ func (e *Engine) acquireSession(ctx context.Context, req engine.Request) (engine
 			return nil, errors.Join(engine.ErrNotAcquired, ctx.Err())
 		case errors.Is(err, engine.ErrClosed):
 			return nil, err
+		case err != nil && errNumber(err) == 0 && try == 0:
+			// The connection died under the grant, or the pool handed
+			// out one the server had closed (after a restart): its
+			// close freed whatever it took. Once more, on a new one.
+			continue
 		case err != nil:
 			return nil, e.opErr(ctx, "acquire", req.Key, err)
 		}
-		// err == nil: every shared connection holds the name already.
+		// Refused, or every shared connection holds the name already.
+		break
 	}
 	rc, err := e.getConn(ctx)
 	if err != nil {

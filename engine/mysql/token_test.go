@@ -205,7 +205,7 @@ func TestSessionNamesGrowAfterRestart(t *testing.T) {
 	}
 	// Fill it with names whose counters are far ahead of the clock, which
 	// no sweep deletes.
-	_, err = db.Exec("INSERT INTO `"+table+"_names` (`name`, `token`, `conn`, `lock_key`) "+
+	_, err = db.Exec("INSERT INTO `" + table + "_names` (`name`, `token`, `conn`, `lock_key`) " +
 		"SELECT CONCAT('filler:', seq), 4611686018427387904, 0, CONCAT('filler/', seq) FROM seq_1_to_40000")
 	if err == nil {
 		t.Fatal("40,000 names fit in the restarted table; the test expects it full")

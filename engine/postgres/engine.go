@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -143,12 +142,9 @@ type Engine struct {
 	frame *kit.Base[engine.Lease]
 	pins  chan struct{} // one token per pinned session connection
 
-	// mux are the session strategy's shared backends, WithSessionConns
-	// slots, each connected when first needed; muxMu guards the slots,
-	// and turn spreads grants over them.
-	mux   []*backend
-	muxMu sync.Mutex
-	turn  atomic.Uint32
+	// mux is the session strategy's shared connections, WithSessionConns
+	// of them, each connected when first needed.
+	mux *sqlcore.Mux[int64]
 	// hot holds the keys refused to a waiting Acquire lately, with the
 	// time: see contended.
 	hot   map[int64]time.Time
@@ -289,12 +285,13 @@ func newEngine(cfg config, pool *pgxpool.Pool, owned bool) *Engine {
 	e := &Engine{
 		cfg: cfg, pool: pool, owned: owned, q: buildQueries(cfg.table),
 		pins: make(chan struct{}, max(1, cfg.maxConns-1-cfg.muxConns)),
-		mux:  make([]*backend, cfg.muxConns), hot: map[int64]time.Time{},
+		hot:  map[int64]time.Time{},
 	}
 	e.core = sqlcore.New(sqlcore.Config{Name: name, OpTimeout: cfg.opTimeout,
 		MinBackoff: cfg.minBackoff, MaxBackoff: cfg.maxBackoff,
 		Renew: cfg.strategy == StrategyLease}, leaseSQL{e})
 	e.frame = &e.core.Frame
+	e.mux = sqlcore.NewMux(e.frame, sqlcore.MuxDriver[int64](muxDriver{e}), sqlcore.MuxConfig{Conns: cfg.muxConns})
 	return e
 }
 
@@ -353,15 +350,15 @@ func (e *Engine) Close() error {
 		case *sessionLease:
 			l.end(engine.ErrClosed)
 		case *muxLease:
-			// Told here; closeMux frees the locks of every lease of a
-			// shared backend at once, by closing its connection.
-			l.sig.Close(engine.ErrClosed)
+			// Told here; the mux's Close frees the locks of every lease
+			// of a shared connection at once, by closing it.
+			l.Tell(engine.ErrClosed)
 		}
 	}
 	if !e.core.Close(endSession) {
 		return nil
 	}
-	e.closeMux()
+	e.mux.Close()
 	if e.owned {
 		e.pool.Close()
 	}

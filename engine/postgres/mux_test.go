@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/internal/sqlcore"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
@@ -187,23 +188,25 @@ func TestSessionConnIdlesAfterLastRelease(t *testing.T) {
 	pool := rawPool(t, dsn)
 	e := openT(t, dsn, WithTable(table), WithSessionConns(1))
 	const ttl = 600 * time.Millisecond
-	show := func(l engine.Lease) string {
+	show := func() string {
 		t.Helper()
-		b := l.(*muxLease).b
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if b.conn == nil {
-			t.Fatal("the backend died")
+		var (
+			v   string
+			err error
+		)
+		if !e.mux.Do(0, func(c sqlcore.MuxConn[int64]) {
+			err = c.(*muxConn).conn.QueryRow(hangCtx(t), "SHOW idle_session_timeout").Scan(&v)
+		}) {
+			t.Fatal("the shared connection died")
 		}
-		var v string
-		if err := b.conn.QueryRow(hangCtx(t), "SHOW idle_session_timeout").Scan(&v); err != nil {
+		if err != nil {
 			t.Fatal(err)
 		}
 		return v
 	}
 	l := acquireT(t, e, sessionReq("idle/a", ttl))
 	pid := pidOf(t, l)
-	if v := show(l); v != "600ms" {
+	if v := show(); v != "600ms" {
 		t.Errorf("idle_session_timeout while a 600ms lease is held: %q", v)
 	}
 	if err := l.Release(hangCtx(t)); err != nil {
@@ -222,7 +225,7 @@ func TestSessionConnIdlesAfterLastRelease(t *testing.T) {
 	if p := pidOf(t, l); p != pid {
 		t.Errorf("the next lease went to backend %d, want the same %d", p, pid)
 	}
-	if v := show(l); v != "1min" {
+	if v := show(); v != "1min" {
 		t.Errorf("idle_session_timeout after a one-minute grant on the reset session: %q", v)
 	}
 }

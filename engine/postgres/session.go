@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/internal/sqlcore"
 	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
@@ -66,7 +67,7 @@ func (e *Engine) unpin(c *pgxpool.Conn, reuse bool) {
 }
 
 // acquireSession grants req: at once on a shared session connection if
-// the server grants the try (muxGrant), else, for a waiting request, on a
+// the server grants the try (sqlcore.Mux.Grant), else, for a waiting request, on a
 // connection pinned for it (acquirePinned). Either way one statement takes
 // the key's advisory lock, draws the token and records the holder (see
 // sessionGrant).
@@ -79,13 +80,13 @@ func (e *Engine) acquireSession(ctx context.Context, req engine.Request) (engine
 	for try := 0; ; try++ {
 		// First the shared backends, at once: an uncontended grant
 		// costs no connection of its own.
-		l, err := e.muxGrant(ctx, req, h)
+		l, err := e.mux.Grant(ctx, req, h)
 		switch {
 		case l != nil:
 			return l, nil
-		case errors.Is(err, errRefused) && !req.Wait:
+		case errors.Is(err, sqlcore.ErrRefused) && !req.Wait:
 			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
-		case err == nil, errors.Is(err, errRefused):
+		case err == nil, errors.Is(err, sqlcore.ErrRefused):
 			// Contended (or every backend holds the key): wait in the
 			// server's queue on a pinned connection.
 			e.markContended(h)

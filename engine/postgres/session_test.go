@@ -339,12 +339,11 @@ func TestTerminatedHolder(t *testing.T) {
 func pidOf(t *testing.T, l engine.Lease) uint32 {
 	t.Helper()
 	if ml, ok := l.(*muxLease); ok {
-		ml.b.mu.Lock()
-		defer ml.b.mu.Unlock()
-		if ml.b.held[ml.hash] != ml || ml.b.conn == nil {
+		c := ml.Conn()
+		if c == nil {
 			t.Fatalf("the lease of %q has ended: %v", l.Key(), l.Err())
 		}
-		return ml.b.conn.Conn().PgConn().PID()
+		return c.(*muxConn).conn.Conn().PgConn().PID()
 	}
 	sl := l.(*sessionLease)
 	sl.mu.Lock()

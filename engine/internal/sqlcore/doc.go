@@ -43,6 +43,18 @@
 // behind Dialect, and its other strategy (MySQL's row locks, PostgreSQL's
 // advisory-lock sessions), which uses the Core's Frame and Mu as well.
 //
+// Mux is the other part both session strategies share: the few server
+// sessions on which an engine holds the locks of many leases (PostgreSQL's
+// advisory locks, MySQL's GET_LOCK names), one statement at a time per
+// session; picking a session that does not hold the lock already (both
+// servers' session locks are reentrant); the lease validity that each
+// successful statement moves on and that a timer ends; the pinger that
+// keeps a session inside the server's idle cut-off, puts the server's own
+// back once it holds nothing, and ends the leases a force release revoked;
+// and the end of every lease of a session that died, told before its
+// connection closes. An engine supplies the statements on one connection
+// (MuxConn) and how to connect one (MuxDriver).
+//
 // The package is internal to engine/: it is no part of the public API, and
 // the engines keep their Core in a named field so that its methods do not
 // join theirs.
