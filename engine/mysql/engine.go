@@ -123,8 +123,10 @@ func WithBackoff(min, max time.Duration) Option {
 	return func(c *config) { c.minBackoff, c.maxBackoff = min, max }
 }
 
-// WithConnCheck sets how often a row-strategy lease pings its pinned
-// connection to notice that it was lost (killed, server restart, network).
+// WithConnCheck sets how often a row or session lease's connection is
+// pinged (a session lease's, and a shared session connection's, at least
+// three times a lease period) to notice that it was lost (killed, server
+// restart, network) and, on a shared connection, to read force releases.
 // The default is DefaultConnCheck.
 func WithConnCheck(d time.Duration) Option { return func(c *config) { c.connCheck = d } }
 
