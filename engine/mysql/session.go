@@ -290,7 +290,7 @@ var errCut = errors.New("the session ended after the grant")
 // that fails means the server cut the session (its lock is gone): anchor
 // returns an error wrapping errCut.
 func (e *Engine) anchor(ctx context.Context, rc *rowConn, ttl time.Duration, sent time.Time) (time.Time, error) {
-	if time.Since(sent) < life(ttl)/2 {
+	if time.Since(sent) < sqlcore.Life(ttl)/2 {
 		return sent, nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
@@ -305,14 +305,9 @@ func (e *Engine) anchor(ctx context.Context, rc *rowConn, ttl time.Duration, sen
 	return sent, nil
 }
 
-// life is how long after sending a grant or ping a session lease counts as
-// held: its TTL less engine.Margin, so that Done closes ahead of the
-// server's cut-off even when this process's timers run late.
-func life(ttl time.Duration) time.Duration { return ttl - engine.Margin(ttl) }
-
 // grantedSession makes the lease of a grant of token on rc, whose session
 // holds name, by a statement sent at sent; see trySession for next. The lease
-// is valid until its anchor plus life(TTL), renewed by its watchdog's
+// is valid until its anchor plus sqlcore.Life(TTL), renewed by its watchdog's
 // pings when req.Renew. On an error rc is dropped, which frees the lock
 // (the drawn token is skipped).
 func (e *Engine) grantedSession(ctx context.Context, rc *rowConn, req engine.Request, name string,
@@ -324,7 +319,7 @@ func (e *Engine) grantedSession(ctx context.Context, rc *rowConn, req engine.Req
 	case err != nil:
 		e.discard(rc)
 		return nil, nil, err
-	case time.Since(sent) >= life(req.TTL):
+	case time.Since(sent) >= sqlcore.Life(req.TTL):
 		e.discard(rc)
 		return nil, nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out",
 			engine.ErrNotAcquired, req.Key, req.TTL)
@@ -333,7 +328,7 @@ func (e *Engine) grantedSession(ctx context.Context, rc *rowConn, req engine.Req
 		renew: req.Renew, sig: kit.NewSignal(req.OnLost), stop: make(chan struct{}), rc: rc, validFrom: sent}
 	if err := e.frame.Track(l, func() error {
 		l.mu.Lock()
-		l.timer = time.AfterFunc(life(req.TTL)-time.Since(sent), l.expire)
+		l.timer = time.AfterFunc(sqlcore.Life(req.TTL)-time.Since(sent), l.expire)
 		l.mu.Unlock()
 		return nil
 	}); err != nil {
@@ -410,7 +405,7 @@ func (l *sessionLease) ping() error {
 	if l.rc == nil {
 		return nil
 	}
-	deadline := l.validFrom.Add(life(l.ttl))
+	deadline := l.validFrom.Add(sqlcore.Life(l.ttl))
 	if time.Until(deadline) <= 0 {
 		return errors.New("the lease period ran out before a ping")
 	}
@@ -422,7 +417,7 @@ func (l *sessionLease) ping() error {
 	}
 	if l.renew {
 		l.validFrom = sent
-		l.timer.Reset(life(l.ttl) - time.Since(sent))
+		l.timer.Reset(sqlcore.Life(l.ttl) - time.Since(sent))
 	}
 	return nil
 }

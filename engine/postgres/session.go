@@ -284,7 +284,7 @@ func (e *Engine) lockOn(ctx context.Context, c *pgxpool.Conn, req engine.Request
 // is gone): anchor returns an error wrapping errCut. It never closes c.
 func (e *Engine) anchor(ctx context.Context, c *pgxpool.Conn, ttl time.Duration,
 	sent time.Time) (time.Time, error) {
-	if time.Since(sent) < life(ttl)/2 {
+	if time.Since(sent) < sqlcore.Life(ttl)/2 {
 		return sent, nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
@@ -318,7 +318,7 @@ func (e *Engine) grantSession(ctx context.Context, c *pgxpool.Conn, req engine.R
 	case err != nil:
 		e.unpin(c, false)
 		return nil, err
-	case time.Since(sent) >= life(req.TTL):
+	case time.Since(sent) >= sqlcore.Life(req.TTL):
 		// The answer came after the lease's period had run out (this
 		// process was stopped, or the network held it): the server may
 		// have cut the session since. Closing it frees the lock.
@@ -331,7 +331,7 @@ func (e *Engine) grantSession(ctx context.Context, c *pgxpool.Conn, req engine.R
 	l.SetToken(r.token)
 	if err := e.frame.Track(l, func() error {
 		l.mu.Lock()
-		l.timer = time.AfterFunc(life(req.TTL)-time.Since(sent), l.expire)
+		l.timer = time.AfterFunc(sqlcore.Life(req.TTL)-time.Since(sent), l.expire)
 		l.mu.Unlock()
 		return nil
 	}); err != nil {
@@ -371,11 +371,6 @@ type sessionLease struct {
 	validFrom time.Time
 }
 
-// life is how long after sending a grant, ping or renewal a lease counts
-// as held: its TTL less engine.Margin, so that Done closes ahead of the
-// server's cut-off even when this process's timers run late.
-func life(ttl time.Duration) time.Duration { return ttl - engine.Margin(ttl) }
-
 // watch is the watchdog of a renewed lease: every third of the lease
 // period it pings the pinned connection (a read of the session's
 // revocations, see ForceRelease), which resets the server's idle clock
@@ -400,7 +395,7 @@ func (l *sessionLease) watch() {
 			l.mu.Unlock()
 			return
 		}
-		deadline := from.Add(life(l.ttl))
+		deadline := from.Add(sqlcore.Life(l.ttl))
 		if time.Until(deadline) <= 0 {
 			l.mu.Unlock()
 			l.end(fmt.Errorf("%w: the lease period ran out before a ping", engine.ErrLeaseLost))
@@ -415,7 +410,7 @@ func (l *sessionLease) watch() {
 		cancel()
 		if err == nil {
 			l.validFrom = sent
-			l.timer.Reset(life(l.ttl) - time.Since(sent))
+			l.timer.Reset(sqlcore.Life(l.ttl) - time.Since(sent))
 		}
 		l.mu.Unlock()
 		switch {
