@@ -284,7 +284,7 @@
 // node losing it suffices (go-redsync/redsync issue 186). The overlap
 // lasts until A's node engine renews that node and finds B there (its
 // renewals run every TTL/3 and end within WithOpTimeout), plus one re-take
-// round (at most three times WithNodeTimeout): at most TTL/3 + the renewal
+// round (at most three times the node timeout): at most TTL/3 + the renewal
 // round trip + 3 × node timeout after the key was lost; then A's lease
 // ends with ErrLeaseLost. With TTL 900ms the tests measure about 250ms. The usual
 // Redlock assumptions hold besides: clocks that drift less than the drift

@@ -20,7 +20,8 @@ import (
 type RedlockOption func(*redlockOptions)
 
 type redlockOptions struct {
-	nodeTimeout time.Duration
+	nodeTimeout time.Duration // WithNodeTimeout's; see nodeWait
+	fixedNode   bool          // WithNodeTimeout was given
 	driftFactor float64
 	maxPause    time.Duration
 	node        []Option
@@ -28,8 +29,12 @@ type redlockOptions struct {
 
 // Defaults of the Redlock options.
 const (
-	// DefaultNodeTimeout is the default WithNodeTimeout.
+	// DefaultNodeTimeout is the least a node's answer is awaited without
+	// WithNodeTimeout.
 	DefaultNodeTimeout = 50 * time.Millisecond
+	// MaxDefaultNodeTimeout is the most a node's answer is awaited without
+	// WithNodeTimeout.
+	MaxDefaultNodeTimeout = 500 * time.Millisecond
 	// DefaultDriftFactor is the default WithDriftFactor.
 	DefaultDriftFactor = 0.01
 	// DefaultMaxRetryPause is the default WithMaxRetryPause.
@@ -37,10 +42,23 @@ const (
 )
 
 // WithNodeTimeout bounds each node's answer to an acquire; a slower node
-// counts as refusing. It should be small against the TTL. The default is
-// DefaultNodeTimeout.
+// counts as unavailable. It should be small against the TTL, since the
+// time an acquire takes comes off the lease's validity. Without it a node's
+// answer is awaited for a twentieth of the lease's TTL (the factor
+// go-redsync uses), at least DefaultNodeTimeout and at most
+// MaxDefaultNodeTimeout: a fixed 50ms left no room for a first
+// acquire's connection set-up on a loaded host.
 func WithNodeTimeout(d time.Duration) RedlockOption {
-	return func(o *redlockOptions) { o.nodeTimeout = d }
+	return func(o *redlockOptions) { o.nodeTimeout, o.fixedNode = d, true }
+}
+
+// nodeWait is how long an acquire of a lease of ttl waits for one node's
+// answer (see WithNodeTimeout); ttl 0 gives the shortest default.
+func (o *redlockOptions) nodeWait(ttl time.Duration) time.Duration {
+	if o.fixedNode {
+		return o.nodeTimeout
+	}
+	return min(max(ttl/20, DefaultNodeTimeout), MaxDefaultNodeTimeout)
 }
 
 // WithDriftFactor sets the clock drift allowed between nodes, as a fraction
@@ -163,7 +181,7 @@ func NewRedlock(clients []Client, opts ...RedlockOption) (*Redlock, error) {
 		return nil, fmt.Errorf("%w: redlock: %d nodes; use at least 3 (an odd number)",
 			engine.ErrInvalidRequest, len(clients))
 	}
-	o := redlockOptions{nodeTimeout: DefaultNodeTimeout, driftFactor: DefaultDriftFactor,
+	o := redlockOptions{driftFactor: DefaultDriftFactor,
 		maxPause: DefaultMaxRetryPause}
 	for _, opt := range opts {
 		opt(&o)
@@ -176,7 +194,7 @@ func NewRedlock(clients []Client, opts ...RedlockOption) (*Redlock, error) {
 	case probe.fair:
 		return nil, fmt.Errorf("%w: redlock: fair mode cannot order waiters across independent nodes",
 			engine.ErrInvalidRequest)
-	case o.nodeTimeout <= 0:
+	case o.fixedNode && o.nodeTimeout <= 0:
 		return nil, fmt.Errorf("%w: redlock: node timeout %v is not positive", engine.ErrInvalidRequest,
 			o.nodeTimeout)
 	case o.driftFactor < 0 || o.driftFactor >= 0.5:
@@ -311,9 +329,10 @@ func (r *Redlock) Acquire(ctx context.Context, req engine.Request) (engine.Lease
 func (r *Redlock) attempt(ctx context.Context, req engine.Request) (engine.Lease, error) {
 	rl := newRedlockLease(r, req)
 	holds := make([]*nodeHold, len(r.nodes))
+	wait := r.opts.nodeWait(req.TTL)
 	start := time.Now()
 	errs := r.each(func(i int) error {
-		nctx, cancel := context.WithTimeout(ctx, r.opts.nodeTimeout)
+		nctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
 		var err error
 		holds[i], err = rl.acquireNode(nctx, i)
@@ -322,20 +341,20 @@ func (r *Redlock) attempt(ctx context.Context, req engine.Request) (engine.Lease
 			// caller's: a node that did not answer in it is unavailable.
 			// (One that answered "held" just after it did answer.)
 			err = fmt.Errorf("%w: no answer within the node timeout %v: %v", engine.ErrUnavailable,
-				r.opts.nodeTimeout, err)
+				wait, err)
 		}
 		return err
 	})
 	validity := req.TTL - time.Since(start) - r.drift(req.TTL)
 	got := rl.install(holds)
 	if got >= r.quorum && validity > 0 {
-		r.raise(ctx, req.Key, rl.Token(), errs)
+		r.raise(ctx, req.Key, rl.Token(), errs, wait)
 		return r.granted(rl, req, start.Add(validity))
 	}
 	// Short of a majority, or too slow: give back what was taken, and let
 	// no node lease lost meanwhile start a re-take.
 	rl.markEnded()
-	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.nodeTimeout*4)
+	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait*4)
 	defer cancel()
 	r.each(func(i int) error {
 		if holds[i] != nil {
@@ -369,25 +388,28 @@ func (r *Redlock) attempt(ctx context.Context, req engine.Request) (engine.Lease
 // acquisition, granting or refusing, to token: a later grant on any
 // majority that includes one of them then carries a larger token, even one
 // that includes a node this lease never held.
-func (r *Redlock) raise(ctx context.Context, key string, token uint64, errs []error) {
+func (r *Redlock) raise(ctx context.Context, key string, token uint64, errs []error, wait time.Duration) {
 	r.each(func(i int) error {
 		if errs[i] != nil && !errors.Is(errs[i], engine.ErrNotAcquired) {
 			return nil
 		}
-		return r.raiseNode(ctx, i, key, token)
+		return r.raiseNode(ctx, i, key, token, wait)
 	})
 }
 
-// raiseNode lifts node i's fencing counter for key to token.
-func (r *Redlock) raiseNode(ctx context.Context, i int, key string, token uint64) error {
-	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.nodeTimeout)
+// raiseNode lifts node i's fencing counter for key to token, waiting for
+// the node's answer for at most wait.
+func (r *Redlock) raiseNode(ctx context.Context, i int, key string, token uint64, wait time.Duration) error {
+	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 	defer cancel()
 	return raiseFence.Run(nctx, r.clients[i], []string{r.nodes[i].keysOf(key).f}, token).Err()
 }
 
-// adoptNode gives node i's grant p of key the lease's token (adoptFence).
-func (r *Redlock) adoptNode(ctx context.Context, i int, key string, p engine.Lease, token uint64) error {
-	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.nodeTimeout)
+// adoptNode gives node i's grant p of key the lease's token (adoptFence),
+// waiting for the node's answer for at most wait.
+func (r *Redlock) adoptNode(ctx context.Context, i int, key string, p engine.Lease, token uint64,
+	wait time.Duration) error {
+	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 	defer cancel()
 	k := r.nodes[i].keysOf(key)
 	return adoptFence.Run(nctx, r.clients[i], []string{k.w, k.f, k.v}, p.(*lease).id, token,
@@ -463,6 +485,9 @@ func newRedlockLease(r *Redlock, req engine.Request) *redlockLease {
 	nodeReq.Wait, nodeReq.OnLost = false, nil
 	return &redlockLease{LeaseCore: kit.NewLeaseCore(req.Key, req.Mode, req.OnLost), r: r, nodeReq: nodeReq}
 }
+
+// wait is how long the lease waits for one node's answer (nodeWait).
+func (l *redlockLease) wait() time.Duration { return l.r.opts.nodeWait(l.nodeReq.TTL) }
 
 func (l *redlockLease) Done() <-chan struct{} { return l.Signal.Done() }
 func (l *redlockLease) Err() error            { return l.Signal.Err() }
@@ -562,7 +587,7 @@ func (l *redlockLease) end(err error) {
 		return
 	}
 	if !errors.Is(err, engine.ErrClosed) {
-		ctx, cancel := context.WithTimeout(context.Background(), l.r.opts.nodeTimeout*4)
+		ctx, cancel := context.WithTimeout(context.Background(), l.wait()*4)
 		l.releaseParts(ctx)
 		cancel()
 	}

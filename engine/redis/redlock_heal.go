@@ -88,7 +88,7 @@ func (l *redlockLease) heal() {
 // A node that answers but refuses (someone else holds the key there) has
 // its counter raised all the same.
 func (l *redlockLease) retake(i int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), l.r.opts.nodeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), l.wait())
 	h, err := l.acquireNode(ctx, i)
 	cancel()
 	if err != nil && !errors.Is(err, engine.ErrNotAcquired) {
@@ -96,9 +96,9 @@ func (l *redlockLease) retake(i int) error {
 	}
 	var raised error
 	if h == nil {
-		raised = l.r.raiseNode(context.Background(), i, l.Key(), l.Token())
+		raised = l.r.raiseNode(context.Background(), i, l.Key(), l.Token(), l.wait())
 	} else {
-		raised = l.r.adoptNode(context.Background(), i, l.Key(), h.l, l.Token())
+		raised = l.r.adoptNode(context.Background(), i, l.Key(), h.l, l.Token(), l.wait())
 	}
 	if h == nil {
 		return fmt.Errorf("node %d: %w", i, err)
@@ -111,7 +111,7 @@ func (l *redlockLease) retake(i int) error {
 	}
 	l.mu.Unlock()
 	if !keep {
-		ctx, cancel := context.WithTimeout(context.Background(), l.r.opts.nodeTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), l.wait())
 		defer cancel()
 		_ = h.l.Release(ctx)
 		if raised != nil {

@@ -31,7 +31,7 @@ func (r *Redlock) List(ctx context.Context, prefix string, limit int) (engine.In
 	}
 	invs := make([]engine.Inventory, len(r.nodes))
 	errs := r.each(func(i int) error {
-		nctx, cancel := context.WithTimeout(ctx, r.opts.nodeTimeout*4)
+		nctx, cancel := context.WithTimeout(ctx, r.opts.nodeWait(0)*4)
 		defer cancel()
 		var err error
 		invs[i], err = r.nodes[i].List(nctx, prefix, limit)

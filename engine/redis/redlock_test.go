@@ -222,3 +222,69 @@ func TestRedlockRefusesBadSetups(t *testing.T) {
 		}
 	}
 }
+
+// TestRedlockNodeTimeoutScalesWithTTL puts every node behind a gate that
+// holds each answer back 150ms. Without WithNodeTimeout a node's answer
+// is awaited for TTL/20 (at least 50ms, at most 500ms): a 10s lease is
+// granted, a 1s lease is not (its nodes count as unavailable), and
+// WithNodeTimeout(100ms) refuses the 10s lease as well.
+func TestRedlockNodeTimeoutScalesWithTTL(t *testing.T) {
+	servers, _ := redlockNodes(t)
+	var gates []*gate
+	clients := make([]Client, len(servers))
+	for i, s := range servers {
+		g := newGate(t, s.addr)
+		gates = append(gates, g)
+		// As config builds them: the client keeps to the engine's deadlines.
+		c := goredis.NewClient(&goredis.Options{Addr: g.ln.Addr().String(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		clients[i] = c
+	}
+	ctx := ctxT(t)
+	for _, tc := range []struct {
+		name  string
+		opts  []RedlockOption
+		ttl   time.Duration
+		grant bool
+	}{
+		{"default, 10s TTL", nil, 10 * time.Second, true},
+		{"default, 1s TTL", nil, time.Second, false},
+		{"WithNodeTimeout(100ms), 10s TTL", []RedlockOption{WithNodeTimeout(100 * time.Millisecond)},
+			10 * time.Second, false},
+	} {
+		r, err := NewRedlock(clients, tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A first grant without delay sets up each client's connection
+		// and loads the scripts, so that each node then costs one answer.
+		for _, g := range gates {
+			g.delay.Store(0)
+		}
+		warm, err := r.Acquire(ctx, once("slow-nodes/warm", time.Minute))
+		if err != nil {
+			t.Fatalf("%s: warm-up grant: %v", tc.name, err)
+		}
+		if err := warm.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range gates {
+			g.delay.Store(int64(150 * time.Millisecond))
+		}
+		l, err := r.Acquire(ctx, once("slow-nodes/"+tc.name, tc.ttl))
+		switch {
+		case tc.grant && err != nil:
+			t.Errorf("%s: want a grant, got %v", tc.name, err)
+		case !tc.grant && err == nil:
+			t.Errorf("%s: granted; want nodes that answer in 150ms to count as unavailable", tc.name)
+		case !tc.grant && !errors.Is(err, engine.ErrUnavailable):
+			t.Errorf("%s: want ErrUnavailable, got %v", tc.name, err)
+		}
+		if l != nil {
+			if err := l.Release(ctx); err != nil {
+				t.Errorf("%s: release: %v", tc.name, err)
+			}
+		}
+		_ = r.Close()
+	}
+}

@@ -185,7 +185,7 @@ func (r *Redlock) ForceRelease(ctx context.Context, key string) ([]engine.Holder
 	}
 	freed := make([][]engine.Holder, len(r.nodes))
 	errs := r.each(func(i int) error {
-		nctx, cancel := context.WithTimeout(ctx, r.opts.nodeTimeout*4)
+		nctx, cancel := context.WithTimeout(ctx, r.opts.nodeWait(0)*4)
 		defer cancel()
 		var err error
 		freed[i], err = r.nodes[i].ForceRelease(nctx, key)

@@ -352,12 +352,14 @@ func TestTokensBeyondFourteenDigits(t *testing.T) {
 	check(r, "shared grant")
 }
 
-// gate is a TCP proxy of a test's own between a replica and its primary:
-// while it is shut, what the primary sends is dropped, so the replica
-// falls behind without knowing it.
+// gate is a TCP proxy of a test's own between a client (or a replica) and
+// a server: while it is shut, what the server sends is dropped, so a
+// replica falls behind without knowing it; with a delay, each answer is
+// held back that long, as a slow network would.
 type gate struct {
-	ln   net.Listener
-	shut atomic.Bool
+	ln    net.Listener
+	shut  atomic.Bool
+	delay atomic.Int64 // nanoseconds each answer is held back
 }
 
 // newGate listens on loopback and forwards every connection to backend
@@ -408,11 +410,14 @@ func newGate(t *testing.T, backend string) *gate {
 }
 
 // forward copies from src to dst, dropping what arrives while the gate is
-// shut.
+// shut and holding back what it passes for the gate's delay.
 func (g *gate) forward(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if d := time.Duration(g.delay.Load()); n > 0 && d > 0 {
+			time.Sleep(d)
+		}
 		if n > 0 && !g.shut.Load() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
