@@ -24,12 +24,15 @@ func permit(key string, limit int, value string) engine.Request {
 }
 
 // TestSemaphoreFairUnderContention: 16 engines, each on its own client,
-// take one of 3 permits of a key over and over, releasing and asking
-// again at once. Never more than 3 hold at once, and since counted
-// waiters queue in arrival order (and a releaser that asks again at once
-// queues behind them), every client gets about as many grants as any
-// other: the fewest at least 0.8 of the most, counted when the clients
-// together have had 16 x 40 grants.
+// take one of 3 permits of a key over and over, holding each 3ms, then
+// releasing and asking again at once. Never more than 3 hold at once, and
+// since counted waiters queue in arrival order (and a releaser that asks
+// again at once queues behind them), every client gets about as many
+// grants as any other: the fewest at least 0.8 of the most, of the first
+// 16 x 40 grants. (Waiters served in no order give 0.45-0.62.) The hold is
+// long against the moments a loaded host leaves a client's goroutine
+// unscheduled: a client that has not asked again yet is in no queue, and
+// with 0.5ms holds the clients that were running took its turns.
 func TestSemaphoreFairUnderContention(t *testing.T) {
 	addr := testenv.RedisAddr(t)
 	key := uniqueKey(t)
@@ -65,10 +68,11 @@ func TestSemaphoreFairUnderContention(t *testing.T) {
 				if inside.Add(1) > limit {
 					over.Add(1)
 				}
-				time.Sleep(500 * time.Microsecond)
+				time.Sleep(3 * time.Millisecond)
 				inside.Add(-1)
-				counts[i]++
-				total.Add(1)
+				if total.Add(1) <= target { // the waiters still queued at the end do not count
+					counts[i]++
+				}
 				if err := l.Release(context.Background()); err != nil {
 					errs <- err
 					return
