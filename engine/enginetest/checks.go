@@ -713,18 +713,19 @@ func (f *firstError) get() error {
 
 // fairClients, fairHold and fairFor size the fairness check: clients, each
 // on an engine of its own, lock one key in a loop with a short critical
-// section for a while. The while is long enough that the start, where a
-// client dialling its first connection on a loaded machine misses a few
-// turns, does not decide it: with 1.5s, PostgreSQL's session strategy
-// (whose server queue is FIFO) measured 0.64-0.75 in one run of five or
-// six at load 5-8, and 0.91 at least over six runs with 4s.
+// section for fairFor, counted from the moment every client has had its
+// first grant. The start does not count: a client dialling its first
+// connections on a loaded machine can come a second late, and a FIFO queue
+// never gives those turns back (PostgreSQL's session strategy, whose
+// server queue is FIFO, measured 0.71 in one CI run with the start
+// counted, and 0.64-0.75 in one run of five or six at load 5-8 over 1.5s).
 const (
 	fairClients = 8
 	fairHold    = time.Millisecond
 	fairFor     = 4 * time.Second
-	// fairGrants is how many grants every client must have before the
-	// check judges, so that one grant more or less on a slow server
-	// does not decide it; fairAtMost bounds the run that takes.
+	// fairGrants is how many counted grants every client must have
+	// before the check judges, so that one grant more or less on a slow
+	// server does not decide it; fairAtMost bounds the run that takes.
 	fairGrants = 25
 	fairAtMost = 15 * time.Second
 	fairMinMax = 0.8
@@ -746,15 +747,17 @@ func checkFairness(h *harness) {
 		wg       sync.WaitGroup
 		firstErr firstError
 		failures atomic.Int64
+		in       atomic.Int64 // clients that have had their first grant
+		from     atomic.Int64 // when the last of them had it (UnixNano); 0 before
 	)
 	start := time.Now()
 	more := func() bool {
-		since := time.Since(start)
-		if since < fairFor {
-			return true
-		}
-		if since >= fairAtMost {
+		if time.Since(start) >= fairAtMost {
 			return false
+		}
+		t := from.Load()
+		if t == 0 || time.Since(time.Unix(0, t)) < fairFor {
+			return true
 		}
 		for i := range grants {
 			if grants[i].Load() < fairGrants {
@@ -776,7 +779,12 @@ func checkFairness(h *harness) {
 					firstErr.set(err)
 					return
 				}
-				grants[i].Add(1)
+				switch {
+				case n == 0 && in.Add(1) == fairClients:
+					from.Store(time.Now().UnixNano())
+				case n > 0 && from.Load() != 0:
+					grants[i].Add(1)
+				}
 				time.Sleep(fairHold)
 				if err := l.Release(context.Background()); err != nil {
 					failures.Add(1)
@@ -789,6 +797,9 @@ func checkFairness(h *harness) {
 	wg.Wait()
 	if n := failures.Load(); n > 0 {
 		h.t.Fatalf("%d acquire/release calls failed; first: %v", n, firstErr.get())
+	}
+	if n := in.Load(); n < fairClients {
+		h.t.Fatalf("%d of %d clients had a grant within %v", n, fairClients, fairAtMost)
 	}
 	counts := make([]int, fairClients)
 	for i := range grants {
