@@ -99,6 +99,30 @@ func mysqlLibraries(dsn, table string) []mysqlLocker {
 			name := fmt.Sprintf("%.40s/%s", table, key) // GET_LOCK names are at most 64 characters
 			return rawGetLock(b, dsn, name, "SELECT GET_LOCK(?, ?)", false)
 		}},
+		{"get_lock+clock-read", func(b *testing.B, key string) LockFunc {
+			// The lock and a read of the clock in one statement, no
+			// write: no token rule (a clock stepped back gives a smaller
+			// one), what the token's write costs beside it.
+			name := fmt.Sprintf("%.40s/%s", table, key)
+			return rawGetLock(b, dsn, name, "SELECT GET_LOCK(?, ?), "+mysqlClock, true)
+		}},
+		{"get_lock+sequence", func(b *testing.B, key string) LockFunc {
+			// The lock and GREATEST(NEXTVAL of a MariaDB sequence,
+			// clock) in one statement: a counter the server hands out
+			// from a cache in memory (1,000 values a write).
+			name := fmt.Sprintf("%.40s/%s", table, key)
+			seq := "`" + table + "_bench_seq`"
+			if _, err := pinnedConn(b, dsn).ExecContext(context.Background(), "CREATE SEQUENCE IF NOT EXISTS "+seq); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() {
+				if c, err := sql.Open("mysql", dsn); err == nil {
+					_, _ = c.Exec("DROP SEQUENCE IF EXISTS " + seq)
+					_ = c.Close()
+				}
+			})
+			return rawGetLock(b, dsn, name, "SELECT GET_LOCK(?, ?), GREATEST(NEXTVAL("+seq+"), "+mysqlClock+")", true)
+		}},
 		{"get_lock+token", func(b *testing.B, key string) LockFunc {
 			name := fmt.Sprintf("%.40s/%s", table, key)
 			try := rawTry(table)
@@ -170,11 +194,15 @@ func rawGetLock(b *testing.B, dsn, name, grant string, tokens bool, extra ...any
 // run on its connection before the grant statement.
 type tryKey struct{}
 
+// mysqlClock is the session strategy's clock: UTC_TIMESTAMP(6) in 8 µs
+// units since 2025-01-01.
+const mysqlClock = "(TIMESTAMPDIFF(MICROSECOND, '2025-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 8)"
+
 // rawTry is the session strategy's one-statement try on table's names
 // table (its parameters the lock name, the key and the name again): the
 // lock and the token in one INSERT ... SELECT.
 func rawTry(table string) string {
-	clock := "(TIMESTAMPDIFF(MICROSECOND, '2025-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 8)"
+	clock := mysqlClock
 	return "INSERT INTO `" + table + "_names` (`name`, `token`, `conn`, `lock_key`, `value`) " +
 		"SELECT ?, LAST_INSERT_ID(GREATEST(1, " + clock + ")), CONNECTION_ID(), ?, NULL FROM DUAL " +
 		"WHERE GET_LOCK(?, 0) = 1 ON DUPLICATE KEY UPDATE `token` = LAST_INSERT_ID(GREATEST(`token` + 1, " +
@@ -208,6 +236,8 @@ func BenchmarkMySQLUncontended(b *testing.B) {
 		Ratio(out, "mysql_uncontended_cycles", "cerberus-session", "get_lock", rates["cerberus-session"], rates["get_lock"])
 		Ratio(out, "mysql_uncontended_cycles", "cerberus-session", "get_lock+token", rates["cerberus-session"], rates["get_lock+token"])
 		Ratio(out, "mysql_uncontended_cycles", "get_lock+token", "get_lock", rates["get_lock+token"], rates["get_lock"])
+		Ratio(out, "mysql_uncontended_cycles", "get_lock+clock-read", "get_lock", rates["get_lock+clock-read"], rates["get_lock"])
+		Ratio(out, "mysql_uncontended_cycles", "get_lock+sequence", "get_lock", rates["get_lock+sequence"], rates["get_lock"])
 	})
 }
 
@@ -248,7 +278,12 @@ func twoCommits(b *testing.B, dsn, table string) func() error {
 func BenchmarkMySQLHotKey(b *testing.B) {
 	once(b, func() {
 		dsn, table := mysqlSetup(b)
-		libs := mysqlLibraries(dsn, table)
+		var libs []mysqlLocker
+		for _, l := range mysqlLibraries(dsn, table) {
+			if l.name != "get_lock+clock-read" && l.name != "get_lock+sequence" { // measures of the token's write, uncontended only
+				libs = append(libs, l)
+			}
+		}
 		names := make([]string, len(libs))
 		for i, l := range libs {
 			names[i] = "mysql/" + l.name

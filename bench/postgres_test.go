@@ -98,6 +98,9 @@ func postgresLibraries(dsn, table string) []postgresLocker {
 		{"advisory", advisory(dsn, table, bumpNone)},
 		{"advisory+bump", advisory(dsn, table, bumpDurable)},
 		{"advisory+clock", advisory(dsn, table, bumpClock)},
+		{"advisory+clock-unlogged", advisory(dsn, table, bumpClockUnlogged)},
+		{"advisory+clock-read", advisory(dsn, table, bumpClockRead)},
+		{"advisory+sequence", advisory(dsn, table, bumpSequence)},
 	}
 }
 
@@ -108,6 +111,18 @@ const (
 	bumpNone    bump = iota // no token
 	bumpDurable             // a counter bump after the lock, in a statement of its own, committed durably
 	bumpClock               // the lock and max(counter+1, clock) in one statement, no WAL flush
+	// bumpClockUnlogged is bumpClock on an UNLOGGED counter table: no WAL
+	// at all (a crash empties the table, and the clock carries the token).
+	bumpClockUnlogged
+	// bumpClockRead is the lock and a read of the clock in one statement,
+	// with no write: no token rule (a clock stepped back gives a smaller
+	// one), what a write per grant costs beside it.
+	bumpClockRead
+	// bumpSequence is the lock and greatest(nextval of an UNLOGGED
+	// sequence, clock) in one statement: a counter with no write
+	// transaction (an unlogged sequence logs nothing and takes no
+	// transaction id), which a crash resets and the clock then carries.
+	bumpSequence
 )
 
 // advisory is the baseline: pg_advisory_lock and pg_advisory_unlock on one
@@ -128,15 +143,32 @@ func advisory(dsn, table string, kind bump) func(b *testing.B, key string) LockF
 		h := fnv.New64a()
 		_, _ = h.Write([]byte(table + "/" + key))
 		id := int64(h.Sum64())
-		counters := pgx.Identifier{table + "_bench_bump"}.Sanitize()
-		if kind != bumpNone {
-			if _, err := conn.Exec(context.Background(), "CREATE TABLE IF NOT EXISTS "+counters+
+		counters, create := pgx.Identifier{table + "_bench_bump"}.Sanitize(), "CREATE TABLE IF NOT EXISTS "
+		if kind == bumpClockUnlogged {
+			counters, create = pgx.Identifier{table + "_bench_bumpu"}.Sanitize(), "CREATE UNLOGGED TABLE IF NOT EXISTS "
+		}
+		if kind == bumpSequence {
+			counters = pgx.Identifier{table + "_bench_seq"}.Sanitize()
+			if _, err := conn.Exec(context.Background(), "CREATE UNLOGGED SEQUENCE IF NOT EXISTS "+counters); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if kind != bumpNone && kind != bumpClockRead && kind != bumpSequence {
+			if _, err := conn.Exec(context.Background(), create+counters+
 				" (k bigint PRIMARY KEY, n bigint NOT NULL)"); err != nil {
 				b.Fatal(err)
 			}
 		}
 		lock := "SELECT pg_advisory_lock($1)"
-		if kind == bumpClock {
+		if kind == bumpClockRead {
+			lock = "SELECT ((extract(epoch FROM clock_timestamp()) * 1000000)::bigint - 1735689600000000) / 8 " +
+				"FROM pg_advisory_lock($1::bigint)"
+		}
+		if kind == bumpSequence {
+			lock = "SELECT greatest(nextval('" + counters + "'), ((extract(epoch FROM clock_timestamp()) * 1000000)::bigint - " +
+				"1735689600000000) / 8) FROM pg_advisory_lock($1::bigint)"
+		}
+		if kind == bumpClock || kind == bumpClockUnlogged {
 			lock = "WITH l AS MATERIALIZED (SELECT true AS ok FROM pg_advisory_lock($1::bigint)), " +
 				"s AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true), " +
 				"((extract(epoch FROM clock_timestamp()) * 1000000)::bigint - 1735689600000000) / 8 AS c FROM l) " +
@@ -184,6 +216,9 @@ func BenchmarkPostgresUncontended(b *testing.B) {
 		Ratio(out, "postgres_uncontended_cycles", "cerberus-session", "advisory+bump", rates["cerberus-session"], rates["advisory+bump"])
 		Ratio(out, "postgres_uncontended_cycles", "cerberus-session", "advisory+clock", rates["cerberus-session"], rates["advisory+clock"])
 		Ratio(out, "postgres_uncontended_cycles", "advisory+clock", "advisory", rates["advisory+clock"], rates["advisory"])
+		Ratio(out, "postgres_uncontended_cycles", "advisory+clock-unlogged", "advisory", rates["advisory+clock-unlogged"], rates["advisory"])
+		Ratio(out, "postgres_uncontended_cycles", "advisory+clock-read", "advisory", rates["advisory+clock-read"], rates["advisory"])
+		Ratio(out, "postgres_uncontended_cycles", "advisory+sequence", "advisory", rates["advisory+sequence"], rates["advisory"])
 		Ratio(out, "postgres_uncontended_cycles", "cerberus-lease", "advisory", rates["cerberus-lease"], rates["advisory"])
 	})
 }
@@ -199,7 +234,8 @@ func BenchmarkPostgresHotKey(b *testing.B) {
 		dsn, table := postgresSetup(b)
 		var libs []postgresLocker
 		for _, l := range postgresLibraries(dsn, table) {
-			if l.name != "advisory+bump" {
+			if l.name != "advisory+bump" && l.name != "advisory+clock-unlogged" && l.name != "advisory+clock-read" &&
+				l.name != "advisory+sequence" {
 				libs = append(libs, l)
 			}
 		}
