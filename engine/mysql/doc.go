@@ -265,7 +265,12 @@
 // connection from another one and drops the waiter's connection, which
 // also frees a grant that raced the cancel; a try on a shared connection
 // is left to finish (cutting it would end every lease on it) and its
-// grant, if it came, is released in the background.
+// grant, if it came, is released in the background. A statement on a
+// shared connection is bounded by WithOpTimeout all the same: an engine
+// from Open keeps its shared connections in a pool of their own whose
+// socket reads and writes time out then, and one from New bounds each
+// statement by a context; a statement that runs out cuts the connection,
+// which ends every lease on it.
 //
 // A silent holder is cut off as with the row strategy: its session's
 // wait_timeout is the lease period in whole seconds plus one (on a shared

@@ -84,11 +84,16 @@ const DefaultSessionConns = 2
 // (see the package documentation). Each shared connection takes one of
 // the WithMaxConns budget for as long as the engine lives, so n must be
 // at least 1 and the max conns at least n+3. The default is
-// DefaultSessionConns (2). Other strategies ignore it.
+// DefaultSessionConns (2). With Open they are a pool of their own, whose
+// socket reads and writes are bounded by WithOpTimeout (so that their
+// statements need no context that can end, which the driver would watch
+// with a goroutine each time), and Open's main pool gets the rest of the
+// budget. Other strategies ignore it.
 func WithSessionConns(n int) Option { return func(c *config) { c.muxConns = n } }
 
 // WithMaxConns bounds the connections the engine uses. Open caps its own
-// pool at n. The row strategy pins one connection per held or waiting lock,
+// pool at n (with the session strategy, its two pools together: see
+// WithSessionConns). The row strategy pins one connection per held or waiting lock,
 // so it pins at most n-2, leaving two for KILL QUERY, renewals and
 // releases; further row acquisitions wait (cancellably) for a connection to
 // come free instead of exhausting the server's max_connections. The
@@ -142,6 +147,14 @@ type Engine struct {
 	db    *sql.DB
 	owned bool // Close closes db
 	q     queries
+	// muxDB, when Open made the engine for the session strategy, is the
+	// pool of its shared session connections, whose connector bounds
+	// every socket read and write by the op timeout: their statements
+	// then need no context that can end, which go-sql-driver would hand
+	// to a watcher goroutine and back for each statement (see muxConn).
+	// nil otherwise: New's shared connections come from the caller's
+	// pool, bounded by a context each.
+	muxDB *sql.DB
 
 	// core is the lease strategy and the frame, shared with the
 	// PostgreSQL engine; frame and mu are its Frame and Mu. frame keeps
@@ -220,8 +233,25 @@ func Open(dsn string, opts ...Option) (*Engine, error) {
 	}
 	sqlDB := sql.OpenDB(conn)
 	sqlDB.SetMaxIdleConns(8)
-	sqlDB.SetMaxOpenConns(cfg.maxConns)
-	return newEngine(cfg, sqlDB, true), nil
+	if cfg.strategy != StrategySession {
+		sqlDB.SetMaxOpenConns(cfg.maxConns)
+		return newEngine(cfg, sqlDB, true), nil
+	}
+	// The shared session connections count among WithMaxConns.
+	sqlDB.SetMaxOpenConns(cfg.maxConns - cfg.muxConns)
+	mc := dc.Clone()
+	mc.ReadTimeout, mc.WriteTimeout = cfg.opTimeout, cfg.opTimeout
+	mconn, err := mysqldrv.NewConnector(mc)
+	if err != nil {
+		_ = sqlDB.Close()
+		return nil, fmt.Errorf("%w: mysql: bad DSN: %s", engine.ErrInvalidRequest,
+			redact(err.Error(), dsn))
+	}
+	e := newEngine(cfg, sqlDB, true)
+	e.muxDB = sql.OpenDB(mconn)
+	e.muxDB.SetMaxOpenConns(cfg.muxConns)
+	e.muxDB.SetMaxIdleConns(cfg.muxConns)
+	return e, nil
 }
 
 func redact(msg, secret string) string {
@@ -364,6 +394,9 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 	for _, c := range idle {
 		e.discard(c)
+	}
+	if e.muxDB != nil {
+		_ = e.muxDB.Close()
 	}
 	if e.owned {
 		return e.db.Close()

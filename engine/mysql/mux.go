@@ -21,12 +21,20 @@ type muxLease = sqlcore.MuxLease[string]
 type muxDriver struct{ e *Engine }
 
 // Dial pins a connection for a shared session, bounded by ctx and the op
-// timeout. It counts among the WithMaxConns budget for as long as it
-// lives.
+// timeout: one of Engine.muxDB if there is one, else of the engine's pool.
+// It counts among the WithMaxConns budget for as long as it lives.
 func (d muxDriver) Dial(ctx context.Context) (sqlcore.MuxConn[string], error) {
 	ctx, cancel := context.WithTimeout(ctx, d.e.cfg.opTimeout)
 	defer cancel()
-	rc, err := d.e.getConn(ctx)
+	var (
+		rc  *rowConn
+		err error
+	)
+	if d.e.muxDB != nil {
+		rc, err = d.e.pinConn(ctx, d.e.muxDB)
+	} else {
+		rc, err = d.e.getConn(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -82,8 +90,17 @@ type muxConn struct {
 	rc *rowConn
 }
 
-// opCtx is the context of one statement on c.
+// opCtx is the context of one statement on c: on a connection whose
+// connector bounds every socket read and write by the op timeout
+// (Engine.muxDB), one that never ends, so that go-sql-driver starts no
+// watcher for it (handing each statement's context to the connection's
+// watcher goroutine and back cost 5,000 uncontended cycles 552 ms of
+// waits for a thread to wake on a 2-core machine, and the engine ran
+// about 30% faster without them); otherwise the op timeout.
 func (c *muxConn) opCtx() (context.Context, context.CancelFunc) {
+	if c.rc.bounded {
+		return context.Background(), func() {}
+	}
 	return context.WithTimeout(context.Background(), c.e.cfg.opTimeout)
 }
 

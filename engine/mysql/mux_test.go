@@ -282,3 +282,64 @@ func connOf(t *testing.T, l *muxLease) *muxConn {
 	}
 	return c
 }
+
+// TestSessionConnStatementsBounded: a shared connection's statements run
+// with a context that never ends (Open's engines bound them at the socket
+// instead), and still end within the op timeout. Another session holds a
+// write lock on the names table, so the next try-grant waits in the
+// server: the TryLock fails within a few op timeouts, and the lease that
+// shared the connection ends with ErrLeaseLost (its session was cut).
+func TestSessionConnStatementsBounded(t *testing.T) {
+	dsn := testDSN(t)
+	table := testTable(t, dsn)
+	const op = 500 * time.Millisecond
+	e := sessionT(t, dsn, table, WithSessionConns(1), WithOpTimeout(op))
+	held := acquireMux(t, e, engine.Request{Key: "bound/a", TTL: time.Minute, Renew: true})
+	if !connOf(t, held).rc.bounded {
+		t.Fatal("Open's shared connection is not bounded at the socket")
+	}
+	locker, err := rawDB(t, dsn).Conn(hangCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close()
+	if _, err := locker.ExecContext(hangCtx(t), "LOCK TABLES `"+table+"_names` WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	unlocked := false
+	unlock := func() {
+		if !unlocked {
+			unlocked = true
+			_, _ = locker.ExecContext(hangCtx(t), "UNLOCK TABLES")
+		}
+	}
+	defer unlock()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		l, err := e.Acquire(hangCtx(t), engine.Request{Key: "bound/b", TTL: time.Minute})
+		if l != nil {
+			_ = l.Release(hangCtx(t))
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		took := time.Since(start)
+		if err == nil {
+			t.Errorf("the try-grant succeeded while the names table was locked")
+		}
+		t.Logf("the try-grant failed after %v: %v", took, err)
+	case <-time.After(10 * op):
+		unlock()
+		t.Fatalf("the try-grant still waited %v after it was sent, with a %v op timeout", 10*op, op)
+	}
+	select {
+	case <-held.Done():
+		if !errors.Is(held.Err(), engine.ErrLeaseLost) {
+			t.Errorf("the lease on the cut session ended with %v, want ErrLeaseLost", held.Err())
+		}
+	case <-time.After(10 * op):
+		t.Errorf("the lease on the cut session is still held")
+	}
+}

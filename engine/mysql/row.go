@@ -32,6 +32,7 @@ const maxRowTries = 1000
 // rowConn is a connection pinned out of the pool for the row strategy.
 type rowConn struct {
 	conn     *sql.Conn
+	bounded  bool      // its connector bounds socket reads and writes (Engine.muxDB)
 	id       uint64    // CONNECTION_ID(), for KILL QUERY
 	lockWait int       // the session's innodb_lock_wait_timeout, 0 if unknown
 	idleMax  int       // the session's wait_timeout, 0 if the server's default
@@ -70,6 +71,12 @@ func (e *Engine) getConn(ctx context.Context) (*rowConn, error) {
 		e.mu.Lock()
 	}
 	e.mu.Unlock()
+	return e.pinConn(ctx, e.db)
+}
+
+// pinConn pins a new connection of db, once a pin token is free (the
+// engine's WithMaxConns budget).
+func (e *Engine) pinConn(ctx context.Context, db *sql.DB) (*rowConn, error) {
 	select {
 	case e.pins <- struct{}{}:
 	case <-ctx.Done():
@@ -77,12 +84,12 @@ func (e *Engine) getConn(ctx context.Context) (*rowConn, error) {
 	case <-e.frame.Closing():
 		return nil, engine.ErrClosed
 	}
-	c, err := e.db.Conn(ctx)
+	c, err := db.Conn(ctx)
 	if err != nil {
 		<-e.pins
 		return nil, err
 	}
-	rc := &rowConn{conn: c}
+	rc := &rowConn{conn: c, bounded: db == e.muxDB}
 	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&rc.id); err != nil {
 		_ = c.Close()
 		<-e.pins
