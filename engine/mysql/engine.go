@@ -221,15 +221,13 @@ func Open(dsn string, opts ...Option) (*Engine, error) {
 	if err != nil {
 		// The driver's parse errors name the problem, not the DSN; strip
 		// it anyway in case a future version quotes it.
-		return nil, fmt.Errorf("%w: mysql: bad DSN: %s", engine.ErrInvalidRequest,
-			redact(err.Error(), dsn))
+		return nil, badDSN(err, dsn)
 	}
 	dc.InterpolateParams = true
 	dc.ParseTime = true
 	conn, err := mysqldrv.NewConnector(dc)
 	if err != nil {
-		return nil, fmt.Errorf("%w: mysql: bad DSN: %s", engine.ErrInvalidRequest,
-			redact(err.Error(), dsn))
+		return nil, badDSN(err, dsn)
 	}
 	sqlDB := sql.OpenDB(conn)
 	sqlDB.SetMaxIdleConns(8)
@@ -244,14 +242,18 @@ func Open(dsn string, opts ...Option) (*Engine, error) {
 	mconn, err := mysqldrv.NewConnector(mc)
 	if err != nil {
 		_ = sqlDB.Close()
-		return nil, fmt.Errorf("%w: mysql: bad DSN: %s", engine.ErrInvalidRequest,
-			redact(err.Error(), dsn))
+		return nil, badDSN(err, dsn)
 	}
 	e := newEngine(cfg, sqlDB, true)
 	e.muxDB = sql.OpenDB(mconn)
 	e.muxDB.SetMaxOpenConns(cfg.muxConns)
 	e.muxDB.SetMaxIdleConns(cfg.muxConns)
 	return e, nil
+}
+
+// badDSN is Open's error for a DSN the driver refuses, without the DSN.
+func badDSN(err error, dsn string) error {
+	return fmt.Errorf("%w: mysql: bad DSN: %s", engine.ErrInvalidRequest, redact(err.Error(), dsn))
 }
 
 func redact(msg, secret string) string {

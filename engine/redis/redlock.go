@@ -329,7 +329,7 @@ func (r *Redlock) Acquire(ctx context.Context, req engine.Request) (engine.Lease
 func (r *Redlock) attempt(ctx context.Context, req engine.Request) (engine.Lease, error) {
 	rl := newRedlockLease(r, req)
 	holds := make([]*nodeHold, len(r.nodes))
-	wait := r.opts.nodeWait(req.TTL)
+	wait := rl.wait()
 	start := time.Now()
 	errs := r.each(func(i int) error {
 		nctx, cancel := context.WithTimeout(ctx, wait)

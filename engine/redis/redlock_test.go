@@ -227,7 +227,8 @@ func TestRedlockRefusesBadSetups(t *testing.T) {
 // holds each answer back 150ms. Without WithNodeTimeout a node's answer
 // is awaited for TTL/20 (at least 50ms, at most 500ms): a 10s lease is
 // granted, a 1s lease is not (its nodes count as unavailable), and
-// WithNodeTimeout(100ms) refuses the 10s lease as well.
+// WithNodeTimeout(100ms) refuses the 10s lease as well. With answers held
+// back 700ms, a 20s lease is refused: the default stops at 500ms.
 func TestRedlockNodeTimeoutScalesWithTTL(t *testing.T) {
 	servers, _ := redlockNodes(t)
 	var gates []*gate
@@ -245,12 +246,15 @@ func TestRedlockNodeTimeoutScalesWithTTL(t *testing.T) {
 		name  string
 		opts  []RedlockOption
 		ttl   time.Duration
+		delay time.Duration
 		grant bool
 	}{
-		{"default, 10s TTL", nil, 10 * time.Second, true},
-		{"default, 1s TTL", nil, time.Second, false},
+		{"default, 10s TTL", nil, 10 * time.Second, 150 * time.Millisecond, true},
+		{"default, 1s TTL", nil, time.Second, 150 * time.Millisecond, false},
 		{"WithNodeTimeout(100ms), 10s TTL", []RedlockOption{WithNodeTimeout(100 * time.Millisecond)},
-			10 * time.Second, false},
+			10 * time.Second, 150 * time.Millisecond, false},
+		// A twentieth of 20s is 1s, but the default stops at 500ms.
+		{"default, 20s TTL, 700ms answers", nil, 20 * time.Second, 700 * time.Millisecond, false},
 	} {
 		r, err := NewRedlock(clients, tc.opts...)
 		if err != nil {
@@ -269,14 +273,14 @@ func TestRedlockNodeTimeoutScalesWithTTL(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, g := range gates {
-			g.delay.Store(int64(150 * time.Millisecond))
+			g.delay.Store(int64(tc.delay))
 		}
 		l, err := r.Acquire(ctx, once("slow-nodes/"+tc.name, tc.ttl))
 		switch {
 		case tc.grant && err != nil:
 			t.Errorf("%s: want a grant, got %v", tc.name, err)
 		case !tc.grant && err == nil:
-			t.Errorf("%s: granted; want nodes that answer in 150ms to count as unavailable", tc.name)
+			t.Errorf("%s: granted; want nodes that answer in %v to count as unavailable", tc.name, tc.delay)
 		case !tc.grant && !errors.Is(err, engine.ErrUnavailable):
 			t.Errorf("%s: want ErrUnavailable, got %v", tc.name, err)
 		}
