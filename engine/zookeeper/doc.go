@@ -199,6 +199,13 @@
 // queue nodes: clients without the credentials can read them but cannot
 // delete a holder's node.
 //
+// go-zookeeper v1.0.4 has a data race whenever a session with watches
+// comes back on a new TCP connection (the engine always keeps a watch):
+// answers to requests sent before it has set the watches again write a
+// field it is still reading. Dial's connection carries a guard that holds
+// those answers back until the watches are set; for New, make the
+// connection with zk.WithDialer(NewDialer()).
+//
 // # Errors
 //
 // Invalid requests fail before any I/O with engine.ErrInvalidKey,
