@@ -22,7 +22,10 @@ import (
 // that node goes, when DefaultRecheck (or WithRecheck) passes, or when the
 // watch is lost. When ctx ends it deletes its node and returns
 // errors.Join(engine.ErrNotAcquired, ctx.Err()); when the engine closes,
-// engine.ErrClosed. Server and session failures are *engine.OpError values
+// engine.ErrClosed. A connection that drops while the request waits does
+// not end the wait: its node lives as long as the session, so it waits for
+// the session to be back and lists again, and fails only if the session
+// is lost. Server and session failures are *engine.OpError values
 // wrapping engine.ErrUnavailable, and refusals by ACLs ones wrapping
 // engine.ErrAccessDenied; the node is deleted then too, now or when the
 // session is back.
@@ -133,7 +136,9 @@ func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (
 			child <-chan zk.Event
 		)
 		if !head {
-			if w, child, err = q.list(ctx, armed); err != nil {
+			if w, child, err = q.list(ctx, armed); errors.Is(err, errAgain) {
+				continue
+			} else if err != nil {
 				return nil, err
 			}
 		}
@@ -156,7 +161,7 @@ func (e *Engine) queue(ctx context.Context, req engine.Request, ep epochState) (
 		if !w.counted {
 			child = nil // wait on w.block
 		}
-		if head, err = q.await(ctx, w, child); err != nil {
+		if head, err = q.await(ctx, w, child); err != nil && !errors.Is(err, errAgain) {
 			return nil, err
 		}
 	}
@@ -183,6 +188,43 @@ func (q *queued) counted() bool { return q.req.Mode == engine.Shared && q.req.Li
 func (q *queued) giveUp(err error) error {
 	q.e.dropNode(q.own, q.parent, q.ep.sid)
 	return err
+}
+
+// errAgain is outlast's word that the session is back: list again.
+var errAgain = errors.New("zookeeper: the session is back")
+
+// outlast handles a failed read of a waiting request. A dropped connection
+// (go-zookeeper's ErrConnectionClosed, or ErrNoServer while it dials) does
+// not end the session, nor the request's ephemeral node: outlast waits
+// for the session to be back and returns errAgain, so that the request
+// lists its queue again, as its leases carry on. It gives up (deleting
+// the node, now or once the session is back) if the session's epoch ends
+// first (the session timer or an expiry), if ctx ends, or on any other
+// error.
+func (q *queued) outlast(ctx context.Context, err error) error {
+	if !errors.Is(err, zk.ErrConnectionClosed) && !errors.Is(err, zk.ErrNoServer) {
+		return q.giveUp(err)
+	}
+	q.e.mu.Lock()
+	up, ready := q.e.sess.up, q.e.sess.ready
+	q.e.mu.Unlock()
+	if !up {
+		select {
+		case <-ready:
+		case <-q.ep.lost:
+		case <-ctx.Done():
+			return q.giveUp(ctx.Err())
+		}
+	}
+	// Up already: the error came before go-zookeeper reported the
+	// disconnect, and the next read waits in its queue for the new
+	// connection.
+	select {
+	case <-q.ep.lost:
+		return q.giveUp(fmt.Errorf("%w: session lost while waiting", errNoSession))
+	default:
+		return errAgain
+	}
 }
 
 // askToken takes the token, the node's czxid, off the lock node's Stat,
@@ -218,7 +260,7 @@ func (q *queued) list(ctx context.Context, watch bool) (w wait, child <-chan zk.
 	}
 	q.e.listings.Add(1)
 	if err != nil {
-		return wait{}, nil, q.giveUp(err)
+		return wait{}, nil, q.outlast(ctx, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return wait{}, nil, q.giveUp(err)
@@ -287,7 +329,7 @@ func (q *queued) await(ctx context.Context, w wait, child <-chan zk.Event) (head
 			return false, nil // gone already: list again
 		}
 		if err != nil {
-			return false, q.giveUp(err)
+			return false, q.outlast(ctx, err)
 		}
 		if w.ahead == 0 && st != nil && st.Version > 0 {
 			// Held back by the count, we watch a counted reader that

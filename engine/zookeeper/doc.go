@@ -181,8 +181,10 @@
 // Otherwise they are lost, all at once, with engine.ErrLeaseLost: when the
 // local timer runs out (the server may not even be up to say so), or when
 // the server reports the session expired. Engine.Connected reports whether
-// the engine has a live session. Acquisitions under way when the session is
-// lost fail, and later ones use the new session go-zookeeper opens. If a
+// the engine has a live session. A waiting acquisition outlasts a dropped
+// connection as the leases do: it lists its queue again once the session
+// is back. Acquisitions under way when the session is lost fail, and later
+// ones use the new session go-zookeeper opens. If a
 // session the engine had given up on comes back after all, the nodes of its
 // lost leases are deleted then.
 //

@@ -1,7 +1,6 @@
 package zookeeper_test
 
 import (
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -9,13 +8,15 @@ import (
 
 // proxy is a loopback TCP relay to a real server that a test can cut, as a
 // network partition would: cut closes every relayed connection and refuses
-// new ones until heal.
+// new ones until heal. stall holds every byte back, in both directions,
+// until partition or heal.
 type proxy struct {
 	ln      net.Listener
 	backend string
 
 	mu    sync.Mutex
 	cut   bool
+	open  chan struct{} // closed while bytes flow
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
 }
@@ -26,7 +27,8 @@ func newProxy(t *testing.T, backend string) *proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{ln: ln, backend: backend, conns: make(map[net.Conn]struct{})}
+	p := &proxy{ln: ln, backend: backend, open: make(chan struct{}), conns: make(map[net.Conn]struct{})}
+	close(p.open)
 	p.wg.Add(1)
 	go p.serve()
 	t.Cleanup(func() {
@@ -75,7 +77,22 @@ func (p *proxy) serve() {
 
 func (p *proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			open := p.open
+			p.mu.Unlock()
+			<-open
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()
@@ -92,11 +109,33 @@ func (p *proxy) partition() {
 	for c := range p.conns {
 		_ = c.Close()
 	}
+	p.flowLocked()
 }
 
-// heal accepts connections again.
+// heal accepts connections again, and lets bytes flow.
 func (p *proxy) heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = false
+	p.flowLocked()
+}
+
+// stall holds back every byte the relayed connections carry.
+func (p *proxy) stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.open:
+		p.open = make(chan struct{})
+	default:
+	}
+}
+
+// flowLocked ends a stall; p.mu is held.
+func (p *proxy) flowLocked() {
+	select {
+	case <-p.open:
+	default:
+		close(p.open)
+	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/zookeeper"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
@@ -230,4 +231,79 @@ func TestDialerHoldsNothingWithoutWatches(t *testing.T) {
 		t.Fatalf("the session did not expire")
 	}
 	answers("new session after an expiry")
+}
+
+// TestWaiterOutlastsCuts cuts a waiting request's connection three times
+// while its session lives, each time with a listing of the waiter's in
+// flight (the proxy stalls first, and the waiter lists every 5ms): the
+// wait goes on, and the waiter is granted once the holder releases, with a
+// larger token.
+func TestWaiterOutlastsCuts(t *testing.T) {
+	srv := testenv.StartZooKeeper(t)
+	px := newProxy(t, srv.Addr)
+	sess := make(chan bool, 64)
+	watching := make(chan string, 64)
+	a := dialTimeout(t, px.addr(), 8*time.Second, zookeeper.WithRecheck(5*time.Millisecond),
+		zookeeper.WithHooks(nil,
+			func(p string) {
+				select {
+				case watching <- p:
+				default:
+				}
+			},
+			func(up bool) {
+				select {
+				case sess <- up:
+				default:
+				}
+			}))
+	waitSession(t, sess, true, 20*time.Second)
+	b := dialTimeout(t, srv.Addr, 8*time.Second)
+	held := mustAcquire(t, b, hold("outlast/x"))
+
+	type grant struct {
+		l   engine.Lease
+		err error
+	}
+	got := make(chan grant, 1)
+	go func() {
+		l, err := a.Acquire(bounded(t, time.Minute), hold("outlast/x"))
+		got <- grant{l, err}
+	}()
+	select {
+	case <-watching:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter set no watch within 20s")
+	}
+	for round := range 3 {
+		px.stall()
+		time.Sleep(100 * time.Millisecond) // a listing goes out and waits
+		px.partition()
+		waitSession(t, sess, false, 10*time.Second)
+		time.Sleep(300 * time.Millisecond)
+		px.heal()
+		waitSession(t, sess, true, 10*time.Second)
+		select {
+		case g := <-got:
+			t.Fatalf("cut %d ended the wait: %v, %v", round, g.l, g.err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if err := held.Release(bounded(t, 10*time.Second)); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	select {
+	case g := <-got:
+		if g.err != nil {
+			t.Fatalf("the waiter after three cuts: %v", g.err)
+		}
+		if g.l.Token() <= held.Token() {
+			t.Errorf("token %d after %d, want it larger", g.l.Token(), held.Token())
+		}
+		if err := g.l.Release(bounded(t, 10*time.Second)); err != nil {
+			t.Errorf("release of the waiter's lease: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter was not granted within 20s of the release")
+	}
 }

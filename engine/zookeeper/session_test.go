@@ -227,6 +227,32 @@ func TestPartitionExpiresSession(t *testing.T) {
 		nl, err := b.Acquire(bounded(t, 60*time.Second), hold("part/x"))
 		got <- grant{nl, err, isDone(l)}
 	}()
+	// A waiter cut off too, behind b's holder of another key, listing
+	// every 5ms so that it reads during the partition: its wait outlasts
+	// a dropped connection, but not the session.
+	queued := make(chan string, 1)
+	w := dialTimeout(t, px.addr(), timeout, zookeeper.WithRecheck(5*time.Millisecond),
+		zookeeper.WithHooks(func(p string) {
+			select {
+			case queued <- p:
+			default:
+			}
+		}, nil, nil))
+	other := mustAcquire(t, b, hold("part/y"))
+	defer func() { _ = other.Release(bounded(t, 10*time.Second)) }()
+	waited := make(chan error, 1)
+	go func() {
+		wl, err := w.Acquire(context.Background(), hold("part/y"))
+		if err == nil {
+			_ = wl.Release(bounded(t, 10*time.Second))
+		}
+		waited <- err
+	}()
+	select {
+	case <-queued:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter did not queue within 20s")
+	}
 	px.partition()
 	var g grant
 	select {
@@ -245,6 +271,14 @@ func TestPartitionExpiresSession(t *testing.T) {
 	}
 	if g.l.Token() <= l.Token() {
 		t.Errorf("token after expiry %d, want > %d", g.l.Token(), l.Token())
+	}
+	select {
+	case err := <-waited:
+		if !errors.Is(err, engine.ErrUnavailable) {
+			t.Errorf("the cut-off waiter: %v, want ErrUnavailable", err)
+		}
+	case <-time.After(2 * timeout):
+		t.Errorf("the cut-off waiter still waits %v after its session was lost", 2*timeout)
 	}
 	px.heal()
 	waitSession(t, sess, true, 30*time.Second)
