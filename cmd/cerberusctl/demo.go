@@ -137,6 +137,7 @@ type tally struct {
 	sold         atomic.Int64 // decrements written
 	fenced       atomic.Int64 // writes refused by the fence
 	failed       atomic.Int64 // lock or store errors
+	retried      atomic.Int64 // locks asked for again after ErrUnavailable
 	firstErr     atomic.Value
 }
 
@@ -146,14 +147,16 @@ func (t *tally) fail(err error) {
 }
 
 func (t *tally) line() string {
-	return fmt.Sprintf("acquisitions=%d sold=%d fenced=%d failed=%d",
-		t.acquisitions.Load(), t.sold.Load(), t.fenced.Load(), t.failed.Load())
+	return fmt.Sprintf("acquisitions=%d sold=%d fenced=%d failed=%d retried=%d",
+		t.acquisitions.Load(), t.sold.Load(), t.fenced.Load(), t.failed.Load(), t.retried.Load())
 }
 
 // buy runs one buyer: lock the product, read, decrement, fenced write,
-// unlock.
+// unlock. A lock the engine could not serve for the moment
+// (ErrUnavailable: a round trip past the engine's op timeout on a busy
+// server, say) is asked for again, as a service would (lockRetrying).
 func buy(ctx context.Context, c *cerberus.Client, st stock, key string, product int, t *tally) {
-	l, err := c.Lock(ctx, key)
+	l, err := lockRetrying(ctx, c, key, t)
 	if err != nil {
 		t.fail(err)
 		return
@@ -179,6 +182,27 @@ func buy(ctx context.Context, c *cerberus.Client, st stock, key string, product 
 		t.fail(err)
 	default:
 		t.sold.Add(1)
+	}
+}
+
+// lockRetrying is c.Lock, asked again up to four times after
+// ErrUnavailable, waiting 50ms the first time and twice as long each time
+// after: a server that stays unavailable fails the buyer, rather than have
+// every buyer ask again and again.
+func lockRetrying(ctx context.Context, c *cerberus.Client, key string, t *tally) (*cerberus.Lease, error) {
+	pause := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		l, err := c.Lock(ctx, key)
+		if err == nil || !errors.Is(err, cerberus.ErrUnavailable) || ctx.Err() != nil || try == 5 {
+			return l, err
+		}
+		t.retried.Add(1)
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return nil, err
+		}
+		pause *= 2
 	}
 }
 
@@ -256,13 +280,13 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 
 	n := t.acquisitions.Load()
 	fmt.Fprintf(stdout, "%d acquisitions in %v: %.0f acquisitions/s; fenced writes refused: %d; "+
-		"errors: %d\n",
+		"errors: %d; locks asked again after ErrUnavailable: %d\n",
 		n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), t.fenced.Load(),
-		t.failed.Load())
+		t.failed.Load(), t.retried.Load())
 	if first := t.firstErr.Load(); first != nil {
 		fmt.Fprintf(stdout, "first error: %v\n", first)
 	}
-	return finish(stdout, stderr, cfg, read, t.failed.Load() == 0 && t.fenced.Load() == 0)
+	return finish(stdout, stderr, cfg, read, t.failed.Load() == 0 && t.fenced.Load() == 0, t.failed.Load())
 }
 
 // failoverDemoMain is demoMain with -failover: see runFailoverDemo.
@@ -276,7 +300,7 @@ func failoverDemoMain(ctx context.Context, cfg demoConfig, stdout, stderr io.Wri
 		return 1
 	}
 	return finish(stdout, stderr, cfg,
-		func(p int) (int64, error) { return st.Read(ctx, p) }, t.failed.Load() == 0)
+		func(p int) (int64, error) { return st.Read(ctx, p) }, t.failed.Load() == 0, t.failed.Load())
 }
 
 // openStock makes the stock cfg.store names, and read, which reads what is
@@ -303,9 +327,11 @@ func openStock(ctx context.Context,
 }
 
 // finish prints each product's stock against what it must be and the
-// verdict, and returns the exit code.
+// verdict, and returns the exit code. failed counts the buyers that got
+// no lock or could not write: their stock is left, so a product of theirs
+// shows more than it must.
 func finish(stdout, stderr io.Writer, cfg demoConfig,
-	read func(p int) (int64, error), ok bool) int {
+	read func(p int) (int64, error), ok bool, failed int64) int {
 	for p := range cfg.products {
 		want := max(cfg.stock-int64(buyersOf(cfg, p)), 0)
 		got, err := read(p)
@@ -318,6 +344,11 @@ func finish(stdout, stderr io.Writer, cfg demoConfig,
 			mark, ok = "WRONG", false
 		}
 		fmt.Fprintf(stdout, "product %d: stock %d (want %d) %s\n", p, got, want, mark)
+	}
+	if !ok && failed > 0 {
+		fmt.Fprintf(stdout, "FAIL: %d buyers got no lock or could not write (the first error is above)\n",
+			failed)
+		return 1
 	}
 	if !ok {
 		fmt.Fprintln(stdout, "FAIL: the lock did not keep the stock consistent")
@@ -391,6 +422,7 @@ func addTally(t *tally, out string) error {
 		if rest, ok := strings.CutPrefix(line, "result "); ok {
 			counters := map[string]*atomic.Int64{
 				"acquisitions": &t.acquisitions, "sold": &t.sold, "fenced": &t.fenced, "failed": &t.failed,
+				"retried": &t.retried,
 			}
 			for _, f := range strings.Fields(rest) {
 				name, val, _ := strings.Cut(f, "=")

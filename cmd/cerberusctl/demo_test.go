@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
@@ -210,5 +211,39 @@ func TestDemoSemaphoreRefusedWithoutCounting(t *testing.T) {
 	code, out, _ := runCmd(t, "demo", "-engine", "mysql-row", "-semaphore", "2", "-buyers", "4")
 	if code != 1 || !strings.Contains(out, "no counted mode") || !strings.Contains(out, "FAIL") {
 		t.Fatalf("exit %d, want 1 with the engine's refusal:\n%s", code, out)
+	}
+}
+
+// TestDemoAsksAgainWhenUnavailable runs the demo on a private Redis that
+// is stopped (SIGSTOP) when the buyers start and resumed 2.5s later, past
+// the engine's 2s op timeout: every buyer's first lock fails with
+// ErrUnavailable and is asked for again, and the demo passes. (CI's load
+// once failed 138 of TestDemoAcrossProcesses's 1,000 buyers that way.)
+func TestDemoAsksAgainWhenUnavailable(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	t.Setenv("CERBERUS_REDIS_ADDR", srv.Addr)
+	srv.Pause()
+	resumed := make(chan struct{})
+	go func() {
+		defer close(resumed)
+		time.Sleep(2500 * time.Millisecond)
+		srv.Resume()
+	}()
+	code, out, errOut := runCmd(t, "demo", "-engine", "redis", "-buyers", "200", "-stock", "1000")
+	<-resumed
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	m := regexp.MustCompile(`asked again after ErrUnavailable: (\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("output lacks the count of locks asked again:\n%s", out)
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 200 {
+		t.Errorf("%d locks asked again, want at least one per buyer (200):\n%s", n, out)
+	}
+	for _, want := range []string{"200 acquisitions", "errors: 0", "PASS"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
 	}
 }
