@@ -172,7 +172,7 @@ type guardConn struct {
 
 	mu       sync.Mutex
 	wbuf     []byte             // the start of an outgoing frame
-	wframes  int                // outgoing frames seen (the first is the connect request)
+	greeted  bool               // the connect request, the first frame, was written
 	pending  map[int32]watchReq // watch requests sent, by xid
 	released bool               // a SetWatches request was written
 	release  chan struct{}      // closed when released
@@ -211,8 +211,12 @@ func (c *guardConn) Write(p []byte) (int, error) {
 
 // sent notes one outgoing frame; c.mu is held.
 func (c *guardConn) sent(f []byte) {
-	if c.wframes++; c.wframes == 1 || len(f) < 8 {
+	if !c.greeted {
+		c.greeted = true
 		return // the connect request
+	}
+	if len(f) < 8 {
+		return
 	}
 	xid, op := int32(binary.BigEndian.Uint32(f)), int32(binary.BigEndian.Uint32(f[4:]))
 	switch op {
