@@ -31,7 +31,13 @@
 // Acquire, release and renew are each one Lua script, run with EVALSHA and
 // falling back to EVAL after NOSCRIPT. Every grant raises the fencing
 // counter (see Fencing tokens) and returns it as Token. Release and renew
-// compare the stored lease id first: a stale lease changes nothing.
+// compare the stored lease id first: a stale lease changes nothing. A
+// Release that gets no answer (the op timeout or a broken connection:
+// engine.ErrUnavailable; or the caller's context ended) ends the lease,
+// and the engine sends the same release again in the background (see
+// Waiting), from 50ms later and up to once a second, until the server
+// answers or the lease's validity has run out: a blip costs the key's
+// waiters the blip, not the lease's TTL.
 // Reader expiry uses the server's clock (TIME), never the client's.
 //
 // # Fencing tokens
@@ -122,7 +128,22 @@
 // "*". A holder whose fixed TTL runs out
 // publishes nothing, so a waiter also wakes when the holder's PTTL says
 // the key will be free, and in any case after the recheck interval: a lost
-// message costs a delay, never a hang. Waiting writers register in the
+// message costs a delay, never a hang. The recheck pause is drawn between
+// half the interval and all of it, so that waiters that began together
+// do not try again together. A waiter that has been refused once (so
+// holds a place on the server) outlasts a server that stops answering for
+// less than the queue TTL since its last answer (an attempt that times
+// out, say, on a server stopped or busy for a second or two): it keeps
+// waiting and tries again after its recheck pause, and an attempt whose
+// grant went unanswered is found again by the next one (its own id in :w).
+// Past the queue TTL, or on the first attempt, Acquire fails with
+// engine.ErrUnavailable. An attempt that ends without a lease undoes what
+// it may have left (its place, a grant whose reply was lost) at once; an
+// undo, or a release, that gets no answer is sent again by the engine's
+// sweeper, one pipeline for all of them, until the server answers, and an
+// undo of an attempt that got no answer once more after that, since a
+// stopped server that resumes runs what it had received in no set order.
+// Waiting writers register in the
 // :ww set, and new readers stay out while a writer waits, so readers cannot
 // starve writers.
 //

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -101,6 +102,8 @@ type Engine struct {
 	id   string // prefix of this engine's lease ids
 	seq  atomic.Uint64
 	hub  *hub
+	// sweep sends again the clean-ups that got no answer.
+	sweep sweeper
 
 	// Script arguments every lease sends, boxed once.
 	argWake, argQueueTTL any
@@ -158,6 +161,7 @@ func New(c Client, opts ...Option) (*Engine, error) {
 	e.frame.Init(&e.mu)
 	e.argWake, e.argQueueTTL = e.wakePrefix(), ms(o.queueTTL)
 	e.hub = newHub(e)
+	e.sweep.e = e
 	go e.renewLoop()
 	return e, nil
 }
@@ -259,7 +263,7 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 		w = e.hub.joinReady(a.rel.keys.c, a.id, req.Mode == engine.Shared)
 	}
 	queued := false // registered as a waiting writer on the server
-	var waitSince time.Time
+	var waitSince, answered time.Time
 	defer func() {
 		if w != nil {
 			e.hub.leave(w)
@@ -268,10 +272,20 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	for {
 		sent := time.Now()
 		starving := queued && !e.opts.fair && e.opts.starve > 0 && sent.Sub(waitSince) >= e.opts.starve
-		lease, n, err := e.tryOnce(ctx, a, req, queued, starving, sent)
+		// A waiter outlasts a server that stops answering for less than
+		// the queue TTL since its last answer: its place lives that long.
+		outlast := queued && sent.Sub(answered) < e.opts.queueTTL
+		lease, n, err := e.tryOnce(ctx, a, req, queued, starving, sent, outlast)
+		if errors.Is(err, errAgain) {
+			if lease, err := e.await(ctx, a, w, 0, queued); lease != nil || err != nil {
+				return lease, err
+			}
+			continue
+		}
 		if lease != nil || err != nil {
 			return lease, err
 		}
+		answered = sent
 		if !req.Wait {
 			return nil, fmt.Errorf("%w: %q is held", engine.ErrNotAcquired, req.Key)
 		}
@@ -291,15 +305,26 @@ func (e *Engine) Acquire(ctx context.Context, req engine.Request) (engine.Lease,
 	}
 }
 
+// errAgain is tryOnce's answer when a waiting attempt got no answer from
+// a server that is not serving (see down) and the waiter outlasts it: the
+// waiter keeps its place and tries again after its recheck pause. An
+// attempt whose grant went unanswered is found again by the next one,
+// which sees its own lease id in :w.
+var errAgain = errors.New("redis: no answer; the waiter tries again")
+
 // tryOnce runs the acquire script once, sent at sent. It returns the lease
 // when the key is granted; nil and no error when it is refused, with n the
-// holder's remaining TTL in milliseconds; or the error that ends the
-// Acquire.
+// holder's remaining TTL in milliseconds; errAgain when the server did not
+// answer and outlast (a queued waiter, within the queue TTL of its last
+// answer) says to wait on; or the error that ends the Acquire.
 func (e *Engine) tryOnce(ctx context.Context, a *attempt, req engine.Request, queued, starving bool,
-	sent time.Time) (engine.Lease, int64, error) {
+	sent time.Time, outlast bool) (engine.Lease, int64, error) {
 	rctx, cancel := e.roundTrip(ctx)
 	ok, n, err := a.try(rctx, req.Wait, queued, starving)
 	cancel()
+	if err != nil && outlast && ctx.Err() == nil && down(err) {
+		return nil, 0, errAgain
+	}
 	if err != nil {
 		// The reply is lost, not necessarily the write: undo whatever the
 		// script may have done under this lease's id, waiting for it no
@@ -332,7 +357,9 @@ func (e *Engine) tryOnce(ctx context.Context, a *attempt, req engine.Request, qu
 // what the wait left on the server (a waiter's mark, if queued) and
 // returns the error that ends the Acquire.
 func (e *Engine) await(ctx context.Context, a *attempt, w *waiter, n int64, queued bool) (engine.Lease, error) {
-	pause := e.opts.recheck
+	// Between half the recheck interval and all of it, at random, so that
+	// waiters that began together do not try again together.
+	pause := e.opts.recheck/2 + mrand.N(e.opts.recheck/2+1)
 	if n > 0 && time.Duration(n)*time.Millisecond < pause {
 		pause = time.Duration(n)*time.Millisecond + time.Millisecond // the holder's TTL runs out first
 	}

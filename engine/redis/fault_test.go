@@ -372,3 +372,140 @@ func TestCloseReleasesOnAFreshServer(t *testing.T) {
 		_ = l.Release(ctx)
 	}
 }
+
+// TestLostReleaseGivesTheKeyBack: a Release whose round trip the server
+// does not answer (stopped with SIGSTOP) fails with ErrUnavailable, and the
+// engine gives the key back once the server answers again, so that a waiter
+// in another engine is granted it at once rather than after the lease's
+// TTL; the key's next holder keeps it.
+func TestLostReleaseGivesTheKeyBack(t *testing.T) {
+	srv := startServer(t)
+	const ttl = 20 * time.Second
+	e := mustEngine(t, rawClient(t, srv.addr), WithOpTimeout(200*time.Millisecond))
+	next := mustEngine(t, rawClient(t, srv.addr))
+	l, err := e.Acquire(ctxT(t), hold("lost-release", ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	err = l.Release(ctxT(t))
+	time.Sleep(300 * time.Millisecond)
+	srv.Resume()
+	if !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("Release on a stopped server: %v, want ErrUnavailable", err)
+	}
+	if !errors.Is(l.Err(), engine.ErrLeaseLost) {
+		t.Errorf("lease after its failed release: %v, want ErrLeaseLost", l.Err())
+	}
+	ctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	l2, err := next.Acquire(ctx, hold("lost-release", ttl))
+	if err != nil {
+		t.Fatalf("a waiter after the lost release, %v later (the lease's TTL is %v): %v",
+			time.Since(start).Round(time.Millisecond), ttl, err)
+	}
+	time.Sleep(2 * time.Second) // past the background release's last try
+	if err := l2.Err(); err != nil {
+		t.Fatalf("the next holder lost the key: %v", err)
+	}
+	if err := l2.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWaiterOutlastsAStoppedServer: a waiting Acquire whose attempts get
+// no answer, the server stopped (SIGSTOP) for less than the queue TTL,
+// keeps waiting and is granted the key once its holder releases it; a
+// waiter whose server stays stopped past the queue TTL fails with
+// ErrUnavailable, and leaves nothing that keeps the key from the next
+// waiter.
+func TestWaiterOutlastsAStoppedServer(t *testing.T) {
+	srv := startServer(t)
+	const ttl = 20 * time.Second
+	holder := mustEngine(t, rawClient(t, srv.addr))
+	waiter := mustEngine(t, rawClient(t, srv.addr), WithOpTimeout(200*time.Millisecond), WithRecheck(100*time.Millisecond),
+		WithQueueTTL(2*time.Second))
+	wait := func(key string) (chan engine.Lease, chan error) {
+		got, failed := make(chan engine.Lease, 1), make(chan error, 1)
+		go func() {
+			l, err := waiter.Acquire(ctxT(t), hold(key, ttl))
+			if err != nil {
+				failed <- err
+				return
+			}
+			got <- l
+		}()
+		return got, failed
+	}
+
+	t.Run("shorter than the queue TTL", func(t *testing.T) {
+		h, err := holder.Acquire(ctxT(t), hold("outlast/short", ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, failed := wait("outlast/short")
+		time.Sleep(300 * time.Millisecond) // queued, rechecking every 50-100ms
+		srv.Pause()
+		time.Sleep(time.Second) // five op timeouts
+		srv.Resume()
+		time.Sleep(200 * time.Millisecond)
+		if err := h.Release(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case l := <-got:
+			if l.Token() <= h.Token() {
+				t.Errorf("token %d after the holder's %d", l.Token(), h.Token())
+			}
+			_ = l.Release(ctxT(t))
+		case err := <-failed:
+			t.Fatalf("the waiter failed across a 1s stop of the server: %v", err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the waiter was not granted the released key within 5s")
+		}
+	})
+
+	t.Run("longer than the queue TTL", func(t *testing.T) {
+		h, err := holder.Acquire(ctxT(t), hold("outlast/long", ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, failed := wait("outlast/long")
+		time.Sleep(300 * time.Millisecond)
+		srv.Pause()
+		start := time.Now()
+		var werr error
+		select {
+		case werr = <-failed:
+		case l := <-got:
+			t.Fatalf("granted %v while the server was stopped", l.Key())
+		case <-time.After(6 * time.Second):
+		}
+		srv.Resume()
+		if !errors.Is(werr, engine.ErrUnavailable) {
+			t.Fatalf("a waiter stopped out for %v: %v, want ErrUnavailable within 6s",
+				time.Since(start).Round(time.Millisecond), werr)
+		}
+		if err := h.Release(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		next := mustEngine(t, rawClient(t, srv.addr))
+		ctx, cancel := context.WithTimeout(ctxT(t), 2*time.Second)
+		defer cancel()
+		l, err := next.Acquire(ctx, hold("outlast/long", ttl))
+		if err != nil {
+			t.Fatalf("the next waiter after the failed one: %v", err)
+		}
+		_ = l.Release(ctxT(t))
+	})
+}
+
+// rawClient is a client of addr that never retries a command and bounds
+// each by its context, so that a stopped server costs a command its
+// engine's op timeout and no more; closed when the test ends.
+func rawClient(t *testing.T, addr string) *goredis.Client {
+	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -57,6 +58,10 @@ type attempt struct {
 	// was granted, or for a hand-off the bound described in the package
 	// doc. It is set by try and handedOff.
 	at time.Time
+	// unanswered is set when a round trip of this attempt got no answer
+	// from a server that was not serving (see down): the script may still
+	// run, at any time the server gets to it (see undo).
+	unanswered bool
 	// kept is set when an undo of this attempt may still run after its
 	// Acquire returns: the attempt is then not reused.
 	kept bool
@@ -151,6 +156,10 @@ func (a *attempt) try(ctx context.Context, wait, queued, starving bool) (bool, i
 	a.sents[a.n%int64(len(a.sents))] = sent
 	v, err := a.e.run(ctx, s, line, a.acqKeys).Result()
 	if err != nil {
+		var reply goredis.Error
+		if !errors.As(err, &reply) {
+			a.unanswered = true // the script may yet run (see undo)
+		}
 		return false, 0, err
 	}
 	if r, ok := v.([]any); ok && len(r) >= 2 {
@@ -236,27 +245,76 @@ func flag(b bool) any {
 	return argFalse
 }
 
-// undo removes, with a fresh bounded context, whatever this attempt may
-// have left: a grant whose reply was lost, or a place among the waiting
-// writers.
+// undo removes whatever this attempt may have left: a grant whose reply
+// was lost, or a place among the waiting writers, with one try bounded by
+// the op timeout, and leaves the rest to the engine's sweeper.
+//
+// When a round trip went unanswered (the attempt's or the undo's), its
+// script may still be in the server's socket buffer: a server that was
+// stopped or stalled runs what it received, when it resumes, in no set
+// order across connections, so an undo can run before an attempt that
+// registers the waiter again, or is granted the key, and a release would
+// then hand the key to a waiter that is gone, for the lease's whole TTL.
+// So the sweeper sends such an undo again until the server has answered
+// it, and then once more: sent after an answer, it runs after everything
+// the server had received before.
 func (a *attempt) undo(queued bool) {
+	err := a.undoOnce(queued)
+	need := 0
+	switch {
+	case err != nil && down(err):
+		need = 2
+	case a.unanswered:
+		need = 1
+	}
+	if need == 0 {
+		return
+	}
+	a.e.sweep.add(&cleanup{
+		need: need, until: time.Now().Add(max(a.ttl, a.e.opts.queueTTL)),
+		queue: func(ctx context.Context, pipe goredis.Pipeliner) []goredis.Cmder {
+			var cmds []goredis.Cmder
+			if queued {
+				cmds = append(cmds, a.rel.leaveCmd(ctx, pipe))
+			}
+			return append(cmds, a.rel.releaseCmd(ctx, pipe))
+		},
+	})
+}
+
+// undoOnce sends undo's clean-up once, with a fresh bounded context.
+func (a *attempt) undoOnce(queued bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), a.e.opts.timeout)
 	defer cancel()
 	// Leave first: once the waiter is off the queue no release can hand
 	// it the key, and the release then frees a hand-off made before.
-	pipe := a.e.c.Pipeline()
-	if queued {
-		a.rel.leaveCmd(ctx, pipe)
-	}
-	a.rel.releaseCmd(ctx, pipe)
-	if _, err := pipe.Exec(ctx); hasNoScript(err) {
-		loadScripts(ctx, a.e.c)
-		pipe = a.e.c.Pipeline()
+	send := func() error {
+		pipe := a.e.c.Pipeline()
 		if queued {
 			a.rel.leaveCmd(ctx, pipe)
 		}
 		a.rel.releaseCmd(ctx, pipe)
-		_, _ = pipe.Exec(ctx)
+		_, err := pipe.Exec(ctx)
+		return err
+	}
+	err := send()
+	if hasNoScript(err) {
+		loadScripts(ctx, a.e.c)
+		err = send()
+	}
+	return err
+}
+
+// pauseUnlessClosing waits d, and reports false at once instead when the
+// engine is closing.
+func (e *Engine) pauseUnlessClosing(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-e.frame.Closing():
+		return false
 	}
 }
 
@@ -266,8 +324,8 @@ func (r *relArgs) releaseCmd(ctx context.Context, pipe goredis.Pipeliner) *gored
 }
 
 // leaveCmd queues the script that takes the lease's waiter off the queue.
-func (r *relArgs) leaveCmd(ctx context.Context, pipe goredis.Pipeliner) {
-	leaveQueue.EvalSha(ctx, pipe, r.ks, r.args()...)
+func (r *relArgs) leaveCmd(ctx context.Context, pipe goredis.Pipeliner) *goredis.Cmd {
+	return leaveQueue.EvalSha(ctx, pipe, r.ks, r.args()...)
 }
 
 // script is the release script of r's line.
@@ -320,8 +378,10 @@ func (l *lease) Release(ctx context.Context) error {
 	switch {
 	case err != nil:
 		// Unknown whether it still holds; it is no longer renewed, so it
-		// is lost either way.
+		// is lost either way. The key is given back in the background as
+		// soon as the server answers again (releaseLater).
 		l.Signal.Close(fmt.Errorf("%w: release failed: %w", engine.ErrLeaseLost, err))
+		l.e.releaseLater(l)
 		return l.e.opError(ctx, "release", l.Key(), err)
 	case n == 1:
 		l.Signal.Close(engine.ErrReleased)
@@ -332,6 +392,24 @@ func (l *lease) Release(ctx context.Context) error {
 		}
 		return l.Signal.NotHeld(l.Key())
 	}
+}
+
+// releaseLater has the engine's sweeper give back the key of l, whose
+// release got no answer (the server was slow or away, or the caller's
+// context ended), until the server answers (the compare-and-delete frees
+// the key if l still holds it, and does nothing otherwise) or the validity
+// l had runs out (the server expires the key by then). Without it, a
+// release lost to a blip would keep every waiter of the key waiting out
+// the lease's TTL.
+func (e *Engine) releaseLater(l *lease) {
+	e.mu.Lock()
+	until := l.valid
+	e.mu.Unlock()
+	r := l.relArgs()
+	e.sweep.add(&cleanup{need: 1, until: until,
+		queue: func(ctx context.Context, pipe goredis.Pipeliner) []goredis.Cmder {
+			return []goredis.Cmder{r.releaseCmd(ctx, pipe)}
+		}})
 }
 
 // expire ends a fixed lease when its local timer fires. Redis expires the
