@@ -13,26 +13,32 @@ import (
 
 // RenewRounds runs the single renewal loop of an engine that renews all
 // its leases in rounds (the SQL engines: one UPDATE renews a batch of
-// rows). Each round comes interval() after the start of the last one, or
-// at once if the last one took longer, interval being read again every
-// time (a third of the shortest renewed TTL, say); while interval() is 0
+// rows). Each round comes the interval after the start of the last one, or
+// at once if the last one took longer, interval() being read again every
+// time; it returns the interval (a third of the shortest renewed TTL, say)
+// and since, the earliest instant from which a renewed lease that no round
+// has renewed yet counts its validity (zero if none): the round comes at
+// the latest the interval after since, so that a lease whose grant took
+// long to answer (a first connection dialled, a wait on a row lock) or
+// that woke the loop late is renewed the interval into its validity, not
+// the interval after the loop learned of it. While the interval is 0
 // there is nothing to renew, and the loop waits for kick, which the engine
 // signals (without blocking) when it grants a renewed lease, so that the
 // new lease's interval is taken into account at once. round renews what
 // the engine holds and returns how many leases it renewed and the earliest
 // end of validity of the renewed leases it still holds (zero if none);
 // pace then records whether the next round can land in time (Pace.Record).
-// When interval() falls to 0 the pace is cleared: no lease is left at
+// When the interval falls to 0 the pace is cleared: no lease is left at
 // risk, so a refusal recorded for the leases that ended ends too.
 // RenewRounds returns when closing closes.
-func RenewRounds(closing, kick <-chan struct{}, interval func() time.Duration,
+func RenewRounds(closing, kick <-chan struct{}, interval func() (every time.Duration, since time.Time),
 	round func() (n int, validUntil time.Time), pace *Pace) {
 	last := time.Now()
 	idle := true
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		every := interval()
+		every, since := interval()
 		if every == 0 {
 			if !idle {
 				// The renewed leases ended: none is at risk, so a
@@ -51,7 +57,11 @@ func RenewRounds(closing, kick <-chan struct{}, interval func() time.Duration,
 			// The first renewed lease after a quiet spell was just granted.
 			idle, last = false, time.Now()
 		}
-		t.Reset(max(time.Until(last.Add(every)), 0))
+		due := last.Add(every)
+		if !since.IsZero() && since.Add(every).Before(due) {
+			due = since.Add(every)
+		}
+		t.Reset(max(time.Until(due), 0))
 		select {
 		case <-t.C:
 			last = time.Now()

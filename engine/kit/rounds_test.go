@@ -149,7 +149,8 @@ func TestRenewRounds(t *testing.T) {
 	closing, kick, done := make(chan struct{}), make(chan struct{}, 1), make(chan struct{})
 	go func() {
 		defer close(done)
-		RenewRounds(closing, kick, func() time.Duration { return time.Duration(every.Load()) }, func() (int, time.Time) {
+		interval := func() (time.Duration, time.Time) { return time.Duration(every.Load()), time.Time{} }
+		RenewRounds(closing, kick, interval, func() (int, time.Time) {
 			rounds.Add(1)
 			if slow.Load() {
 				time.Sleep(30 * time.Millisecond)
@@ -181,6 +182,48 @@ func TestRenewRounds(t *testing.T) {
 	every.Store(int64(10 * time.Millisecond))
 	kick <- struct{}{}
 	waitFor(t, "the slack of a new round", func() bool { s, ok := pace.Slack(); return ok && s > 0 })
+	close(closing)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("RenewRounds did not return after closing")
+	}
+}
+
+// TestRenewRoundsFromValidity: the first round after a quiet spell comes
+// the interval after the validity of the lease that woke the loop began,
+// not the interval after the loop woke: a lease whose grant took the
+// whole interval to answer is renewed at once. The round came an hour
+// late before.
+func TestRenewRoundsFromValidity(t *testing.T) {
+	const every = time.Hour
+	var since atomic.Pointer[time.Time] // nil: nothing to renew
+	var pace Pace
+	closing, kick, done := make(chan struct{}), make(chan struct{}, 1), make(chan struct{})
+	rounds := make(chan struct{}, 1)
+	go func() {
+		defer close(done)
+		RenewRounds(closing, kick, func() (time.Duration, time.Time) {
+			if s := since.Load(); s != nil {
+				return every, *s
+			}
+			return 0, time.Time{}
+		}, func() (int, time.Time) {
+			select {
+			case rounds <- struct{}{}:
+			default:
+			}
+			return 1, time.Now().Add(every)
+		}, &pace)
+	}()
+	granted := time.Now().Add(-every) // a grant that took the whole interval
+	since.Store(&granted)
+	kick <- struct{}{}
+	select {
+	case <-rounds:
+	case <-time.After(10 * time.Second):
+		t.Errorf("no round within 10s for a lease whose renewal was due when it woke the loop")
+	}
 	close(closing)
 	select {
 	case <-done:

@@ -74,8 +74,7 @@ func (e *Engine) unpin(c *pgxpool.Conn, reuse bool) {
 func (e *Engine) acquireSession(ctx context.Context, req engine.Request) (engine.Lease, error) {
 	h := e.cfg.hash(req.Key)
 	if req.Wait && e.contended(h) {
-		e.markContended(h) // still hot while waited for
-		return e.acquirePinned(ctx, req, h)
+		return e.queueFor(ctx, req, h)
 	}
 	for try := 0; ; try++ {
 		// First the shared backends, at once: an uncontended grant
@@ -89,8 +88,7 @@ func (e *Engine) acquireSession(ctx context.Context, req engine.Request) (engine
 		case err == nil, errors.Is(err, sqlcore.ErrRefused):
 			// Contended (or every backend holds the key): wait in the
 			// server's queue on a pinned connection.
-			e.markContended(h)
-			return e.acquirePinned(ctx, req, h)
+			return e.queueFor(ctx, req, h)
 		case errors.Is(err, engine.ErrClosed):
 			return nil, err
 		case ctx.Err() != nil:
@@ -113,8 +111,23 @@ func (e *Engine) acquireSession(ctx context.Context, req engine.Request) (engine
 // round trip).
 const hotFor = time.Second
 
-// contended reports whether a waiting Acquire of h was refused within
-// hotFor.
+// queueFor grants req, whose key h is contended, on a pinned connection
+// (acquirePinned). h counts as contended from now, and for a waiting
+// request again from its grant, so that a wait longer than hotFor (a
+// loaded server) does not send the engine's next waiting Acquire of h to
+// a shared backend first: a round trip in which it is in no queue, while
+// waiters that came after it queue ahead of it.
+func (e *Engine) queueFor(ctx context.Context, req engine.Request, h int64) (engine.Lease, error) {
+	e.markContended(h) // still hot while waited for
+	l, err := e.acquirePinned(ctx, req, h)
+	if l != nil && req.Wait {
+		e.markContended(h)
+	}
+	return l, err
+}
+
+// contended reports whether a waiting Acquire of h was refused, or
+// granted after a wait in the server's queue, within hotFor.
 func (e *Engine) contended(h int64) bool {
 	e.hotMu.Lock()
 	defer e.hotMu.Unlock()

@@ -648,6 +648,33 @@ func TestLongWaitKeepsItsPeriod(t *testing.T) {
 	}
 }
 
+// TestLongWaitKeepsKeyHot: a key waited for longer than hotFor is still
+// contended once the wait is granted, so that the engine's next waiting
+// Acquire of it queues in the server at once instead of trying a shared
+// backend first (in no queue meanwhile). It counted from the start of the
+// wait before, and had gone cold by the grant.
+func TestLongWaitKeepsKeyHot(t *testing.T) {
+	dsn := testDSN(t)
+	table := testTable(t, dsn)
+	a := openT(t, dsn, WithTable(table))
+	b := openT(t, dsn, WithTable(table))
+	key := "hot/" + t.Name()
+	la := acquireT(t, a, sessionReq(key, time.Minute))
+	go func() {
+		time.Sleep(2 * hotFor) // the wait below outlasts hotFor
+		_ = la.Release(context.Background())
+	}()
+	start := time.Now()
+	lb, err := b.Acquire(hangCtx(t), sessionReq(key, time.Minute))
+	if err != nil {
+		t.Fatalf("acquire after a wait of %v: %v", time.Since(start), err)
+	}
+	defer func() { _ = lb.Release(context.Background()) }()
+	if !b.contended(b.cfg.hash(key)) {
+		t.Errorf("%q counts as uncontended right after a wait of %v for it", key, time.Since(start))
+	}
+}
+
 // TestMigrateLeavesBusyFencesAlone: a Migrate of tables that are up to
 // date takes no lock that waits for the session strategy's grants: it
 // completes while another transaction holds a write on "<table>_fences"

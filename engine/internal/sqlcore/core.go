@@ -94,6 +94,11 @@ type Core struct {
 	// under Mu, so that the loop never reads it by walking every lease
 	// (a walk per grant cost seconds of CPU at 20,000 leases).
 	every time.Duration
+	// fresh is the earliest validity start (the grant's send time) of the
+	// renewed leases granted since the last round collected the leases,
+	// zero if none: the next round comes at the latest every after it
+	// (kit.RenewRounds). Under Mu.
+	fresh time.Time
 }
 
 // New returns a core on d; with cfg.Renew it starts the renewal loop,
@@ -105,7 +110,7 @@ func New(cfg Config, d Dialect) *Core {
 	c.Frame.Init(&c.Mu)
 	if cfg.Renew {
 		c.Frame.Go(func() {
-			kit.RenewRounds(c.Frame.Closing(), c.kick, c.renewInterval, c.renewAll, &c.pace)
+			kit.RenewRounds(c.Frame.Closing(), c.kick, c.renewSchedule, c.renewAll, &c.pace)
 		})
 	}
 	return c

@@ -233,8 +233,15 @@ func (c *Core) granted(req engine.Request, owner string, token uint64,
 			l.timer = time.AfterFunc(life(req.TTL)-time.Since(start),
 				func() { l.end(engine.ErrLeaseLost, false) })
 			l.mu.Unlock()
-		} else if c.every == 0 || req.TTL/3 < c.every {
-			c.every = req.TTL / 3
+		} else {
+			if c.every == 0 || req.TTL/3 < c.every {
+				c.every = req.TTL / 3
+			}
+			// Its first renewal is due a third of its TTL after start,
+			// however long the grant took to answer.
+			if c.fresh.IsZero() || start.Before(c.fresh) {
+				c.fresh = start
+			}
 		}
 		return nil
 	}); err != nil {

@@ -26,12 +26,14 @@ func (c *Core) wakeRenewal() {
 	}
 }
 
-// renewInterval is a third of the shortest TTL of the renewed leases, or 0
-// if there are none (see Core.every).
-func (c *Core) renewInterval() time.Duration {
+// renewSchedule returns the renewal interval, a third of the shortest TTL
+// of the renewed leases or 0 if there are none (see Core.every), and the
+// earliest validity start of those that no round has renewed yet (see
+// Core.fresh), for kit.RenewRounds.
+func (c *Core) renewSchedule() (time.Duration, time.Time) {
 	c.Mu.Lock()
 	defer c.Mu.Unlock()
-	return c.every
+	return c.every, c.fresh
 }
 
 // renewAll renews every renewed lease of the engine, the ones whose
@@ -53,6 +55,7 @@ func (c *Core) renewAll() (int, time.Time) {
 		}
 	}
 	c.every = every
+	c.fresh = time.Time{} // every lease granted so far is in this round
 	c.Mu.Unlock()
 	type since struct {
 		l    *lease
