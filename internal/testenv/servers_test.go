@@ -324,14 +324,17 @@ func TestStartRedisCluster(t *testing.T) {
 func TestStartZooKeeper(t *testing.T) {
 	t.Parallel()
 	z := StartZooKeeper(t, "-Dznode.container.checkIntervalMs=100")
-	conn, _, err := zk.Connect([]string{z.Addr}, 10*time.Second, zk.WithLogger(quietZK{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
+	conn := zkConnect(t, z.Addr)
 	if _, err := conn.Create("/testenv", []byte("v"), 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatalf("create: %v", err)
 	}
+	// Closed before the restarts: a client left connected retries every
+	// second while the server is down, and one retry that lands between
+	// the new server's binding its port and loading its data goes
+	// unanswered for 10 x 2/3 of the session timeout (a ZooKeeper 3.8.0
+	// defect; see StartZooKeeper). That is ZooKeeper's and go-zookeeper's behaviour,
+	// not what this test checks.
+	conn.Close()
 	srvr := func(ctx context.Context) error {
 		d, _ := ctx.Deadline()
 		_, err := zkSrvr4LW(z.Addr, time.Until(d))
@@ -339,14 +342,38 @@ func TestStartZooKeeper(t *testing.T) {
 	}
 	checkPauseResume(t, z.Process, srvr)
 	checkKillRestart(t, z.Process, z.Addr, srvr)
-	// The data dir survives Restart.
-	eventually(t, 30*time.Second, "get /testenv after Restart", func() error {
+	// Restart has returned, so the server serves: a new client reads at
+	// once what was written before, from the data directory Restart keeps.
+	conn = zkConnect(t, z.Addr)
+	type got struct {
+		b   []byte
+		err error
+	}
+	ch := make(chan got, 1)
+	go func() {
 		b, _, err := conn.Get("/testenv")
-		if err == nil && string(b) != "v" {
-			return fmt.Errorf("/testenv = %q, want v", b)
+		ch <- got{b, err}
+	}()
+	select {
+	case g := <-ch:
+		if g.err != nil || string(g.b) != "v" {
+			t.Fatalf("get /testenv on a new client after Restart = %q, %v; want v", g.b, g.err)
 		}
-		return err
-	})
+	case <-time.After(20 * time.Second):
+		t.Fatalf("get /testenv on a new client after Restart: no answer within 20s")
+	}
+}
+
+// zkConnect connects a go-zookeeper client to addr (a 10s session), closed
+// when the test ends.
+func zkConnect(t *testing.T, addr string) *zk.Conn {
+	t.Helper()
+	conn, _, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogger(quietZK{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	return conn
 }
 
 // zkSrvr4LW asks srvr with a deadline and returns the Mode.

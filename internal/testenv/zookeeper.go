@@ -46,6 +46,15 @@ type ZooKeeper struct {
 // when the test ends. The four-letter words srvr, ruok, stat, mntr and cons
 // are allowed; the admin server is off. Without java or the ZooKeeper jars
 // the test fails naming the command that installs them.
+//
+// While it starts (at first and on every Restart) the server binds its
+// port a moment before it loads its data, up to seconds on a loaded
+// machine, and ZooKeeper 3.8.0 (Debian's) leaves a client connection that
+// arrives in that moment open and unanswered (its log shows the close
+// failing on a NullPointerException). A go-zookeeper client that reconnects
+// then waits 10 x 2/3 of its session timeout (67s for a 10s session) for
+// the answer before it tries again. Once Start or Restart has returned the
+// moment is over: a client made then connects at once.
 func StartZooKeeper(t testing.TB, jvm ...string) *ZooKeeper {
 	t.Helper()
 	z := prepareZooKeeper(t, FreePort(t), "", jvm)
