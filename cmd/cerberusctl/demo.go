@@ -138,6 +138,7 @@ type tally struct {
 	fenced       atomic.Int64 // writes refused by the fence
 	failed       atomic.Int64 // lock or store errors
 	retried      atomic.Int64 // locks asked for again after ErrUnavailable
+	unreleased   atomic.Int64 // unlocks that got no answer (ErrUnavailable)
 	firstErr     atomic.Value
 }
 
@@ -147,14 +148,18 @@ func (t *tally) fail(err error) {
 }
 
 func (t *tally) line() string {
-	return fmt.Sprintf("acquisitions=%d sold=%d fenced=%d failed=%d retried=%d",
-		t.acquisitions.Load(), t.sold.Load(), t.fenced.Load(), t.failed.Load(), t.retried.Load())
+	return fmt.Sprintf("acquisitions=%d sold=%d fenced=%d failed=%d retried=%d unreleased=%d",
+		t.acquisitions.Load(), t.sold.Load(), t.fenced.Load(), t.failed.Load(), t.retried.Load(),
+		t.unreleased.Load())
 }
 
 // buy runs one buyer: lock the product, read, decrement, fenced write,
 // unlock. A lock the engine could not serve for the moment
 // (ErrUnavailable: a round trip past the engine's op timeout on a busy
-// server, say) is asked for again, as a service would (lockRetrying).
+// server, say) is asked for again, as a service would (lockRetrying). An
+// unlock that got no answer is counted, not failed: the buyer's purchase is
+// written, and the key is free again once the engine's release gets
+// through or, at the latest, when the lease's TTL runs out.
 func buy(ctx context.Context, c *cerberus.Client, st stock, key string, product int, t *tally) {
 	l, err := lockRetrying(ctx, c, key, t)
 	if err != nil {
@@ -162,7 +167,10 @@ func buy(ctx context.Context, c *cerberus.Client, st stock, key string, product 
 		return
 	}
 	defer func() {
-		if err := l.Unlock(context.WithoutCancel(ctx)); err != nil {
+		switch err := l.Unlock(context.WithoutCancel(ctx)); {
+		case errors.Is(err, cerberus.ErrUnavailable):
+			t.unreleased.Add(1)
+		case err != nil:
 			t.fail(err)
 		}
 	}()
@@ -280,9 +288,9 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 
 	n := t.acquisitions.Load()
 	fmt.Fprintf(stdout, "%d acquisitions in %v: %.0f acquisitions/s; fenced writes refused: %d; "+
-		"errors: %d; locks asked again after ErrUnavailable: %d\n",
+		"errors: %d; locks asked again after ErrUnavailable: %d; unlocks unanswered (ErrUnavailable): %d\n",
 		n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), t.fenced.Load(),
-		t.failed.Load(), t.retried.Load())
+		t.failed.Load(), t.retried.Load(), t.unreleased.Load())
 	if first := t.firstErr.Load(); first != nil {
 		fmt.Fprintf(stdout, "first error: %v\n", first)
 	}
@@ -422,7 +430,7 @@ func addTally(t *tally, out string) error {
 		if rest, ok := strings.CutPrefix(line, "result "); ok {
 			counters := map[string]*atomic.Int64{
 				"acquisitions": &t.acquisitions, "sold": &t.sold, "fenced": &t.fenced, "failed": &t.failed,
-				"retried": &t.retried,
+				"retried": &t.retried, "unreleased": &t.unreleased,
 			}
 			for _, f := range strings.Fields(rest) {
 				name, val, _ := strings.Cut(f, "=")

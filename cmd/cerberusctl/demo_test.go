@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
@@ -246,4 +248,71 @@ func TestDemoAsksAgainWhenUnavailable(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// TestDemoUnlockUnanswered stops a private Redis (SIGSTOP) for 2.5s, past
+// the engine's 2s op timeout, while the buyers are busy: the unlocks sent
+// meanwhile get no answer and are counted as such, not as failed buyers,
+// and the keys they held are free again soon after the server answers (the
+// engine's background release), not after the 30s lease period.
+func TestDemoUnlockUnanswered(t *testing.T) {
+	srv := testenv.StartRedis(t)
+	t.Setenv("CERBERUS_REDIS_ADDR", srv.Addr)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	base := commandsProcessed(t, c)
+	paused := make(chan struct{})
+	go func() {
+		defer close(paused)
+		// Pause once the sale is well under way, resume 2.5s later.
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+			if commandsProcessed(t, c)-base > 1500 {
+				srv.Pause()
+				time.Sleep(2500 * time.Millisecond)
+				srv.Resume()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Error("the demo made no progress for 20s")
+	}()
+	start := time.Now()
+	code, out, errOut := runCmd(t, "demo", "-engine", "redis", "-buyers", "400", "-stock", "10000")
+	elapsed := time.Since(start)
+	<-paused
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	m := regexp.MustCompile(`unlocks unanswered \(ErrUnavailable\): (\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("output lacks the count of unanswered unlocks:\n%s", out)
+	}
+	if n, _ := strconv.Atoi(m[1]); n < 1 {
+		t.Errorf("no unlock went unanswered across a 2.5s stop of the server:\n%s", out)
+	}
+	if elapsed > 20*time.Second {
+		t.Errorf("the demo took %v: keys whose unlock went unanswered stayed held for their lease period:\n%s",
+			elapsed.Round(time.Millisecond), out)
+	}
+	for _, want := range []string{"400 acquisitions", "errors: 0", "PASS"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// commandsProcessed reads the server's total_commands_processed.
+func commandsProcessed(t *testing.T, c *goredis.Client) int64 {
+	info, err := c.Info(context.Background(), "stats").Result()
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }
