@@ -206,7 +206,12 @@
 // answers to requests sent before it has set the watches again write a
 // field it is still reading. Dial's connection carries a guard that holds
 // those answers back until the watches are set; for New, make the
-// connection with zk.WithDialer(NewDialer()).
+// connection with zk.WithDialer(NewDialer()). The guard also cuts a
+// connect request that gets no answer after a third of the session
+// timeout, where go-zookeeper would wait ten receive timeouts (six and a
+// half session timeouts): ZooKeeper 3.8.0 leaves a connection that comes
+// in while it starts open and unanswered, and a session reconnecting to a
+// restarted server would expire on it.
 //
 // # Errors
 //

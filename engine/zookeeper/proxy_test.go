@@ -9,13 +9,16 @@ import (
 // proxy is a loopback TCP relay to a real server that a test can cut, as a
 // network partition would: cut closes every relayed connection and refuses
 // new ones until heal. stall holds every byte back, in both directions,
-// until partition or heal.
+// until partition or heal. mute cuts too, but accepts new connections and
+// never answers them, until heal.
 type proxy struct {
 	ln      net.Listener
 	backend string
 
 	mu    sync.Mutex
 	cut   bool
+	muted bool          // new connections are accepted and never answered
+	mutes int           // connections accepted while muted
 	open  chan struct{} // closed while bytes flow
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
@@ -52,6 +55,12 @@ func (p *proxy) serve() {
 		if p.cut {
 			p.mu.Unlock()
 			_ = c.Close()
+			continue
+		}
+		if p.muted {
+			p.conns[c] = struct{}{} // open, unanswered, until partition
+			p.mutes++
+			p.mu.Unlock()
 			continue
 		}
 		p.mu.Unlock()
@@ -112,12 +121,31 @@ func (p *proxy) partition() {
 	p.flowLocked()
 }
 
-// heal accepts connections again, and lets bytes flow.
+// heal accepts connections again, relays new ones, and lets bytes flow.
 func (p *proxy) heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cut = false
+	p.cut, p.muted = false, false
 	p.flowLocked()
+}
+
+// muted counts the connections accepted while muted.
+func (p *proxy) mutedConns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mutes
+}
+
+// mute closes every relayed connection and, until heal, accepts new ones
+// and never answers them (as a server that is starting may); those stay
+// open until partition or the test's end.
+func (p *proxy) mute() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.muted = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
 }
 
 // stall holds back every byte the relayed connections carry.

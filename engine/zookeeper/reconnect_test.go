@@ -307,3 +307,37 @@ func TestWaiterOutlastsCuts(t *testing.T) {
 		t.Fatal("the waiter was not granted within 20s of the release")
 	}
 }
+
+// TestUnansweredConnectIsCut: a reconnecting engine whose first connection
+// is accepted and never answered (as ZooKeeper 3.8.0 does with a
+// connection that comes in while it starts) tries again within a third of
+// its session timeout, not after go-zookeeper's ten receive timeouts
+// (60s here): its session, and the lease in it, survive.
+func TestUnansweredConnectIsCut(t *testing.T) {
+	srv := testenv.StartZooKeeper(t)
+	px := newProxy(t, srv.Addr)
+	const timeout = 9 * time.Second
+	hook, sess := sessionEvents()
+	a := dialTimeout(t, px.addr(), timeout, hook)
+	l := mustAcquire(t, a, hold("mute/x"))
+	sid := a.SessionID()
+	waitSession(t, sess, true, time.Second)
+	px.mute()
+	waitSession(t, sess, false, 5*time.Second)
+	for deadline := time.Now().Add(5 * time.Second); px.mutedConns() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the engine did not connect again within 5s")
+		}
+	}
+	px.heal()                                 // the engine's connection is muted; the next one is answered
+	waitSession(t, sess, true, 7*time.Second) // a third of the timeout, a second's pause, a connect
+	if err := l.Err(); err != nil {
+		t.Fatalf("the lease ended across an unanswered connect: %v", err)
+	}
+	if got := a.SessionID(); got != sid {
+		t.Errorf("session %x after the unanswered connect, want %x resumed", got, sid)
+	}
+	if err := l.Release(bounded(t, 10*time.Second)); err != nil {
+		t.Fatalf("release after the unanswered connect: %v", err)
+	}
+}

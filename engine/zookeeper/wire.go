@@ -92,9 +92,10 @@ func newGuard(lastRead *atomic.Int64) *guard {
 // zk.Connect with zk.WithDialer when the connection is meant for New. It
 // keeps go-zookeeper v1.0.4 from a data race on every session that comes
 // back on a new TCP connection while it has watches (the engine always
-// has one), which fails a program built with -race. Dial uses one of its
-// own. Use each dialer for one zk.Connect only: it follows the watches of
-// that connection.
+// has one), which fails a program built with -race, and it cuts a
+// connect request that gets no answer after a third of the session
+// timeout (see the package doc). Dial uses one of its own. Use each dialer
+// for one zk.Connect only: it follows the watches of that connection.
 func NewDialer() zk.Dialer {
 	return newGuard(nil).dial
 }
@@ -376,12 +377,38 @@ func notification(b []byte) (zk.EventType, string, bool) {
 	return typ, string(b[12 : 12+n]), true
 }
 
-// SetReadDeadline notes the deadline a held answer waits up to.
+// SetReadDeadline notes the deadline a held answer waits up to. For the
+// connect answer it waits no longer than a third of the session timeout
+// (see connectDeadline).
 func (c *guardConn) SetReadDeadline(t time.Time) error {
+	t = c.connectDeadline(t)
 	c.mu.Lock()
 	c.deadline = t
 	c.mu.Unlock()
 	return c.Conn.SetReadDeadline(t)
+}
+
+// connectDeadline shortens the deadline go-zookeeper sets for the answer
+// to its connect request, ten receive timeouts (10 x 2/3 of the session
+// timeout) from now, to a third of the session timeout. ZooKeeper 3.8.0
+// (Debian's) binds its port a moment before it has loaded its data on
+// every start, and leaves a connection that comes in that moment open and
+// unanswered; go-zookeeper would wait on it for six and a half session
+// timeouts and the session would expire, so that a server's restart cost
+// every lease of the engine. Cut at a third, go-zookeeper tries again (a
+// second later when it has tried every server) while the session lives. A
+// server that needs longer than that to answer a connect is not one a
+// session of that timeout can be kept on. It reads go-zookeeper's reader
+// state only while the connect answer is unread, when go-zookeeper's
+// connecting goroutine is the only reader.
+func (c *guardConn) connectDeadline(t time.Time) time.Time {
+	if c.answered || t.IsZero() {
+		return t
+	}
+	if d := time.Until(t); d > 0 {
+		return time.Now().Add(d / 20)
+	}
+	return t
 }
 
 // SetDeadline is SetReadDeadline and SetWriteDeadline.
