@@ -94,6 +94,10 @@ type Core struct {
 	// under Mu, so that the loop never reads it by walking every lease
 	// (a walk per grant cost seconds of CPU at 20,000 leases).
 	every time.Duration
+	// unreleased are leases whose release got no answer, for clearLater's
+	// goroutine (running while it runs). Under Mu.
+	unreleased []*lease
+	clearing   bool
 	// fresh is the earliest validity start (the grant's send time) of the
 	// renewed leases granted since the last round collected the leases,
 	// zero if none: the next round comes at the latest every after it

@@ -39,6 +39,13 @@
 // wakes it at once. So a process with hundreds of waiters on one hot key
 // still sends one waiter's statements.
 //
+// A release that gets no answer (the server stopped or away past the op
+// timeout) ends the lease with the error, and the engine sends the same
+// conditional release again in the background, one goroutine per engine
+// and one statement at a time, until the server answers or the lease's
+// validity has run out: a blip costs the key's waiters the blip, not the
+// lease's TTL (see Core.clearLater).
+//
 // An engine keeps only its dialect: the statements and how it sends them,
 // behind Dialect, and its other strategy (MySQL's row locks, PostgreSQL's
 // advisory-lock sessions), which uses the Core's Frame and Mu as well.

@@ -278,10 +278,15 @@ func (l *lease) Release(ctx context.Context) error {
 	ok, err := l.c.clear(l)
 	if err != nil {
 		// Unknown whether the row is still ours; it is no longer renewed,
-		// so it is lost either way (the server expires it by its TTL).
+		// so it is lost either way. It is cleared in the background once
+		// the server answers (clearLater), or expires by its TTL.
 		l.forget()
 		l.Signal.Close(fmt.Errorf("%w: release failed: %w", engine.ErrLeaseLost, err))
-		return l.c.d.OpErr(ctx, "release", l.Key(), err)
+		oe := l.c.d.OpErr(ctx, "release", l.Key(), err)
+		if errors.Is(l.c.d.OpErr(context.Background(), "release", l.Key(), err), engine.ErrUnavailable) {
+			l.c.clearLater(l)
+		}
+		return oe
 	}
 	l.forget()
 	if ok {
@@ -290,6 +295,73 @@ func (l *lease) Release(ctx context.Context) error {
 		return nil
 	}
 	return l.Signal.NotHeld(l.Key())
+}
+
+// clearLater has the engine clear l, whose release got no answer, in the
+// background: one goroutine per engine sends the pending releases one
+// statement at a time, from 50ms after the failure and, while the server
+// does not answer, twice as long after each failure up to a second, so an
+// outage costs the server one statement per pause however many releases
+// wait. The statement is the release's own (conditional on l's owner and
+// token), so a late one clears nothing that is not l's. A lease is dropped
+// once its validity has run out (the server expires its row by then) or
+// the engine closes. Without it, a release lost to a blip kept the key's
+// waiters waiting out the lease's TTL.
+func (c *Core) clearLater(l *lease) {
+	c.Mu.Lock()
+	c.unreleased = append(c.unreleased, l)
+	start := !c.clearing
+	c.clearing = true
+	c.Mu.Unlock()
+	if start && !c.Frame.Go(c.clearPending) { // Frame.Go takes Mu
+		c.Mu.Lock()
+		c.unreleased, c.clearing = nil, false // closed: the rows expire
+		c.Mu.Unlock()
+	}
+}
+
+// clearPending runs clearLater's goroutine until no release is pending
+// or the engine closes.
+func (c *Core) clearPending() {
+	pause := 50 * time.Millisecond
+	for {
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-c.Frame.Closing():
+			t.Stop()
+			c.Mu.Lock()
+			c.unreleased, c.clearing = nil, false
+			c.Mu.Unlock()
+			return
+		}
+		for {
+			c.Mu.Lock()
+			if len(c.unreleased) == 0 {
+				c.clearing = false
+				c.Mu.Unlock()
+				return
+			}
+			l := c.unreleased[0]
+			c.Mu.Unlock()
+			l.mu.Lock()
+			until := l.validFrom.Add(l.ttl)
+			l.mu.Unlock()
+			ok, err := c.clear(l)
+			if err != nil && time.Now().Before(until) &&
+				errors.Is(c.d.OpErr(context.Background(), "release", l.Key(), err), engine.ErrUnavailable) {
+				break // the server is still away: l first again, after a pause
+			}
+			if ok {
+				c.line.kick(l.Key())
+			}
+			pause = 50 * time.Millisecond
+			c.Mu.Lock()
+			c.unreleased = c.unreleased[1:]
+			c.Mu.Unlock()
+		}
+		pause = min(2*pause, time.Second)
+	}
 }
 
 // end closes the lease with err; with release it then clears it on the
