@@ -74,8 +74,16 @@ func TestCheckerRedlock(t *testing.T) {
 		s := testenv.StartRedis(t)
 		nodes, addrs = append(nodes, s), append(addrs, s.Addr)
 	}
+	// Every node of a fault is killed before any restarts, and the crash
+	// time is taken once they are all dead: a grant a node made while the
+	// kills were under way died with it.
 	restart := func(name string, ns ...*testenv.RedisServer) fault {
-		return fault{name: name, crash: true, do: func() {
+		var killed time.Time
+		return fault{name: name, crash: true, killed: &killed, do: func() {
+			for _, n := range ns {
+				n.Kill()
+			}
+			killed = time.Now()
 			for _, n := range ns {
 				n.Restart()
 			}

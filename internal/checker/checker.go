@@ -25,8 +25,10 @@
 //     fencing token stops the damage.
 //   - crashed and fenced: only for an engine whose locks die with the
 //     server's connections (Check's crashes are given): the server crashed
-//     between the two grants, so the older holder's lock was gone before
-//     it could be told, and its fenced write was rejected or never made.
+//     between the two grants (after the older one's call began, since a
+//     server can grant and die before the answer returns), so the older
+//     holder's lock was gone before it could be told, and its fenced write
+//     was rejected or never made.
 //   - otherwise, or if both have the same token, a violation.
 //
 // Tokens are checked between sections that do not overlap: if A ended
@@ -308,10 +310,12 @@ func since(start, at int64) string {
 }
 
 // crashedBetween reports whether the server crashed after old's grant and
-// before cur's.
+// before cur's. Old's grant is taken to be as early as its call began: a
+// server can grant and then die before the grant's answer returns (a
+// Redlock node killed between its grant and the call's return).
 func crashedBetween(old, cur Section, crashes []int64) bool {
 	for _, c := range crashes {
-		if old.Start < c && c < cur.Start {
+		if asked(old) < c && c < cur.Start {
 			return true
 		}
 	}

@@ -25,6 +25,12 @@ func TestCheckJudgesOverlaps(t *testing.T) {
 	crashed := sec("k", 1, 1, 0, 100)
 	crashed.Write = NoWrite
 	crash := []int64{30 * ms}
+	// Asked before the crash, returned after it: the server may have
+	// granted before it died (a Redlock node killed after its grant).
+	grantedInCrash := asking(sec("k", 1, 1, 40, 100), 20)
+	grantedInCrash.Write = NoWrite
+	askedAfterCrash := asking(sec("k", 1, 1, 40, 100), 35)
+	askedAfterCrash.Write = NoWrite
 	// wrote(at) is the paused section whose last write the resource
 	// accepted at ms at.
 	wrote := func(at int64) Section { s := sec("k", 1, 1, 0, 100); s.Wrote = at * ms; return s }
@@ -66,6 +72,8 @@ func TestCheckJudgesOverlaps(t *testing.T) {
 		{"crash between the grants, write taken", []Section{sec("k", 1, 1, 0, 100), next}, nil, crash, 1, 0, 0, 0, 0},
 		{"crash after both grants", []Section{crashed, next}, nil, []int64{60 * ms}, 1, 0, 0, 0, 0},
 		{"no crashes given", []Section{crashed, next}, nil, nil, 1, 0, 0, 0, 0},
+		{"crash while the granting call was under way", []Section{grantedInCrash, next}, nil, crash, 0, 0, 0, 0, 1},
+		{"crash before the granting call", []Section{askedAfterCrash, next}, nil, crash, 1, 0, 0, 0, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
