@@ -305,19 +305,6 @@ func (a *attempt) undoOnce(queued bool) error {
 	return err
 }
 
-// pauseUnlessClosing waits d, and reports false at once instead when the
-// engine is closing.
-func (e *Engine) pauseUnlessClosing(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-e.frame.Closing():
-		return false
-	}
-}
-
 // releaseCmd queues the release script on a pipeline.
 func (r *relArgs) releaseCmd(ctx context.Context, pipe goredis.Pipeliner) *goredis.Cmd {
 	return r.script().EvalSha(ctx, pipe, r.ks, r.args()...)

@@ -110,3 +110,16 @@ func (s *sweeper) run() {
 		s.mu.Unlock()
 	}
 }
+
+// pauseUnlessClosing waits d, and reports false at once instead when the
+// engine is closing.
+func (e *Engine) pauseUnlessClosing(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-e.frame.Closing():
+		return false
+	}
+}
