@@ -16,13 +16,17 @@ import (
 // writer, whose pub/sub connection delivers the grant 300ms late. The
 // waiter's lease must count from no later than the grant on the server,
 // so the delay comes off its local validity, and its remaining local
-// validity never exceeds the server's PTTL.
+// validity never exceeds the server's PTTL. The waiter's recheck is set
+// long (a pause of at least 750ms) so that only the message can deliver
+// the grant inside the window the test accepts; the default's pauses,
+// drawn from 250ms to 500ms, could find the grant before the message came.
 func TestHandOffDelayedDelivery(t *testing.T) {
 	addr := testenv.RedisAddr(t)
 	admin := newClient(t, addr)
 	key := uniqueKey(t)
 	holder := mustEngine(t, newClient(t, addr))
-	waiting := mustEngine(t, newClient(t, addr))
+	const recheck = 1500 * time.Millisecond
+	waiting := mustEngine(t, newClient(t, addr), WithRecheck(recheck))
 	const delay = 300 * time.Millisecond
 	waiting.hub.delay = delay
 	keys := holder.keysOf(key)
@@ -67,9 +71,9 @@ func TestHandOffDelayedDelivery(t *testing.T) {
 	if l.Token() <= first.Token() {
 		t.Errorf("hand-off token %d is not above the previous holder's %d", l.Token(), first.Token())
 	}
-	if received.Sub(released) < delay {
-		t.Fatalf("the grant came %v after the release, before the %v delay: not the delayed message",
-			received.Sub(released), delay)
+	if took := received.Sub(released); took < delay || took >= recheck/2 {
+		t.Fatalf("the grant came %v after the release, outside [%v, %v): not the delayed message",
+			took, delay, recheck/2)
 	}
 	if at := valid.Add(-l.life()); at.After(released) { // granted set valid to at + life
 		t.Errorf("the lease counts from %v after the release returned, later than the grant on the server",
