@@ -71,10 +71,10 @@ type postgresLocker struct {
 // baseline of issue 18; with a durable token bump (advisory+bump), and
 // with a token that needs no flush (advisory+clock): the floors.
 func postgresLibraries(dsn, table string) []postgresLocker {
-	cerb := func(strategy postgres.Strategy) func(b *testing.B, key string) LockFunc {
+	cerb := func(strategy postgres.Strategy, opts ...postgres.Option) func(b *testing.B, key string) LockFunc {
 		return func(b *testing.B, key string) LockFunc {
-			e, err := postgres.Open(dsn, postgres.WithTable(table), postgres.WithStrategy(strategy),
-				postgres.WithMaxConns(4))
+			e, err := postgres.Open(dsn, append([]postgres.Option{postgres.WithTable(table),
+				postgres.WithStrategy(strategy), postgres.WithMaxConns(4)}, opts...)...)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -94,6 +94,7 @@ func postgresLibraries(dsn, table string) []postgresLocker {
 	}
 	return []postgresLocker{
 		{"cerberus-session", cerb(postgres.StrategySession)},
+		{"cerberus-session-clock", cerb(postgres.StrategySession, postgres.WithHolderRecords(false))},
 		{"cerberus-lease", cerb(postgres.StrategyLease)},
 		{"advisory", advisory(dsn, table, bumpNone)},
 		{"advisory+bump", advisory(dsn, table, bumpDurable)},
@@ -213,6 +214,8 @@ func BenchmarkPostgresUncontended(b *testing.B) {
 		}
 		rates := interleavedRates(b, "postgres/", libs)
 		Ratio(out, "postgres_uncontended_cycles", "cerberus-session", "advisory", rates["cerberus-session"], rates["advisory"])
+		Ratio(out, "postgres_uncontended_cycles", "cerberus-session-clock", "advisory", rates["cerberus-session-clock"], rates["advisory"])
+		Ratio(out, "postgres_uncontended_cycles", "cerberus-session-clock", "advisory+clock-read", rates["cerberus-session-clock"], rates["advisory+clock-read"])
 		Ratio(out, "postgres_uncontended_cycles", "cerberus-session", "advisory+bump", rates["cerberus-session"], rates["advisory+bump"])
 		Ratio(out, "postgres_uncontended_cycles", "cerberus-session", "advisory+clock", rates["cerberus-session"], rates["advisory+clock"])
 		Ratio(out, "postgres_uncontended_cycles", "advisory+clock", "advisory", rates["advisory+clock"], rates["advisory"])
@@ -235,7 +238,7 @@ func BenchmarkPostgresHotKey(b *testing.B) {
 		var libs []postgresLocker
 		for _, l := range postgresLibraries(dsn, table) {
 			if l.name != "advisory+bump" && l.name != "advisory+clock-unlogged" && l.name != "advisory+clock-read" &&
-				l.name != "advisory+sequence" {
+				l.name != "advisory+sequence" && l.name != "cerberus-session-clock" {
 				libs = append(libs, l)
 			}
 		}
@@ -256,5 +259,35 @@ func BenchmarkPostgresHotKey(b *testing.B) {
 		Ratio(out, "postgres_hotkey_wait_p99", "advisory+clock", "advisory", float64(by["advisory+clock"].WaitP99), float64(by["advisory"].WaitP99))
 		Ratio(out, "postgres_hotkey_acq", "cerberus-lease", "advisory", by["cerberus-lease"].Rate(), by["advisory"].Rate())
 		Ratio(out, "postgres_hotkey_wait_p99", "cerberus-lease", "advisory", float64(by["cerberus-lease"].WaitP99), float64(by["advisory"].WaitP99))
+	})
+}
+
+// BenchmarkPostgresHotKeyClock: the hot key of BenchmarkPostgresHotKey for
+// the session strategy without holder records, interleaved in rounds with
+// the bare advisory lock and its floor (the lock and a clock read): a run
+// of its own, as its 16 clients' connections do not fit beside the other
+// benchmark's libraries on a server with the default max_connections.
+func BenchmarkPostgresHotKeyClock(b *testing.B) {
+	once(b, func() {
+		dsn, table := postgresSetup(b)
+		var libs []postgresLocker
+		for _, l := range postgresLibraries(dsn, table) {
+			if l.name == "cerberus-session-clock" || l.name == "advisory" || l.name == "advisory+clock-read" {
+				libs = append(libs, l)
+			}
+		}
+		names := make([]string, len(libs))
+		for i, l := range libs {
+			names[i] = "postgres/" + l.name
+		}
+		res := hotKeyRounds(names, func(i int) LockFunc { return libs[i].build(b, "hotclock/"+libs[i].name) }, 30*time.Second)
+		by := map[string]HotKeyResult{}
+		for i, r := range res {
+			r.Report(out)
+			by[libs[i].name] = r
+		}
+		Ratio(out, "postgres_hotkey_acq", "cerberus-session-clock", "advisory", by["cerberus-session-clock"].Rate(), by["advisory"].Rate())
+		Ratio(out, "postgres_hotkey_wait_p99", "cerberus-session-clock", "advisory", float64(by["cerberus-session-clock"].WaitP99), float64(by["advisory"].WaitP99))
+		Ratio(out, "postgres_hotkey_wait_p99", "advisory+clock-read", "advisory", float64(by["advisory+clock-read"].WaitP99), float64(by["advisory"].WaitP99))
 	})
 }

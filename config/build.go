@@ -208,6 +208,9 @@ func (e *EngineSpec) buildMySQL(ctx context.Context) (engine.Engine, error) {
 	if e.SessionConns != 0 {
 		opts = append(opts, mysql.WithSessionConns(e.SessionConns))
 	}
+	if e.HolderRecords != nil {
+		opts = append(opts, mysql.WithHolderRecords(*e.HolderRecords))
+	}
 	dsn, err := e.mysqlDSN()
 	if err != nil {
 		return nil, err
@@ -262,6 +265,9 @@ func (e *EngineSpec) buildPostgres(ctx context.Context) (engine.Engine, error) {
 	}
 	if e.SessionConns != 0 {
 		opts = append(opts, postgres.WithSessionConns(e.SessionConns))
+	}
+	if e.HolderRecords != nil {
+		opts = append(opts, postgres.WithHolderRecords(*e.HolderRecords))
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cerberus-go/cerberus/engine"
+	"github.com/cerberus-go/cerberus/engine/mysql"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
@@ -33,6 +34,7 @@ func realConfig(t *testing.T) *Config {
   - {name: zk, kind: zookeeper, addrs: [%q], session_timeout: 4s, prefix: /cerberus-config-test}
   - {name: consul, kind: consul, addrs: [%q], prefix: cerberus-config-test, session_ttl: 10s, lock_delay: 0s}
   - {name: mysql, kind: mysql, dsn: %q, table: cerberus_config_test, max_conns: 5}
+  - {name: mysql-clock, kind: mysql, dsn: %[6]q, table: cerberus_config_test, strategy: session, holder_records: false}
   - {name: mem, kind: memory}
 `, testenv.RedisAddr(t), quoted(testenv.RedisClusterAddrs(t)), quoted(testenv.RedlockAddrs(t)),
 		testenv.ZooKeeperAddr(t), testenv.ConsulAddr(t), testenv.MySQLDSN(t))
@@ -110,6 +112,15 @@ func TestBuildRealServers(t *testing.T) {
 		}
 		if err := l.Release(ctx); err != nil {
 			t.Errorf("built[%d] (%s) Release: %v", i, n.Name, err)
+		}
+		if e.Kind == KindMySQL {
+			my, _ := n.Engine.(*mysql.Engine)
+			if w, ok := n.Engine.(engine.Wrapper); ok {
+				my, _ = w.Unwrap().(*mysql.Engine)
+			}
+			if want := e.HolderRecords == nil; my == nil || my.HolderRecords() != want {
+				t.Errorf("built[%d] (%s) is %T, want a *mysql.Engine with HolderRecords %v", i, n.Name, n.Engine, want)
+			}
 		}
 	}
 

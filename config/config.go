@@ -364,6 +364,15 @@ type EngineSpec struct {
 	// max_conns at least SessionConns+2 for postgres, SessionConns+3 for
 	// mysql). Zero means the default (2).
 	SessionConns int `mapstructure:"session_conns"`
+	// HolderRecords is whether the mysql or postgres session strategy
+	// records its holders and keeps a token counter per key
+	// (mysql.WithHolderRecords, postgres.WithHolderRecords). Nil means the
+	// default, true; false makes a grant the lock and a read of the
+	// server's clock with no write, at the price of a bare GET_LOCK or
+	// pg_advisory_lock: the token is then the server's clock alone, and
+	// listing, inspecting and force-releasing the engine's locks are not
+	// supported. Only with strategy session.
+	HolderRecords *bool `mapstructure:"holder_records"`
 	// TLS, when set, encrypts the connections to the servers (redis,
 	// redis-cluster, redlock, consul, mysql, etcd, postgres). For postgres
 	// the DSN must not set sslmode then. For mysql, Build registers
@@ -552,6 +561,9 @@ func (e EngineSpec) String() string {
 	}
 	if e.SessionConns != 0 {
 		fmt.Fprintf(&b, " session_conns=%d", e.SessionConns)
+	}
+	if e.HolderRecords != nil {
+		fmt.Fprintf(&b, " holder_records=%v", *e.HolderRecords)
 	}
 	if e.TLS != nil {
 		fmt.Fprintf(&b, " tls=%s", e.TLS)

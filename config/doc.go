@@ -107,4 +107,6 @@
 //	    table: cerberus_locks
 //	    max_conns: 32       # session: session_conns, plus one per lease that waited
 //	    session_conns: 2    # session: connections shared by every uncontended lease
+//	    holder_records: true # session: false for the price of a bare advisory lock (tokens from the
+//	                         # server's clock alone; no listing, inspection or force release)
 package config

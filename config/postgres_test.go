@@ -34,6 +34,14 @@ func TestPostgresInvalid(t *testing.T) {
 			"engines[0].table:"},
 		{"tls twice", "engines: [{name: e, kind: postgres, dsn: 'postgres://u@127.0.0.1/test?sslmode=require', tls: {}}]",
 			"engines[0].tls: the dsn already sets sslmode"},
+		{"holder_records with the lease strategy", "engines: [{name: e, kind: postgres, " + dsn +
+			", strategy: lease, holder_records: false}]",
+			"engines[0].holder_records: only the session strategy has it"},
+		{"holder_records on mysql's lease strategy", "engines: [{name: e, kind: mysql, " +
+			"dsn: 'root@tcp(127.0.0.1:3306)/test', holder_records: false}]",
+			`engines[0].holder_records: applies to strategy "session" only`},
+		{"holder_records on redis", "engines: [{name: e, kind: redis, addrs: ['127.0.0.1:6379'], " +
+			"holder_records: false}]", "engines[0].holder_records: not used by kind redis"},
 		{"tiny pool", "engines: [{name: e, kind: postgres, " + dsn + ", max_conns: 2}]",
 			"engines[0].max_conns: must be at least 4 for kind postgres"},
 		{"pool under session_conns", "engines: [{name: e, kind: postgres, " + dsn + ", session_conns: 8, max_conns: 9}]",
@@ -132,13 +140,17 @@ func TestPostgresPasswordNeverPrinted(t *testing.T) {
 // password key replaces the DSN's.
 func TestPostgresBuild(t *testing.T) {
 	dsn := testenv.PostgresDSN(t)
-	for _, strategy := range []string{"session", "lease"} {
-		t.Run(strategy, func(t *testing.T) {
-			table := fmt.Sprintf("cfg_pg_%s_%d", strategy, time.Now().UnixNano()%1e9)
+	for _, c := range []struct{ strategy, records string }{{"session", ""}, {"lease", ""}, {"session", "false"}} {
+		strategy, name, extra := c.strategy, c.strategy, ""
+		if c.records != "" {
+			name, extra = strategy+"_records_"+c.records, ", holder_records: "+c.records
+		}
+		t.Run(name, func(t *testing.T) {
+			table := fmt.Sprintf("cfg_pg_%s_%d", name, time.Now().UnixNano()%1e9)
 			dropPostgresTables(t, dsn, table)
 			cfg, err := Parse([]byte(fmt.Sprintf(`engines:
-  - {name: pg, kind: postgres, dsn: %q, strategy: %s, table: %s, max_conns: 8}
-`, dsn, strategy, table)), "yaml")
+  - {name: pg, kind: postgres, dsn: %q, strategy: %s, table: %s, max_conns: 8%s}
+`, dsn, strategy, table, extra)), "yaml")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -157,6 +169,9 @@ func TestPostgresBuild(t *testing.T) {
 			}
 			if pg == nil || string(pg.Strategy()) != strategy {
 				t.Fatalf("built %T, want a *postgres.Engine of strategy %s", eng, strategy)
+			}
+			if want := c.records != "false"; pg.HolderRecords() != want {
+				t.Errorf("HolderRecords = %v, want %v", pg.HolderRecords(), want)
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()

@@ -81,6 +81,7 @@ var fields = []field{
 	{"max_conns", func(e *EngineSpec) bool { return e.MaxConns != 0 },
 		[]string{KindRedis, KindRedisCluster, KindRedlock, KindConsul, KindMySQL, KindPostgres}},
 	{"session_conns", func(e *EngineSpec) bool { return e.SessionConns != 0 }, []string{KindMySQL, KindPostgres}},
+	{"holder_records", func(e *EngineSpec) bool { return e.HolderRecords != nil }, []string{KindMySQL, KindPostgres}},
 	{"tls", func(e *EngineSpec) bool { return e.TLS != nil }, tlsKinds},
 }
 
@@ -449,6 +450,9 @@ func (e *EngineSpec) validateMySQL(p string) []error {
 	case sc > 0 && e.Strategy != "session":
 		add("%s.session_conns: applies to strategy \"session\" only", p)
 	}
+	if e.HolderRecords != nil && e.Strategy != "session" {
+		add("%s.holder_records: applies to strategy \"session\" only", p)
+	}
 	if sc <= 0 {
 		sc = mysql.DefaultSessionConns
 	}
@@ -473,6 +477,9 @@ func (e *EngineSpec) validatePostgres(p string) []error {
 	case "", "session", "lease":
 	default:
 		add("%s.strategy: unknown strategy %q (want \"session\" or \"lease\")", p, e.Strategy)
+	}
+	if e.HolderRecords != nil && e.Strategy == "lease" {
+		add("%s.holder_records: only the session strategy has it; the lease strategy keeps its rows", p)
 	}
 	if e.Table != "" && !pgTableRE.MatchString(e.Table) {
 		add("%s.table: %q must be 1 to 48 lower-case ASCII letters, digits or underscores, not starting "+

@@ -32,6 +32,10 @@
 // stopped with SIGSTOP through the release (the package's TestMain calls
 // Hold, which is that process), and RunReleaseUpgrade against a store of
 // the previous version that a migration brings up to date.
+// RunNoInventory checks an engine whose type has those calls but that does
+// not serve them in its configuration (errors.ErrUnsupported, after the
+// arguments' checks, and nothing changed).
+//
 // Retry is for an engine's own token tests (a token survives a client's or
 // a server's restart): it grants and cycles a key across the restart,
 // trying again while the engine reports the server unavailable.

@@ -301,6 +301,36 @@
 // ends with engine.ErrReleasedByOperator, the others with
 // engine.ErrLeaseLost.
 //
+// # Tokens without records
+//
+// WithHolderRecords(false) (config holder_records: false) trades the names
+// table's rows (each name's counter and holder) for the price of a bare
+// GET_LOCK. A grant, the try on a shared connection and the wait on a
+// pinned one alike, is one SELECT that takes the lock with GET_LOCK and,
+// once it is held, reads the server's clock (SYSDATE(6), in the UTC time
+// zone that the engine sets on each of its connections) in the same 8µs
+// ticks: that reading is the token, and the statement writes nothing. A
+// release runs RELEASE_LOCK only once the server's clock has passed the
+// lease's token, sleeping through the rest of the tick on the server if
+// need be (a release sent after its grant's answer came back never has
+// to), and a connection the engine drops, which frees its names, is
+// closed two ticks after the last answer that could have carried a token.
+// So whatever frees the name, the next grant of the key, which reads the
+// clock only once it holds the name, reads a later tick, and tokens
+// strictly increase as long as the server's clock does not step back (by
+// more than the time between two grants of one key). There is no counter
+// to lose: a restart, a crash or a promoted replica change nothing, as
+// long as the new server's clock is not behind the old one's by more than
+// the time since its last grant. The assumption is stronger than with
+// records, where the clock matters only after the MEMORY table is lost: a
+// clock stepped back while the server runs gives lower tokens for as long
+// as the step. A server started with --sysdate-is-now makes SYSDATE the
+// statement's start, before a wait for the lock: do not use it without
+// records. Holders, List and ForceRelease return an error wrapping
+// errors.ErrUnsupported: nothing on the server names a lock name's key,
+// value or token. Every process that locks a key must use the same
+// setting.
+//
 // # Holders and Watch
 //
 // Holders (engine.Inspector) is one statement. With the lease strategy it

@@ -68,6 +68,7 @@ type config struct {
 	opTimeout  time.Duration
 	maxConns   int
 	muxConns   int
+	records    bool // the session strategy's rows in "<table>_names"
 }
 
 // DefaultMaxConns is the default of WithMaxConns.
@@ -90,6 +91,40 @@ const DefaultSessionConns = 2
 // with a goroutine each time), and Open's main pool gets the rest of the
 // budget. Other strategies ignore it.
 func WithSessionConns(n int) Option { return func(c *config) { c.muxConns = n } }
+
+// WithHolderRecords says whether the session strategy writes each grant's
+// row in "<table>_names" (the lock name's token counter and its holder) in
+// the statement that takes the lock. With records (the default, true)
+// Holders, List and ForceRelease see every session lease, and a token
+// rests on the name's counter, with the server's clock as the floor after
+// a lost counter. WithHolderRecords(false) makes every grant GET_LOCK and
+// a read of the server's clock in one SELECT that writes nothing, so that
+// a lease costs what a bare GET_LOCK and RELEASE_LOCK cost; its token is
+// the server's clock alone, which rests on a stronger assumption (see the
+// package documentation, "Tokens without records"), and Holders, List and
+// ForceRelease return an error wrapping errors.ErrUnsupported. Every
+// process that locks a key must use the same setting. The other
+// strategies ignore it.
+func WithHolderRecords(on bool) Option { return func(c *config) { c.records = on } }
+
+// closeGuard is how long discard waits, without holder records, before it
+// closes a session connection: two ticks of the token clock.
+const closeGuard = 16 * time.Microsecond
+
+// HolderRecords reports whether the session strategy records its holders
+// (WithHolderRecords).
+func (e *Engine) HolderRecords() bool { return e.cfg.records }
+
+// noRecords reports whether the engine is a session engine without holder
+// records.
+func (e *Engine) noRecords() bool { return e.cfg.strategy == StrategySession && !e.cfg.records }
+
+// errNoRecords is the error of Holders, List and ForceRelease on a session
+// engine without holder records.
+func (e *Engine) errNoRecords(op string) error {
+	return fmt.Errorf("mysql: %s: the session strategy keeps no holder records "+
+		"(WithHolderRecords(false)): %w", op, errors.ErrUnsupported)
+}
 
 // WithMaxConns bounds the connections the engine uses. Open caps its own
 // pool at n (with the session strategy, its two pools together: see
@@ -268,7 +303,7 @@ func buildConfig(opts []Option) (config, error) {
 		table: DefaultTable, strategy: StrategyLease,
 		minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff,
 		connCheck: DefaultConnCheck, opTimeout: DefaultOpTimeout,
-		maxConns: DefaultMaxConns, muxConns: DefaultSessionConns,
+		maxConns: DefaultMaxConns, muxConns: DefaultSessionConns, records: true,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -303,7 +338,7 @@ func buildConfig(opts []Option) (config, error) {
 
 func newEngine(cfg config, db *sql.DB, owned bool) *Engine {
 	e := &Engine{
-		cfg: cfg, db: db, owned: owned, q: buildQueries(cfg.table),
+		cfg: cfg, db: db, owned: owned, q: buildQueries(cfg.table, cfg.records),
 		pins: make(chan struct{}, cfg.maxConns-2),
 	}
 	e.core = sqlcore.New(sqlcore.Config{Name: name, OpTimeout: cfg.opTimeout,

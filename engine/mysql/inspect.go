@@ -14,8 +14,16 @@ var _ engine.Inspector = (*Engine)(nil)
 // row and its reader rows, listing only those unexpired by the server's
 // NOW(6). With the session strategy it reads the row of the key's lock
 // name in "<table>_names", if its connection holds the name now
-// (IS_USED_LOCK) and it names the key. It returns engine.ErrClosed after Close.
+// (IS_USED_LOCK) and it names the key. It returns engine.ErrClosed after
+// Close. A session engine without holder records (WithHolderRecords(false))
+// returns an error wrapping errors.ErrUnsupported.
 func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, error) {
+	if e.noRecords() {
+		if err := engine.CheckKey(key, MaxKeyLen); err != nil {
+			return nil, err
+		}
+		return nil, e.errNoRecords("holders")
+	}
 	return e.core.Holders(ctx, key, e.Limits().MaxKeyLen, e.readHolders)
 }
 

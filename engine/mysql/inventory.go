@@ -33,11 +33,16 @@ var listSlack = engine.MaxLimit
 // read whole: the MEMORY table's hash index has no order), listing the
 // rows whose connection holds their lock name now. Waiters is -1: waiters poll, or wait inside
 // InnoDB or GET_LOCK, where nothing counts them.
-// It returns engine.ErrClosed after Close.
+// It returns engine.ErrClosed after Close. A session engine without holder
+// records (WithHolderRecords(false)) returns an error wrapping
+// errors.ErrUnsupported.
 func (e *Engine) List(ctx context.Context, prefix string, limit int) (engine.Inventory, error) {
 	prefix, limit, err := engine.CheckList(prefix, limit, e.Limits().MaxKeyLen)
 	if err != nil {
 		return engine.Inventory{}, err
+	}
+	if e.noRecords() {
+		return engine.Inventory{}, e.errNoRecords("list")
 	}
 	if err := e.frame.Enter(ctx, nil); err != nil {
 		if errors.Is(err, engine.ErrClosed) {

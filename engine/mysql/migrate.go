@@ -239,15 +239,19 @@ type queries struct {
 	rowMark, rowMarkShared, rowHolders, rowRecords                    string
 	enqueue, queueTidy, queueRefresh, queuePlace, dequeue, ticketDone string
 	sessTry, sessWait, sessRelease, sessHolders, sessList, sessKill   string
-	sessHolder, sessMarked, sessSweep                                 string
-	sessRevoke, sessRevoked, sessReleased, sessStill                  string
-	freeRow, freeReaders, freeTidy, freeClear, freeClearReaders       string
-	tombstone, released                                               string
+	// sessClockGrant is the grant without holder records (clockSession),
+	// empty with them.
+	sessClockGrant                                              string
+	sessHolder, sessMarked, sessSweep                           string
+	sessRevoke, sessRevoked, sessReleased, sessStill            string
+	freeRow, freeReaders, freeTidy, freeClear, freeClearReaders string
+	tombstone, released                                         string
 }
 
 // buildQueries returns the statements on table and its "_readers",
-// "_queue" and "_fences" tables.
-func buildQueries(table string) queries {
+// "_queue" and "_fences" tables; without records, the session strategy's
+// grants and release are those of clockSession.
+func buildQueries(table string, records bool) queries {
 	t, r, k, w := "`"+table+"`", "`"+table+"_readers`", "`"+table+"_fences`", "`"+table+"_queue`"
 	var q queries
 	q.exclusive(t, r, w)
@@ -255,6 +259,9 @@ func buildQueries(table string) queries {
 	q.queue(w)
 	q.row(t, r, k)
 	q.session(table)
+	if !records {
+		q.clockSession()
+	}
 	q.free(t, r, "`"+table+"_released`")
 	return q
 }

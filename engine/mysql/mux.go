@@ -105,8 +105,9 @@ func (c *muxConn) opCtx() (context.Context, context.CancelFunc) {
 }
 
 // Grant runs the session strategy's one-statement try (GET_LOCK(name, 0);
-// see sessionGrant), after setting the session's wait_timeout for a lease
-// period of idle if it has another.
+// see sessionGrant, and without holder records queries.clockSession),
+// after setting the session's wait_timeout for a lease period of idle if
+// it has another.
 func (c *muxConn) Grant(req engine.Request, name string, idle time.Duration) (sqlcore.MuxAnswer, error) {
 	ctx, cancel := c.opCtx()
 	defer cancel()
@@ -117,13 +118,28 @@ func (c *muxConn) Grant(req engine.Request, name string, idle time.Duration) (sq
 		}
 		c.rc.idleMax = secs
 	}
-	res, err := c.rc.conn.ExecContext(ctx, c.e.q.sessTry, name, req.Key, req.Value, secs, name)
 	var n, token int64
-	if err == nil {
-		if n, err = res.RowsAffected(); err == nil && n > 0 {
-			token, err = res.LastInsertId()
+	if c.e.cfg.records {
+		res, err := c.rc.conn.ExecContext(ctx, c.e.q.sessTry, name, req.Key, req.Value, secs, name)
+		if err == nil {
+			if n, err = res.RowsAffected(); err == nil && n > 0 {
+				token, err = res.LastInsertId()
+			}
 		}
+		return c.granted(ctx, name, idle, n, token, err)
 	}
+	var tok sql.NullInt64
+	err := c.rc.conn.QueryRowContext(ctx, c.e.q.sessClockGrant, name, 0).Scan(&tok)
+	if g, t := clockAnswer(tok); g == 1 {
+		n, token = 1, int64(t)
+	}
+	return c.granted(ctx, name, idle, n, token, err)
+}
+
+// granted is Grant's answer for a try that affected n rows (1 when it
+// granted) with token, or failed with err.
+func (c *muxConn) granted(ctx context.Context, name string, idle time.Duration, n, token int64,
+	err error) (sqlcore.MuxAnswer, error) {
 	switch {
 	case err != nil && errNumber(err) != 0:
 		// A server error that leaves the session open (a full names
@@ -153,7 +169,7 @@ func (c *muxConn) Unlock(l *muxLease) (bool, error) {
 	ctx, cancel := c.opCtx()
 	defer cancel()
 	var got sql.NullInt64
-	err := c.rc.conn.QueryRowContext(ctx, c.e.q.sessRelease, l.Lock()).Scan(&got)
+	err := c.rc.conn.QueryRowContext(ctx, c.e.q.sessRelease, c.e.releaseArgs(l.Lock(), l.Token())...).Scan(&got)
 	return got.Valid && got.Int64 == 1, err
 }
 

@@ -17,8 +17,16 @@ import (
 var _ engine.Releaser = (*Engine)(nil)
 
 // ForceRelease frees key whoever holds it; see engine.Releaser and the
-// package documentation ("Force release").
+// package documentation ("Force release"). A session engine without holder
+// records (WithHolderRecords(false)) returns an error wrapping
+// errors.ErrUnsupported, after checking the key.
 func (e *Engine) ForceRelease(ctx context.Context, key string) ([]engine.Holder, error) {
+	if e.noRecords() {
+		if err := engine.CheckKey(key, MaxKeyLen); err != nil {
+			return nil, err
+		}
+		return nil, e.errNoRecords("force release")
+	}
 	switch e.cfg.strategy {
 	case StrategyRow:
 		return e.forceReleaseRow(ctx, key)

@@ -90,7 +90,13 @@ func (e *Engine) pinConn(ctx context.Context, db *sql.DB) (*rowConn, error) {
 		return nil, err
 	}
 	rc := &rowConn{conn: c, bounded: db == e.muxDB}
-	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&rc.id); err != nil {
+	err = c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&rc.id)
+	if err == nil && e.noRecords() {
+		// The tokens' clock (clockNow) reads SYSDATE in the session's
+		// time zone.
+		_, err = c.ExecContext(ctx, "SET time_zone = '+00:00'")
+	}
+	if err != nil {
 		_ = c.Close()
 		<-e.pins
 		return nil, err
@@ -114,8 +120,14 @@ func (e *Engine) putConn(rc *rowConn) {
 
 // discard closes rc's connection instead of giving it back to the pool: its
 // session settings were changed, or it may be broken or carry a pending
-// KILL QUERY, and the pool may be the caller's.
+// KILL QUERY, and the pool may be the caller's. A session engine without
+// holder records first waits two of the token clock's 8µs ticks: a lock
+// name freed by the end of the session, like one freed by a release (see
+// queries.clockSession), is then freed after the tick of its token.
 func (e *Engine) discard(rc *rowConn) {
+	if e.noRecords() {
+		time.Sleep(closeGuard)
+	}
 	_ = rc.conn.Raw(func(any) error { return driver.ErrBadConn })
 	_ = rc.conn.Close()
 	<-e.pins

@@ -234,6 +234,12 @@ func (e *Engine) tryGrant(ctx context.Context, rc *rowConn, req engine.Request, 
 	token uint64, err error) {
 	qctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
 	defer cancel()
+	if !e.cfg.records {
+		var tok sql.NullInt64
+		err := rc.conn.QueryRowContext(qctx, e.q.sessClockGrant, name, 0).Scan(&tok)
+		g, token := clockAnswer(tok)
+		return g, token, err
+	}
 	res, err := rc.conn.ExecContext(qctx, e.q.sessTry, name, req.Key, req.Value, 0, name)
 	if err != nil {
 		return 0, 0, err
@@ -257,6 +263,13 @@ func (e *Engine) waitGrant(ctx context.Context, rc *rowConn, req engine.Request,
 	}
 	a := new(answer)
 	err, killed = e.killable(ctx, rc, func(qctx context.Context) error {
+		if !e.cfg.records {
+			var tok sql.NullInt64
+			err := rc.conn.QueryRowContext(qctx, e.q.sessClockGrant, name, getLockWait(ctx, req.Wait)).Scan(&tok)
+			g, token := clockAnswer(tok)
+			a.got, a.token = sql.NullInt64{Int64: g, Valid: g >= 0}, token
+			return err
+		}
 		return rc.conn.QueryRowContext(qctx, e.q.sessWait, name, getLockWait(ctx, req.Wait), req.Key,
 			req.Value).Scan(&a.got, &a.token)
 	})
@@ -264,6 +277,28 @@ func (e *Engine) waitGrant(ctx context.Context, rc *rowConn, req engine.Request,
 		return -1, 0, err, killed
 	}
 	return a.got.Int64, a.token, err, false
+}
+
+// clockAnswer reads the answer of a grant without holder records (see
+// queries.clockSession): g is 1 and token the token if it granted, g is 0
+// if the wait ran out, -1 if GET_LOCK failed (NULL).
+func clockAnswer(tok sql.NullInt64) (g int64, token uint64) {
+	switch {
+	case !tok.Valid:
+		return -1, 0
+	case tok.Int64 == 0:
+		return 0, 0
+	}
+	return 1, uint64(tok.Int64)
+}
+
+// releaseArgs are the arguments of the release statement of the lease of
+// lock name with token token (see queries.clockSession).
+func (e *Engine) releaseArgs(name string, token uint64) []any {
+	if e.cfg.records {
+		return []any{name}
+	}
+	return []any{token, token, name, name}
 }
 
 // sweep clears, best effort, the rows of lock names that nobody holds and
@@ -462,7 +497,7 @@ func (l *sessionLease) unlock(rc *rowConn) (bool, error) {
 	ctx, cancel := l.e.core.OpCtx()
 	defer cancel()
 	var held sql.NullInt64
-	err := rc.conn.QueryRowContext(ctx, l.e.q.sessRelease, l.name).Scan(&held)
+	err := rc.conn.QueryRowContext(ctx, l.e.q.sessRelease, l.e.releaseArgs(l.name, l.token)...).Scan(&held)
 	return held.Valid && held.Int64 == 1, err
 }
 

@@ -8,6 +8,15 @@ package mysql
 // moves it back.
 const clockTicks = "(TIMESTAMPDIFF(MICROSECOND, '2025-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 8)"
 
+// clockNow is clockTicks read when it is evaluated: SYSDATE(6), where
+// UTC_TIMESTAMP(6) is the time the statement began, which for a grant that
+// waited in GET_LOCK is before the lock was held. SYSDATE is in the
+// session's time zone, which the connections of an engine without holder
+// records set to UTC (pinConn), so that no daylight saving change moves it
+// back. A server started with --sysdate-is-now makes SYSDATE the
+// statement's start too: such a server must not be used without records.
+const clockNow = "(TIMESTAMPDIFF(MICROSECOND, '2025-01-01 00:00:00', SYSDATE(6)) DIV 8)"
+
 // sessionGrant returns the session strategy's grant of lock name ?1 for
 // key ?2 with value ?3, on the quoted names table n, written under the lock
 // taken by cond: one statement, INSERT ... SELECT ... WHERE cond, that
@@ -121,4 +130,30 @@ func (q *queries) session(table string) {
 	// next grant's clock floor is above them, so deleting them loses no
 	// order.
 	q.sessSweep = "DELETE FROM " + n + " WHERE IS_USED_LOCK(`name`) IS NULL AND `token` < " + clockTicks
+}
+
+// clockSession replaces the session strategy's grants and release with
+// those of an engine without holder records (WithHolderRecords(false)),
+// which write nothing:
+//
+//   - a grant, the try and the wait alike, is one SELECT of GET_LOCK(?1,
+//     ?2) (a wait of ?2 seconds, 0 for the try) that answers, if it
+//     granted, the server's clock in 8µs ticks read once the lock is held
+//     (clockNow): the token (at least 1); 0 if the wait ran out, NULL if
+//     GET_LOCK failed (CASE evaluates its operand once, before its
+//     branches);
+//   - the release is RELEASE_LOCK(?3) once the server's clock has passed
+//     the lease's token, ?1 and ?2: while it has not, it sleeps for the
+//     rest of the token's tick first (CASE tests its condition before the
+//     branch runs, AND stops at a false operand), which a release sent a
+//     round trip after its grant never needs. So the next grant of the
+//     name, which reads the clock only once it holds it, reads a later
+//     tick: tokens strictly increase as long as the server's clock does
+//     not step back (see the package documentation, "Tokens without
+//     records"). It answers RELEASE_LOCK's result.
+func (q *queries) clockSession() {
+	q.sessClockGrant = "SELECT CASE GET_LOCK(?, ?) WHEN 1 THEN GREATEST(1, " + clockNow + ") WHEN 0 THEN 0 END"
+	q.sessRelease = "SELECT CASE WHEN " + clockTicks + " < ? + 1 AND SLEEP(((? + 1) * 8 - " +
+		"TIMESTAMPDIFF(MICROSECOND, '2025-01-01 00:00:00', UTC_TIMESTAMP(6))) / 1000000) >= 0 " +
+		"THEN RELEASE_LOCK(?) ELSE RELEASE_LOCK(?) END"
 }

@@ -23,20 +23,34 @@ import (
 // server restart empties, floored by the server's clock) is above every
 // token granted before, after the client restarts and after the server is
 // killed with SIGKILL and restarted from its data directory, and (for the
-// session strategy) after a clean shutdown and restart. They use only the
-// package's exported API.
+// session strategy) after a clean shutdown and restart. A session engine
+// without holder records (WithHolderRecords(false)) keeps no counter: its
+// token is the server's clock alone, and the tests here run it too. They
+// use only the package's exported API.
 
-var strategies = []mysql.Strategy{mysql.StrategyLease, mysql.StrategyRow, mysql.StrategySession}
+// variant is an engine configuration whose tokens the tests check.
+type variant struct {
+	name string
+	opts []mysql.Option
+}
+
+var (
+	sessionVariant = variant{"session", []mysql.Option{mysql.WithStrategy(mysql.StrategySession)}}
+	clockVariant   = variant{"session-clock", []mysql.Option{mysql.WithStrategy(mysql.StrategySession),
+		mysql.WithHolderRecords(false)}}
+	variants = []variant{{"lease", []mysql.Option{mysql.WithStrategy(mysql.StrategyLease)}},
+		{"row", []mysql.Option{mysql.WithStrategy(mysql.StrategyRow)}}, sessionVariant, clockVariant}
+)
 
 // restartWait bounds the retries of a grant while the server restarts.
 const restartWait = 30 * time.Second
 
 // tokenTables makes a table name per strategy, migrated on dsn, and drops
 // them when the test ends.
-func tokenTables(t *testing.T, dsn string) map[mysql.Strategy]string {
+func tokenTables(t *testing.T, dsn string) map[string]string {
 	t.Helper()
-	out := map[mysql.Strategy]string{}
-	for _, s := range strategies {
+	out := map[string]string{}
+	for _, s := range variants {
 		var b [5]byte
 		_, _ = rand.Read(b[:])
 		table := "cerberus_tok_" + hex.EncodeToString(b[:])
@@ -47,7 +61,7 @@ func tokenTables(t *testing.T, dsn string) map[mysql.Strategy]string {
 		if err != nil {
 			t.Fatalf("migrate: %v", err)
 		}
-		out[s] = table
+		out[s.name] = table
 	}
 	t.Cleanup(func() {
 		db, err := sql.Open("mysql", dsn)
@@ -67,11 +81,11 @@ func tokenTables(t *testing.T, dsn string) map[mysql.Strategy]string {
 	return out
 }
 
-// openOn opens an engine with strategy s on dsn's table, closed when the
-// test ends.
-func openOn(t *testing.T, dsn, table string, s mysql.Strategy) *mysql.Engine {
+// openOn opens an engine of variant v on dsn's table, closed when the test
+// ends.
+func openOn(t *testing.T, dsn, table string, v variant) *mysql.Engine {
 	t.Helper()
-	e, err := mysql.Open(dsn, mysql.WithTable(table), mysql.WithStrategy(s))
+	e, err := mysql.Open(dsn, append([]mysql.Option{mysql.WithTable(table)}, v.opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,10 +116,10 @@ func cycles(t *testing.T, e engine.Engine, key string, n int, after uint64) uint
 func TestTokensAfterClientRestart(t *testing.T) {
 	dsn := testenv.MySQLDSN(t)
 	tables := tokenTables(t, dsn)
-	for _, s := range strategies {
+	for _, s := range variants {
 		var last uint64
 		for range 3 {
-			e := openOn(t, dsn, tables[s], s)
+			e := openOn(t, dsn, tables[s.name], s)
 			last = cycles(t, e, "client-restart", 10, last)
 			if err := e.Close(); err != nil {
 				t.Fatal(err)
@@ -121,18 +135,18 @@ func TestTokensAfterClientRestart(t *testing.T) {
 func TestTokensAfterServerKill(t *testing.T) {
 	srv := testenv.StartMariaDB(t)
 	tables := tokenTables(t, srv.DSN)
-	last := map[mysql.Strategy]uint64{}
-	es := map[mysql.Strategy]*mysql.Engine{}
-	for _, s := range strategies {
-		es[s] = openOn(t, srv.DSN, tables[s], s)
-		last[s] = cycles(t, es[s], "kill", 20, 0)
+	last := map[string]uint64{}
+	es := map[string]*mysql.Engine{}
+	for _, s := range variants {
+		es[s.name] = openOn(t, srv.DSN, tables[s.name], s)
+		last[s.name] = cycles(t, es[s.name], "kill", 20, 0)
 	}
 	srv.Kill()
 	srv.Restart()
-	for _, s := range strategies {
-		after := cycles(t, es[s], "kill", 3, last[s])
-		t.Logf("%s: token before the kill %d, after the restart %d", s, last[s], after)
-		cycles(t, openOn(t, srv.DSN, tables[s], s), "kill", 3, after)
+	for _, s := range variants {
+		after := cycles(t, es[s.name], "kill", 3, last[s.name])
+		t.Logf("%s: token before the kill %d, after the restart %d", s.name, last[s.name], after)
+		cycles(t, openOn(t, srv.DSN, tables[s.name], s), "kill", 3, after)
 	}
 }
 
@@ -140,11 +154,17 @@ func TestTokensAfterServerKill(t *testing.T) {
 // in a MEMORY table, which a clean shutdown and restart of a private
 // mariadbd empties (the test checks that it did); the clock floor keeps
 // the next tokens above the last, on the same engine and on a fresh one.
+// Without holder records there is no counter, and the clock alone does the
+// same.
 func TestSessionTokensAfterServerRestart(t *testing.T) {
 	srv := testenv.StartMariaDB(t)
-	table := tokenTables(t, srv.DSN)[mysql.StrategySession]
-	e := openOn(t, srv.DSN, table, mysql.StrategySession)
-	last := cycles(t, e, "restart", 20, 0)
+	tables := tokenTables(t, srv.DSN)
+	last := map[string]uint64{}
+	es := map[string]*mysql.Engine{}
+	for _, v := range []variant{sessionVariant, clockVariant} {
+		es[v.name] = openOn(t, srv.DSN, tables[v.name], v)
+		last[v.name] = cycles(t, es[v.name], "restart", 20, 0)
+	}
 	db, err := sql.Open("mysql", srv.DSN)
 	if err != nil {
 		t.Fatal(err)
@@ -157,12 +177,15 @@ func TestSessionTokensAfterServerRestart(t *testing.T) {
 	var n int
 	ctx, cancel := context.WithTimeout(context.Background(), restartWait)
 	defer cancel()
+	table := tables[sessionVariant.name]
 	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM `"+table+"_names`").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("counters after the restart: %d rows, %v; want an empty MEMORY table", n, err)
 	}
-	after := cycles(t, e, "restart", 3, last)
-	t.Logf("token before the restart %d, after it %d", last, after)
-	cycles(t, openOn(t, srv.DSN, table, mysql.StrategySession), "restart", 3, after)
+	for _, v := range []variant{sessionVariant, clockVariant} {
+		after := cycles(t, es[v.name], "restart", 3, last[v.name])
+		t.Logf("%s: token before the restart %d, after it %d", v.name, last[v.name], after)
+		cycles(t, openOn(t, srv.DSN, tables[v.name], v), "restart", 3, after)
+	}
 }
 
 // TestSessionNamesGrowAfterRestart: Migrate sizes the names table for
@@ -172,7 +195,7 @@ func TestSessionTokensAfterServerRestart(t *testing.T) {
 // of the clock) rebuilds it at the larger size and is granted.
 func TestSessionNamesGrowAfterRestart(t *testing.T) {
 	srv := testenv.StartMariaDB(t)
-	table := tokenTables(t, srv.DSN)[mysql.StrategySession]
+	table := tokenTables(t, srv.DSN)[sessionVariant.name]
 	db, err := sql.Open("mysql", srv.DSN)
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +233,7 @@ func TestSessionNamesGrowAfterRestart(t *testing.T) {
 	if err == nil {
 		t.Fatal("40,000 names fit in the restarted table; the test expects it full")
 	}
-	e := openOn(t, srv.DSN, table, mysql.StrategySession)
+	e := openOn(t, srv.DSN, table, sessionVariant)
 	l, err := e.Acquire(ctx, engine.Request{Key: "after-full", TTL: time.Minute})
 	if err != nil {
 		t.Fatalf("a grant on a full names table: %v", err)

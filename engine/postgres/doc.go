@@ -162,6 +162,37 @@
 // was granted (any error) has its connection closed too, which frees the
 // lock.
 //
+// # Tokens without records
+//
+// WithHolderRecords(false) (config holder_records: false) trades the
+// holder records and the key's counter for the price of a bare advisory
+// lock. A grant is one statement that takes the lock and, once it is held,
+// sets the session's idle_session_timeout where needed and reads the
+// server's clock in the same 8µs ticks: that reading is the token, and the
+// statement writes nothing (no transaction id, no row, no WAL). A release
+// unlocks only once the server's clock has passed the lease's token,
+// sleeping through the rest of the tick on the server if need be (a
+// release sent after its grant's answer came back never has to), and a
+// connection the engine closes, which frees its locks, is closed two ticks
+// after the last answer that could have carried a token. So whatever frees
+// the lock, the next grant of the key, which reads the clock only once it
+// holds the lock, reads a later tick, and tokens strictly increase as long
+// as the server's clock does not step back (by more than the time between
+// two grants of one key). There is no counter to lose: a restart, a crash,
+// a restore or a promoted standby change nothing, as long as the new
+// server's clock is not behind the old one's by more than the time since
+// its last grant. The assumption is stronger than with records, where
+// tokens increase whatever the clock does while the counter is kept and
+// the clock matters only after a loss: without records a clock stepped
+// back while the server runs (by hand, or by a time daemon that steps
+// rather than slews) gives lower tokens for as long as the step. Shared
+// holders granted within one tick may share a token (they hold at once, and
+// a writer after them reads a later tick). Holders, List and ForceRelease
+// return an error wrapping errors.ErrUnsupported: nothing on the server
+// names a key's holders (pg_locks shows only the lock's 64-bit hash), and
+// the engine's ping still reads the revocations table, which nothing
+// fills. Every process that locks a key must use the same setting.
+//
 // # Liveness of the session strategy
 //
 // The lock lives exactly as long as its session. The lock statement

@@ -68,6 +68,7 @@ type config struct {
 	opTimeout  time.Duration
 	maxConns   int
 	muxConns   int
+	records    bool                   // the session strategy's holder records and token counter
 	hash       func(key string) int64 // tests only: the advisory lock key of a lock key
 }
 
@@ -101,6 +102,23 @@ func WithMaxConns(n int) Option { return func(c *config) { c.maxConns = n } }
 // or the MaxConns of New's pool) at least n+2. The default is
 // DefaultSessionConns (2).
 func WithSessionConns(n int) Option { return func(c *config) { c.muxConns = n } }
+
+// WithHolderRecords says whether the session strategy writes a record of
+// each holder (key, mode, token, value) and keeps each key's token counter
+// in the statement that takes the lock. With records (the default, true)
+// Holders, List and ForceRelease see every session lease, and a token
+// rests on the key's counter, with the server's clock only as the floor
+// after a lost counter. WithHolderRecords(false) makes every grant the
+// lock and a read of the server's clock in one statement that writes
+// nothing, so that a lease costs what a bare pg_advisory_lock and
+// pg_advisory_unlock cost; its token is the server's clock alone, which
+// rests on a stronger assumption (see the package documentation, "Tokens
+// without records"), and Holders, List and ForceRelease return an error
+// wrapping errors.ErrUnsupported. Every process that locks a key must use
+// the same setting as well as the same table and strategy: a grant with
+// records may take a token a tick above the clock, which a grant without
+// them would not see. The lease strategy ignores it.
+func WithHolderRecords(on bool) Option { return func(c *config) { c.records = on } }
 
 // WithOpTimeout bounds each statement the engine sends that does not wait
 // for a lock (grants of the lease strategy, releases, renewals, the ping
@@ -238,6 +256,7 @@ func buildConfig(opts []Option) (config, error) {
 		table: DefaultTable, strategy: StrategySession,
 		minBackoff: DefaultMinBackoff, maxBackoff: DefaultMaxBackoff,
 		opTimeout: DefaultOpTimeout, maxConns: DefaultMaxConns, muxConns: DefaultSessionConns,
+		records: true,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -283,7 +302,7 @@ func keyHash(table, key string) int64 {
 
 func newEngine(cfg config, pool *pgxpool.Pool, owned bool) *Engine {
 	e := &Engine{
-		cfg: cfg, pool: pool, owned: owned, q: buildQueries(cfg.table),
+		cfg: cfg, pool: pool, owned: owned, q: buildQueries(cfg.table, cfg.records),
 		pins: make(chan struct{}, max(1, cfg.maxConns-1-cfg.muxConns)),
 		hot:  map[int64]time.Time{},
 	}
@@ -300,6 +319,21 @@ func (e *Engine) Name() string { return name }
 
 // Strategy returns StrategySession or StrategyLease.
 func (e *Engine) Strategy() Strategy { return e.cfg.strategy }
+
+// HolderRecords reports whether the session strategy records its holders
+// (WithHolderRecords).
+func (e *Engine) HolderRecords() bool { return e.cfg.records }
+
+// errNoRecords is the error of Holders, List and ForceRelease on a session
+// engine without holder records.
+func (e *Engine) errNoRecords(op string) error {
+	return fmt.Errorf("postgres: %s: the session strategy keeps no holder records "+
+		"(WithHolderRecords(false)): %w", op, errors.ErrUnsupported)
+}
+
+// noRecords reports whether the engine is a session engine without holder
+// records.
+func (e *Engine) noRecords() bool { return e.cfg.strategy == StrategySession && !e.cfg.records }
 
 // Table returns the lock table's name.
 func (e *Engine) Table() string { return e.cfg.table }

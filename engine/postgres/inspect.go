@@ -17,8 +17,16 @@ var _ engine.Inspector = (*Engine)(nil)
 // rows, listing only those whose backend holds the key's advisory lock now
 // (pg_locks), so that the row of a holder whose session ended without a
 // release (a crash, a kill, the idle cut-off) never shows. It returns
-// engine.ErrClosed after Close.
+// engine.ErrClosed after Close. A session engine without holder records
+// (WithHolderRecords(false)) returns an error wrapping
+// errors.ErrUnsupported.
 func (e *Engine) Holders(ctx context.Context, key string) ([]engine.Holder, error) {
+	if e.noRecords() {
+		if err := engine.CheckKey(key, MaxKeyLen); err != nil {
+			return nil, err
+		}
+		return nil, e.errNoRecords("holders")
+	}
 	return e.core.Holders(ctx, key, e.Limits().MaxKeyLen, e.readHolders)
 }
 

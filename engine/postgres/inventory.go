@@ -41,6 +41,9 @@ func (e *Engine) List(ctx context.Context, prefix string, limit int) (engine.Inv
 		return engine.Inventory{}, fmt.Errorf("postgres: list with strategy %q: %w", e.cfg.strategy,
 			errors.ErrUnsupported)
 	}
+	if e.noRecords() {
+		return engine.Inventory{}, e.errNoRecords("list")
+	}
 	if err := e.frame.Enter(ctx, nil); err != nil {
 		if errors.Is(err, engine.ErrClosed) {
 			return engine.Inventory{}, err

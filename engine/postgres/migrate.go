@@ -193,12 +193,16 @@ type queries struct {
 }
 
 // buildQueries returns the statements on table and its "_readers",
-// "_fences" and "_held" tables.
-func buildQueries(table string) queries {
+// "_fences" and "_held" tables; without records, the session strategy's
+// grants and releases are those of clockSession.
+func buildQueries(table string, records bool) queries {
 	var q queries
 	q.lease(quote(table), quote(table+"_readers"), quote(table+"_queue"))
 	q.queue(quote(table), quote(table+"_readers"), quote(table+"_queue"))
 	q.session(quote(table+"_fences"), quote(table+"_held"), quote(table+"_revoked"))
+	if !records {
+		q.clockSession()
+	}
 	q.forceRelease(quote(table), quote(table+"_readers"), quote(table+"_released"))
 	return q
 }
@@ -444,6 +448,63 @@ func grantStatement(lock, f, h string, g grantForm) string {
 		"ON CONFLICT (pid, lock_key) DO UPDATE SET mode = excluded.mode, " +
 		"token = excluded.token, value = excluded.value, idle_ms = excluded.idle_ms RETURNING token) " +
 		"SELECT l.ok, (SELECT r.token FROM r)" + ans + " FROM l"
+}
+
+// clockSession replaces the session strategy's grants and releases with
+// those of an engine without holder records (WithHolderRecords(false)),
+// which write nothing:
+//
+//   - a grant is the lock function on $1 and, if it granted, the session's
+//     idle_session_timeout set to $2 (the pinned forms and a shared
+//     backend's that changes it) and the server's clock in 8µs ticks, read
+//     once the lock is held: the token. It answers ok, the token (NULL
+//     when not ok) and, pinned, the idle_session_timeout from before;
+//   - a release unlocks $1 only once the server's clock has passed the
+//     lease's token, $2 for a shared backend, $3 for a pinned connection
+//     (which also puts back its idle_session_timeout, $2): it sleeps
+//     through the rest of the token's tick first, which a release sent a
+//     round trip after its grant never needs. So the next grant of the key,
+//     which reads the clock once it holds the lock, reads a later tick:
+//     tokens strictly increase as long as the server's clock does not step
+//     back (see the package documentation, "Tokens without records").
+func (q *queries) clockSession() {
+	grant := func(lock string, pinned, setIdle bool) string {
+		var cur, idle, ans string
+		if pinned {
+			cur, ans = ", current_setting('idle_session_timeout') AS idle", ", l.idle"
+		}
+		if setIdle {
+			idle = "set_config('idle_session_timeout', $2, false), "
+		}
+		return "WITH l AS MATERIALIZED (SELECT x.ok" + cur + " FROM (" + lock + ") AS x), " +
+			"s AS MATERIALIZED (SELECT " + idle + clockTicks + " AS c FROM l WHERE l.ok) " +
+			"SELECT l.ok, (SELECT greatest(1, s.c) FROM s)" + ans + " FROM l"
+	}
+	q.grantWait = grant("SELECT true AS ok FROM pg_advisory_lock($1::bigint)", true, true)
+	q.grantWaitShared = grant("SELECT true AS ok FROM pg_advisory_lock_shared($1::bigint)", true, true)
+	q.grantTry = grant("SELECT g.ok FROM pg_try_advisory_lock($1::bigint) AS g(ok)", true, true)
+	q.grantTryShared = grant("SELECT g.ok FROM pg_try_advisory_lock_shared($1::bigint) AS g(ok)", true, true)
+	for i, lock := range []string{"pg_try_advisory_lock", "pg_try_advisory_lock_shared"} {
+		for j := range 2 {
+			q.muxTry[i][j] = grant("SELECT g.ok FROM "+lock+"($1::bigint) AS g(ok)", false, j == 1)
+		}
+	}
+	q.muxRelease[0] = afterTick("$2") + "SELECT pg_advisory_unlock($1::bigint) FROM w"
+	q.muxRelease[1] = afterTick("$2") + "SELECT pg_advisory_unlock_shared($1::bigint) FROM w"
+	q.releaseExclusive = afterTick("$3") +
+		"SELECT pg_advisory_unlock($1::bigint), set_config('idle_session_timeout', $2, false) FROM w"
+	q.releaseShared = afterTick("$3") +
+		"SELECT pg_advisory_unlock_shared($1::bigint), set_config('idle_session_timeout', $2, false) FROM w"
+}
+
+// afterTick is the head of a release statement without records: a
+// materialized step that, while the server's clock in 8µs ticks is not
+// past token (a parameter), sleeps for the rest of it, which the release's
+// unlock reads from.
+func afterTick(token string) string {
+	return "WITH w AS MATERIALIZED (SELECT CASE WHEN " + clockTicks + " <= " + token + "::bigint THEN " +
+		"pg_sleep(((" + token + "::bigint + 1) * 8 + 1735689600000000 - " +
+		"(extract(epoch FROM clock_timestamp()) * 1000000)::bigint) / 1000000.0) END AS z) "
 }
 
 // session fills in the session strategy's statements; f is the quoted

@@ -15,6 +15,10 @@ import (
 // sqlcore.Mux keyed by advisory lock key: muxConn is its statements on one
 // connection, muxDriver dials them.
 
+// closeGuard is how long closeConn waits, without holder records, before
+// it closes a connection: two ticks of the token clock.
+const closeGuard = 16 * time.Microsecond
+
 // muxLease is a session lease on a shared connection.
 type muxLease = sqlcore.MuxLease[int64]
 
@@ -80,8 +84,8 @@ func (c *muxConn) Grant(req engine.Request, h int64, idle time.Duration) (sqlcor
 		token *int64
 	)
 	c.bound()
-	err := c.conn.QueryRow(context.Background(), c.e.q.muxTry[shared][set], h, idleTimeout(idle), req.Key,
-		int(req.Mode), req.Value).Scan(&ok, &token)
+	err := c.conn.QueryRow(context.Background(), c.e.q.muxTry[shared][set],
+		c.e.grantArgs(h, idleTimeout(idle), req, set == 1)...).Scan(&ok, &token)
 	switch {
 	case err != nil && sqlState(err) != "" && !c.conn.Conn().IsClosed():
 		// A server error that leaves the session open (a full lock
@@ -117,10 +121,19 @@ func (c *muxConn) Undo(req engine.Request, h int64) error {
 }
 
 // Unlock runs the release statement of l (see sessionRelease): the bare
-// unlock of an exclusive lease, and a shared one's holder row deleted.
+// unlock of an exclusive lease, and a shared one's holder row deleted;
+// without holder records, the unlock once the clock has passed l's token.
 func (c *muxConn) Unlock(l *muxLease) (held bool, err error) {
 	q, args := c.e.q.muxRelease[0], []any{l.Lock()}
-	if l.Mode() == engine.Shared {
+	switch {
+	case !c.e.cfg.records:
+		// The release waits for the clock to pass the token (see
+		// queries.clockSession).
+		if l.Mode() == engine.Shared {
+			q = c.e.q.muxRelease[1]
+		}
+		args = append(args, int64(l.Token()))
+	case l.Mode() == engine.Shared:
 		q, args = c.e.q.muxRelease[1], []any{l.Lock(), l.Key()}
 	}
 	c.bound()
@@ -193,8 +206,16 @@ func (c *muxConn) unbound() {
 }
 
 // closeConn closes a connection taken from the pool, which ends its server
-// session and every advisory lock of the session.
+// session and every advisory lock of the session. Without holder records
+// it first waits two of the clock's 8µs ticks: a lock freed by the end of
+// the session, like one freed by a release (see queries.clockSession), is
+// then freed after the tick of its token, as the server's clock runs (the
+// answer that carried the token left the server before this process read
+// it).
 func (e *Engine) closeConn(c *pgxpool.Conn) {
+	if !e.cfg.records {
+		time.Sleep(closeGuard)
+	}
 	raw := c.Hijack()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = raw.Close(ctx)

@@ -18,10 +18,18 @@ var _ engine.Releaser = (*Engine)(nil)
 // package documentation ("Force release"): with the lease strategy one
 // batch clears the holders and leaves their tombstones
 // (forceReleaseLease's Free); with the session strategy the holders are
-// asked to let go, and cut off if they do not (forceReleaseSession).
+// asked to let go, and cut off if they do not (forceReleaseSession). A
+// session engine without holder records (WithHolderRecords(false)) returns
+// an error wrapping errors.ErrUnsupported, after checking the key.
 func (e *Engine) ForceRelease(ctx context.Context, key string) ([]engine.Holder, error) {
 	if e.cfg.strategy == StrategyLease {
 		return e.core.ForceRelease(ctx, key, MaxKeyLen)
+	}
+	if e.noRecords() {
+		if err := engine.CheckKey(key, MaxKeyLen); err != nil {
+			return nil, err
+		}
+		return nil, e.errNoRecords("force release")
 	}
 	return e.forceReleaseSession(ctx, key)
 }

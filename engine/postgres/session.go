@@ -58,10 +58,7 @@ func (e *Engine) unpin(c *pgxpool.Conn, reuse bool) {
 	if reuse {
 		c.Release()
 	} else {
-		raw := c.Hijack()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = raw.Close(ctx)
-		cancel()
+		e.closeConn(c)
 	}
 	<-e.pins
 }
@@ -252,8 +249,8 @@ func (e *Engine) lockOn(ctx context.Context, c *pgxpool.Conn, req engine.Request
 	go func() {
 		var r grantResult
 		var token *int64
-		r.err = c.QueryRow(qctx, q, h, idleTimeout(req.TTL), req.Key, int(req.Mode),
-			req.Value).Scan(&r.ok, &token, &r.idle)
+		r.err = c.QueryRow(qctx, q, e.grantArgs(h, idleTimeout(req.TTL), req, true)...).Scan(&r.ok, &token,
+			&r.idle)
 		if r.err == nil && r.ok {
 			if token == nil {
 				r.err = errors.New("the grant drew no token")
@@ -461,7 +458,7 @@ func (l *sessionLease) take() *pgxpool.Conn {
 // idle_session_timeout (and clears a shared lease's holder row), in one
 // statement. It reports whether the session held the lock.
 func (l *sessionLease) unlock(c *pgxpool.Conn) (held bool, err error) {
-	q, args := l.e.releaseOf(l.Mode(), l.hash, l.idle, l.Key())
+	q, args := l.e.releaseOf(l.Mode(), l.hash, l.idle, l.Key(), l.Token())
 	ctx, cancel := l.e.core.OpCtx()
 	defer cancel()
 	err = c.QueryRow(ctx, q, args...).Scan(&held, nil)
@@ -469,13 +466,34 @@ func (l *sessionLease) unlock(c *pgxpool.Conn) (held bool, err error) {
 }
 
 // releaseOf returns the release statement of a session lease of key in
-// mode, on advisory lock h, that puts idle back as the session's
-// idle_session_timeout, and its arguments (see queries.session).
-func (e *Engine) releaseOf(mode engine.Mode, h int64, idle, key string) (string, []any) {
-	if mode == engine.Shared {
+// mode, on advisory lock h, with token token, that puts idle back as the
+// session's idle_session_timeout, and its arguments (see queries.session
+// and, without holder records, queries.clockSession).
+func (e *Engine) releaseOf(mode engine.Mode, h int64, idle, key string, token uint64) (string, []any) {
+	switch {
+	case !e.cfg.records && mode == engine.Shared:
+		return e.q.releaseShared, []any{h, idle, int64(token)}
+	case !e.cfg.records:
+		return e.q.releaseExclusive, []any{h, idle, int64(token)}
+	case mode == engine.Shared:
 		return e.q.releaseShared, []any{h, idle, key}
 	}
 	return e.q.releaseExclusive, []any{h, idle}
+}
+
+// grantArgs returns the arguments of a grant statement of req on advisory
+// lock h that sets the session's idle_session_timeout to idle (when
+// setIdle): with holder records also the key, mode and value it records
+// (see sessionGrant); without, only those the statement reads (see
+// queries.clockSession).
+func (e *Engine) grantArgs(h int64, idle string, req engine.Request, setIdle bool) []any {
+	switch {
+	case e.cfg.records:
+		return []any{h, idle, req.Key, int(req.Mode), req.Value}
+	case setIdle:
+		return []any{h, idle}
+	}
+	return []any{h}
 }
 
 // Release releases the advisory lock (and clears a shared lease's holder

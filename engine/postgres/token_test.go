@@ -26,20 +26,34 @@ import (
 // strategy commits its counter without waiting for a WAL flush, so a
 // crash may lose its last grants; its tokens then rest on the server's
 // clock, which every grant raises the counter to: TestTokenIsServerClock
-// and TestSessionTokensAfterCounterLost. They use only the package's
-// exported API.
+// and TestSessionTokensAfterCounterLost. A session engine without holder
+// records (WithHolderRecords(false)) keeps no counter: its token is the
+// server's clock alone, and every test here but the counter's runs it too.
+// They use only the package's exported API.
 
-var strategies = []postgres.Strategy{postgres.StrategyLease, postgres.StrategySession}
+// variant is an engine configuration whose tokens the tests check.
+type variant struct {
+	name string
+	opts []postgres.Option
+}
+
+var (
+	leaseVariant   = variant{"lease", []postgres.Option{postgres.WithStrategy(postgres.StrategyLease)}}
+	sessionVariant = variant{"session", []postgres.Option{postgres.WithStrategy(postgres.StrategySession)}}
+	clockVariant   = variant{"session-clock", []postgres.Option{postgres.WithStrategy(postgres.StrategySession),
+		postgres.WithHolderRecords(false)}}
+	variants = []variant{leaseVariant, sessionVariant, clockVariant}
+)
 
 // restartWait bounds the retries of a grant while the server restarts.
 const restartWait = 30 * time.Second
 
-// tokenTables makes a table name per strategy, migrated on dsn, and drops
+// tokenTables makes a table name per variant, migrated on dsn, and drops
 // them when the test ends.
-func tokenTables(t *testing.T, dsn string) map[postgres.Strategy]string {
+func tokenTables(t *testing.T, dsn string) map[string]string {
 	t.Helper()
-	out := map[postgres.Strategy]string{}
-	for _, s := range strategies {
+	out := map[string]string{}
+	for _, s := range variants {
 		var b [5]byte
 		_, _ = rand.Read(b[:])
 		table := "cerberus_tok_" + hex.EncodeToString(b[:])
@@ -50,7 +64,7 @@ func tokenTables(t *testing.T, dsn string) map[postgres.Strategy]string {
 		if err != nil {
 			t.Fatalf("migrate: %v", err)
 		}
-		out[s] = table
+		out[s.name] = table
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), restartWait)
@@ -69,11 +83,11 @@ func tokenTables(t *testing.T, dsn string) map[postgres.Strategy]string {
 	return out
 }
 
-// openOn opens an engine with strategy s on dsn's table, closed when the
-// test ends.
-func openOn(t *testing.T, dsn, table string, s postgres.Strategy) *postgres.Engine {
+// openOn opens an engine of variant v on dsn's table, closed when the test
+// ends.
+func openOn(t *testing.T, dsn, table string, v variant) *postgres.Engine {
 	t.Helper()
-	e, err := postgres.Open(dsn, postgres.WithTable(table), postgres.WithStrategy(s))
+	e, err := postgres.Open(dsn, append([]postgres.Option{postgres.WithTable(table)}, v.opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,16 +112,16 @@ func cycles(t *testing.T, e engine.Engine, key string, n int, after uint64) uint
 	return retry.Cycles(t, e, engine.Request{Key: key, TTL: 10 * time.Second}, n, after)
 }
 
-// TestTokensAfterClientRestart: for each strategy, three engines in turn
+// TestTokensAfterClientRestart: for each variant, three engines in turn
 // on the shared server, each closed before the next opens, as a restarted
 // client would be; each continues above the last token of the one before.
 func TestTokensAfterClientRestart(t *testing.T) {
 	dsn := testenv.PostgresDSN(t)
 	tables := tokenTables(t, dsn)
-	for _, s := range strategies {
+	for _, s := range variants {
 		var last uint64
 		for range 3 {
-			e := openOn(t, dsn, tables[s], s)
+			e := openOn(t, dsn, tables[s.name], s)
 			last = cycles(t, e, "client-restart", 10, last)
 			if err := e.Close(); err != nil {
 				t.Fatal(err)
@@ -130,7 +144,7 @@ func TestTokenTablesAreLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	for _, name := range []string{tables[postgres.StrategyLease], tables[postgres.StrategySession] + "_fences"} {
+	for _, name := range []string{tables[leaseVariant.name], tables[sessionVariant.name] + "_fences"} {
 		var p string
 		err := pool.QueryRow(context.Background(),
 			"SELECT relpersistence::text FROM pg_class WHERE oid = to_regclass($1)", `"`+name+`"`).Scan(&p)
@@ -140,7 +154,7 @@ func TestTokenTablesAreLogged(t *testing.T) {
 	}
 }
 
-// TestTokensAfterServerKill: for each strategy, grants on a private
+// TestTokensAfterServerKill: for each variant, grants on a private
 // PostgreSQL, which is then killed with SIGKILL (every backend too) and
 // restarted from its data directory; the same engines and fresh ones
 // continue above the last tokens. The private server runs with fsync=off,
@@ -149,18 +163,18 @@ func TestTokenTablesAreLogged(t *testing.T) {
 func TestTokensAfterServerKill(t *testing.T) {
 	srv := testenv.StartPostgres(t)
 	tables := tokenTables(t, srv.DSN)
-	last := map[postgres.Strategy]uint64{}
-	es := map[postgres.Strategy]*postgres.Engine{}
-	for _, s := range strategies {
-		es[s] = openOn(t, srv.DSN, tables[s], s)
-		last[s] = cycles(t, es[s], "kill", 20, 0)
+	last := map[string]uint64{}
+	es := map[string]*postgres.Engine{}
+	for _, s := range variants {
+		es[s.name] = openOn(t, srv.DSN, tables[s.name], s)
+		last[s.name] = cycles(t, es[s.name], "kill", 20, 0)
 	}
 	srv.Kill()
 	srv.Restart()
-	for _, s := range strategies {
-		after := cycles(t, es[s], "kill", 3, last[s])
-		t.Logf("%s: token before the kill %d, after the restart %d", s, last[s], after)
-		cycles(t, openOn(t, srv.DSN, tables[s], s), "kill", 3, after)
+	for _, s := range variants {
+		after := cycles(t, es[s.name], "kill", 3, last[s.name])
+		t.Logf("%s: token before the kill %d, after the restart %d", s.name, last[s.name], after)
+		cycles(t, openOn(t, srv.DSN, tables[s.name], s), "kill", 3, after)
 	}
 }
 
@@ -172,16 +186,20 @@ func ticks(t time.Time) uint64 { return uint64(t.UnixMicro()-1735689600000000) /
 // the server's clock in 8µs ticks since 2025-01-01T00:00:00Z, read between
 // the client's clock before and after the grant (the server runs on this
 // machine, so it shares the clock), and a later grant stays close to the
-// clock too.
+// clock too; with and without holder records.
 func TestTokenIsServerClock(t *testing.T) {
 	dsn := testenv.PostgresDSN(t)
-	e := openOn(t, dsn, tokenTables(t, dsn)[postgres.StrategySession], postgres.StrategySession)
-	for i := range 3 {
-		before := ticks(time.Now())
-		last := cycles(t, e, "clock", 1, 0)
-		after := ticks(time.Now())
-		if last < before || last > after {
-			t.Errorf("grant %d: token %d, want the server's clock, between %d and %d", i+1, last, before, after)
+	tables := tokenTables(t, dsn)
+	for _, v := range []variant{sessionVariant, clockVariant} {
+		e := openOn(t, dsn, tables[v.name], v)
+		for i := range 3 {
+			before := ticks(time.Now())
+			last := cycles(t, e, "clock", 1, 0)
+			after := ticks(time.Now())
+			if last < before || last > after {
+				t.Errorf("%s: grant %d: token %d, want the server's clock, between %d and %d", v.name, i+1,
+					last, before, after)
+			}
 		}
 	}
 }
@@ -193,8 +211,8 @@ func TestTokenIsServerClock(t *testing.T) {
 // exclusive, because each grant raises the counter to the server's clock.
 func TestSessionTokensAfterCounterLost(t *testing.T) {
 	dsn := testenv.PostgresDSN(t)
-	table := tokenTables(t, dsn)[postgres.StrategySession]
-	e := openOn(t, dsn, table, postgres.StrategySession)
+	table := tokenTables(t, dsn)[sessionVariant.name]
+	e := openOn(t, dsn, table, sessionVariant)
 	last := cycles(t, e, "lost", 10, 0)
 	held := grantOnce(t, e, engine.Request{Key: "lost", Mode: engine.Exclusive, TTL: 10 * time.Second})
 	if held.Token() <= last {
@@ -214,5 +232,5 @@ func TestSessionTokensAfterCounterLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	cycles(t, e, "lost", 10, held.Token())
-	cycles(t, openOn(t, dsn, table, postgres.StrategySession), "lost", 3, held.Token())
+	cycles(t, openOn(t, dsn, table, sessionVariant), "lost", 3, held.Token())
 }
