@@ -13,8 +13,9 @@ import (
 // The tests of this file check the session strategy without holder
 // records (WithHolderRecords(false)): the conformance suite, a grant that
 // writes nothing, the calls it cannot serve, a token that is the server's
-// clock, and the release that waits for the clock to pass its token. Its
-// tokens after restarts and a kill are in token_test.go.
+// clock, and the guard that frees a lock no sooner than kit.ClockGuard
+// after its grant's answer. Its tokens after restarts and a kill are in
+// token_test.go.
 
 // clockOpts are the options of a session engine without holder records on
 // table.
@@ -141,65 +142,86 @@ func TestClockSessionRefusesInventory(t *testing.T) {
 	enginetest.RunNoInventory(t, func() (engine.Engine, error) { return Open(dsn, clockOpts(table)...) })
 }
 
-// TestClockReleaseWaitsForTick: the release statement without records,
-// given a token 20ms ahead of the server's clock, frees the name only once
-// the clock has passed it, so that a grant waiting for the name reads a
-// later tick. Without the wait the waiter's token would be below the one
-// given.
-func TestClockReleaseWaitsForTick(t *testing.T) {
+// TestClockReleaseWaitsPastAnswer: with the guard raised to 30ms, a lease
+// released at once after its grant (on a shared connection, and on a pinned
+// one after a wait), or dropped by a closing engine, frees its name no
+// sooner than 30ms after the grant's answer came: the next grant's token,
+// the server's clock, is that much above the lease's. Without the guard
+// the next token would be within a few milliseconds of it.
+func TestClockReleaseWaitsPastAnswer(t *testing.T) {
 	dsn := testDSN(t)
 	table := testTable(t, dsn)
-	e := openClock(t, dsn, table)
-	db := rawDB(t, dsn)
+	const guard = 30 * time.Millisecond
+	old := clockGuard
+	clockGuard = guard
+	t.Cleanup(func() { clockGuard = old })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	const ahead = 20 * time.Millisecond
-	name := lockName(table, "tick")
-	utc := func(c *sql.Conn) {
-		if _, err := c.ExecContext(ctx, "SET time_zone = '+00:00'"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	holder, err := db.Conn(ctx)
+	db := rawDB(t, dsn)
+	a, b := openClock(t, dsn, table), openClock(t, dsn, table)
+	const gap = uint64(guard/(8*time.Microsecond)) * 9 / 10 // ticks, with room for rounding
+	req := engine.Request{Key: "guard", Mode: engine.Exclusive, TTL: 10 * time.Second, Renew: true, Wait: true}
+	held, err := a.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer holder.Close()
-	utc(holder)
-	var g sql.NullInt64
-	if err := holder.QueryRowContext(ctx, e.q.sessClockGrant, name, 0).Scan(&g); err != nil || !g.Valid || g.Int64 == 0 {
-		t.Fatalf("grant: %v, %v", g, err)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
-	waiter, err := db.Conn(ctx)
+	next, err := b.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer waiter.Close()
-	utc(waiter)
-	got := make(chan uint64, 1)
+	if next.Token() < held.Token()+gap {
+		t.Errorf("shared connection: next token %d, %d ticks after %d, want at least %d",
+			next.Token(), next.Token()-held.Token(), held.Token(), gap)
+	}
+	waited := make(chan engine.Lease, 1)
 	go func() {
-		var tok sql.NullInt64
-		if err := waiter.QueryRowContext(ctx, e.q.sessClockGrant, name, 30).Scan(&tok); err != nil {
+		l, err := a.Acquire(ctx, req) // waits on a pinned connection
+		if err != nil {
 			t.Error(err)
 		}
-		_, _ = waiter.ExecContext(ctx, "DO RELEASE_LOCK(?)", name)
-		got <- uint64(tok.Int64)
+		waited <- l
 	}()
 	waitUserLock(t, db)
-	token := ticks(time.Now().Add(ahead))
-	began := time.Now()
-	var held sql.NullInt64
-	if err := holder.QueryRowContext(ctx, e.q.sessRelease, e.releaseArgs(name, token)...).Scan(&held); err != nil {
+	if err := next.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	took := time.Since(began)
-	if !held.Valid || held.Int64 != 1 {
-		t.Errorf("RELEASE_LOCK answered %v, want 1", held)
+	pinned := <-waited
+	if pinned == nil {
+		t.FailNow()
 	}
-	if next := <-got; next <= token {
-		t.Errorf("the waiter's token %d after a release of token %d (the release took %v)", next, token, took)
+	if err := pinned.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
-	if took < ahead/2 {
-		t.Errorf("the release took %v, for a token %v ahead", took, ahead)
+	after, err := b.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Token() < pinned.Token()+gap {
+		t.Errorf("pinned connection: next token %d, %d ticks after %d, want at least %d",
+			after.Token(), after.Token()-pinned.Token(), pinned.Token(), gap)
+	}
+	if err := after.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A lease its closing engine drops.
+	c := openClock(t, dsn, table)
+	dropped, err := c.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	last, err := b.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer last.Release(context.Background())
+	if last.Token() < dropped.Token()+gap {
+		t.Errorf("closed engine: next token %d, %d ticks after %d, want at least %d",
+			last.Token(), last.Token()-dropped.Token(), dropped.Token(), gap)
 	}
 }

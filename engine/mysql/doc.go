@@ -309,16 +309,16 @@
 // pinned one alike, is one SELECT that takes the lock with GET_LOCK and,
 // once it is held, reads the server's clock (SYSDATE(6), in the UTC time
 // zone that the engine sets on each of its connections) in the same 8µs
-// ticks: that reading is the token, and the statement writes nothing. A
-// release runs RELEASE_LOCK only once the server's clock has passed the
-// lease's token, sleeping through the rest of the tick on the server if
-// need be (a release sent after its grant's answer came back never has
-// to), and a connection the engine drops, which frees its names, is
-// closed two ticks after the last answer that could have carried a token.
-// So whatever frees the name, the next grant of the key, which reads the
-// clock only once it holds the name, reads a later tick, and tokens
-// strictly increase as long as the server's clock does not step back (by
-// more than the time between two grants of one key). There is no counter
+// ticks: that reading is the token, and the statement writes nothing. The
+// engine frees the name, by RELEASE_LOCK or by dropping the connection, no
+// sooner than kit.ClockGuard (10µs: a tick, the microsecond the reading may
+// be truncated by, and one more) after the answer that carried its token
+// came back; the server read its clock before it sent that answer, so the
+// name is freed in a later tick of the server's clock. So whatever frees
+// the name, the next grant of the key, which reads the clock only once it
+// holds the name, reads a later tick, and tokens strictly increase as long
+// as the server's clock runs at the rate of the client's and does not
+// step back (by more than the time between two grants of one key). There is no counter
 // to lose: a restart, a crash or a promoted replica change nothing, as
 // long as the new server's clock is not behind the old one's by more than
 // the time since its last grant. The assumption is stronger than with

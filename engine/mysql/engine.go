@@ -107,9 +107,9 @@ func WithSessionConns(n int) Option { return func(c *config) { c.muxConns = n } 
 // strategies ignore it.
 func WithHolderRecords(on bool) Option { return func(c *config) { c.records = on } }
 
-// closeGuard is how long discard waits, without holder records, before it
-// closes a session connection: two ticks of the token clock.
-const closeGuard = 16 * time.Microsecond
+// clockGuard is how long after a grant's answer the engine frees its lock
+// name, without holder records (kit.ClockGuard); tests raise it to see it.
+var clockGuard = kit.ClockGuard
 
 // HolderRecords reports whether the session strategy records its holders
 // (WithHolderRecords).

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/internal/sqlcore"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // The session strategy's shared connections (WithSessionConns) are a
@@ -164,12 +165,16 @@ func (c *muxConn) Undo(_ engine.Request, name string) error {
 	return err
 }
 
-// Unlock runs RELEASE_LOCK of l's name.
+// Unlock runs RELEASE_LOCK of l's name: without holder records,
+// kit.ClockGuard after the grant's answer at the soonest.
 func (c *muxConn) Unlock(l *muxLease) (bool, error) {
 	ctx, cancel := c.opCtx()
 	defer cancel()
 	var got sql.NullInt64
-	err := c.rc.conn.QueryRowContext(ctx, c.e.q.sessRelease, c.e.releaseArgs(l.Lock(), l.Token())...).Scan(&got)
+	if c.e.noRecords() {
+		kit.WaitPast(l.Answered(), clockGuard) // see queries.clockSession
+	}
+	err := c.rc.conn.QueryRowContext(ctx, c.e.q.sessRelease, l.Lock()).Scan(&got)
 	return got.Valid && got.Int64 == 1, err
 }
 

@@ -121,12 +121,12 @@ func (e *Engine) putConn(rc *rowConn) {
 // discard closes rc's connection instead of giving it back to the pool: its
 // session settings were changed, or it may be broken or carry a pending
 // KILL QUERY, and the pool may be the caller's. A session engine without
-// holder records first waits two of the token clock's 8µs ticks: a lock
-// name freed by the end of the session, like one freed by a release (see
-// queries.clockSession), is then freed after the tick of its token.
+// holder records first waits clockGuard: a lock name freed by the end of
+// the session, like one freed by a release (see queries.clockSession), is
+// then freed after the tick of its token.
 func (e *Engine) discard(rc *rowConn) {
 	if e.noRecords() {
-		time.Sleep(closeGuard)
+		kit.WaitPast(time.Now(), clockGuard)
 	}
 	_ = rc.conn.Raw(func(any) error { return driver.ErrBadConn })
 	_ = rc.conn.Close()

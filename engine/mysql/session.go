@@ -292,15 +292,6 @@ func clockAnswer(tok sql.NullInt64) (g int64, token uint64) {
 	return 1, uint64(tok.Int64)
 }
 
-// releaseArgs are the arguments of the release statement of the lease of
-// lock name with token token (see queries.clockSession).
-func (e *Engine) releaseArgs(name string, token uint64) []any {
-	if e.cfg.records {
-		return []any{name}
-	}
-	return []any{token, token, name, name}
-}
-
 // sweep clears, best effort, the rows of lock names that nobody holds and
 // whose counters the clock has overtaken, when the MEMORY table is full,
 // and rebuilds the table with room for namesHeap bytes if it has less: a
@@ -347,6 +338,7 @@ func (e *Engine) anchor(ctx context.Context, rc *rowConn, ttl time.Duration, sen
 // (the drawn token is skipped).
 func (e *Engine) grantedSession(ctx context.Context, rc *rowConn, req engine.Request, name string,
 	token uint64, sent time.Time) (engine.Lease, *rowConn, error) {
+	answered := time.Now()
 	sent, err := e.anchor(ctx, rc, req.TTL, sent)
 	switch {
 	case errors.Is(err, errCut):
@@ -360,7 +352,8 @@ func (e *Engine) grantedSession(ctx context.Context, rc *rowConn, req engine.Req
 			engine.ErrNotAcquired, req.Key, req.TTL)
 	}
 	l := &sessionLease{e: e, key: req.Key, name: name, token: token, conn: rc.id, ttl: req.TTL,
-		renew: req.Renew, sig: kit.NewSignal(req.OnLost), stop: make(chan struct{}), rc: rc, validFrom: sent}
+		renew: req.Renew, sig: kit.NewSignal(req.OnLost), stop: make(chan struct{}), rc: rc, validFrom: sent,
+		answered: answered}
 	if err := e.frame.Track(l, func() error {
 		l.mu.Lock()
 		l.timer = time.AfterFunc(sqlcore.Life(req.TTL)-time.Since(sent), l.expire)
@@ -391,6 +384,9 @@ type sessionLease struct {
 	renew bool
 	sig   *kit.Signal
 	stop  chan struct{} // closed when the lease ends: stops watch
+	// answered is when the grant's answer had come: without holder
+	// records the name is freed no sooner than clockGuard after it.
+	answered time.Time
 
 	mu    sync.Mutex
 	rc    *rowConn    // nil once the lease has ended
@@ -497,7 +493,10 @@ func (l *sessionLease) unlock(rc *rowConn) (bool, error) {
 	ctx, cancel := l.e.core.OpCtx()
 	defer cancel()
 	var held sql.NullInt64
-	err := rc.conn.QueryRowContext(ctx, l.e.q.sessRelease, l.e.releaseArgs(l.name, l.token)...).Scan(&held)
+	if l.e.noRecords() {
+		kit.WaitPast(l.answered, clockGuard) // see queries.clockSession
+	}
+	err := rc.conn.QueryRowContext(ctx, l.e.q.sessRelease, l.name).Scan(&held)
 	return held.Valid && held.Int64 == 1, err
 }
 

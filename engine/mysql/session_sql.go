@@ -132,28 +132,19 @@ func (q *queries) session(table string) {
 	q.sessSweep = "DELETE FROM " + n + " WHERE IS_USED_LOCK(`name`) IS NULL AND `token` < " + clockTicks
 }
 
-// clockSession replaces the session strategy's grants and release with
-// those of an engine without holder records (WithHolderRecords(false)),
-// which write nothing:
-//
-//   - a grant, the try and the wait alike, is one SELECT of GET_LOCK(?1,
-//     ?2) (a wait of ?2 seconds, 0 for the try) that answers, if it
-//     granted, the server's clock in 8µs ticks read once the lock is held
-//     (clockNow): the token (at least 1); 0 if the wait ran out, NULL if
-//     GET_LOCK failed (CASE evaluates its operand once, before its
-//     branches);
-//   - the release is RELEASE_LOCK(?3) once the server's clock has passed
-//     the lease's token, ?1 and ?2: while it has not, it sleeps for the
-//     rest of the token's tick first (CASE tests its condition before the
-//     branch runs, AND stops at a false operand), which a release sent a
-//     round trip after its grant never needs. So the next grant of the
-//     name, which reads the clock only once it holds it, reads a later
-//     tick: tokens strictly increase as long as the server's clock does
-//     not step back (see the package documentation, "Tokens without
-//     records"). It answers RELEASE_LOCK's result.
+// clockSession replaces the session strategy's grants with those of an
+// engine without holder records (WithHolderRecords(false)), which write
+// nothing: a grant, the try and the wait alike, is one SELECT of
+// GET_LOCK(?1, ?2) (a wait of ?2 seconds, 0 for the try) that answers, if
+// it granted, the server's clock in 8µs ticks read once the lock is held
+// (clockNow): the token (at least 1); 0 if the wait ran out, NULL if
+// GET_LOCK failed (CASE evaluates its operand once, before its branches).
+// The release is RELEASE_LOCK, as with records, sent no sooner than
+// kit.ClockGuard after the grant's answer (and a connection is dropped no
+// sooner than that either): so the next grant of the name, which reads
+// the clock only once it holds the name, reads a later tick, and tokens
+// strictly increase as long as the server's clock does not step back (see
+// the package documentation, "Tokens without records").
 func (q *queries) clockSession() {
 	q.sessClockGrant = "SELECT CASE GET_LOCK(?, ?) WHEN 1 THEN GREATEST(1, " + clockNow + ") WHEN 0 THEN 0 END"
-	q.sessRelease = "SELECT CASE WHEN " + clockTicks + " < ? + 1 AND SLEEP(((? + 1) * 8 - " +
-		"TIMESTAMPDIFF(MICROSECOND, '2025-01-01 00:00:00', UTC_TIMESTAMP(6))) / 1000000) >= 0 " +
-		"THEN RELEASE_LOCK(?) ELSE RELEASE_LOCK(?) END"
 }

@@ -450,61 +450,50 @@ func grantStatement(lock, f, h string, g grantForm) string {
 		"SELECT l.ok, (SELECT r.token FROM r)" + ans + " FROM l"
 }
 
-// clockSession replaces the session strategy's grants and releases with
-// those of an engine without holder records (WithHolderRecords(false)),
+// clockSession replaces the session strategy's grants and shared releases
+// with those of an engine without holder records (WithHolderRecords(false)),
 // which write nothing:
 //
-//   - a grant is the lock function on $1 and, if it granted, the session's
-//     idle_session_timeout set to $2 (the pinned forms and a shared
-//     backend's that changes it) and the server's clock in 8µs ticks, read
-//     once the lock is held: the token. It answers ok, the token (NULL
-//     when not ok) and, pinned, the idle_session_timeout from before;
-//   - a release unlocks $1 only once the server's clock has passed the
-//     lease's token, $2 for a shared backend, $3 for a pinned connection
-//     (which also puts back its idle_session_timeout, $2): it sleeps
-//     through the rest of the token's tick first, which a release sent a
-//     round trip after its grant never needs. So the next grant of the key,
-//     which reads the clock once it holds the lock, reads a later tick:
-//     tokens strictly increase as long as the server's clock does not step
-//     back (see the package documentation, "Tokens without records").
+//   - a shared backend's try is one CASE, whose condition takes the lock
+//     with the try function on $1 and whose result, evaluated only once
+//     the condition has held, sets the session's idle_session_timeout to
+//     $2 (the form that changes it, in a CASE of its own) and reads the
+//     server's clock in 8µs ticks: the token, at least 1, or NULL when the
+//     lock was refused. (A CASE evaluates its conditions before its
+//     results; the MATERIALIZED steps of the statements with records cost
+//     a fifth of an uncontended cycle.)
+//   - a pinned grant is the lock function on $1 and, if it granted, the
+//     session's idle_session_timeout set to $2 and the clock read, in
+//     MATERIALIZED steps that read each other, so the clock is read once
+//     the lock is held; it answers ok, the token (NULL when not ok) and
+//     the idle_session_timeout from before;
+//   - a shared release is the bare unlock ($1; a pinned one also puts back
+//     the idle_session_timeout, $2), as an exclusive one is with records.
+//
+// The engine sends a release, and closes a connection, no sooner than
+// kit.ClockGuard after the answer that carried the lease's token, so the
+// next grant of the key, which reads the clock only once it holds the
+// lock, reads a later tick: tokens strictly increase as long as the
+// server's clock does not step back (see the package documentation,
+// "Tokens without records").
 func (q *queries) clockSession() {
-	grant := func(lock string, pinned, setIdle bool) string {
-		var cur, idle, ans string
-		if pinned {
-			cur, ans = ", current_setting('idle_session_timeout') AS idle", ", l.idle"
-		}
-		if setIdle {
-			idle = "set_config('idle_session_timeout', $2, false), "
-		}
-		return "WITH l AS MATERIALIZED (SELECT x.ok" + cur + " FROM (" + lock + ") AS x), " +
-			"s AS MATERIALIZED (SELECT " + idle + clockTicks + " AS c FROM l WHERE l.ok) " +
-			"SELECT l.ok, (SELECT greatest(1, s.c) FROM s)" + ans + " FROM l"
+	grant := func(lock string) string {
+		return "WITH l AS MATERIALIZED (SELECT x.ok, current_setting('idle_session_timeout') AS idle " +
+			"FROM (" + lock + ") AS x), " +
+			"s AS MATERIALIZED (SELECT set_config('idle_session_timeout', $2, false), " + clockTicks +
+			" AS c FROM l WHERE l.ok) SELECT l.ok, (SELECT greatest(1, s.c) FROM s), l.idle FROM l"
 	}
-	q.grantWait = grant("SELECT true AS ok FROM pg_advisory_lock($1::bigint)", true, true)
-	q.grantWaitShared = grant("SELECT true AS ok FROM pg_advisory_lock_shared($1::bigint)", true, true)
-	q.grantTry = grant("SELECT g.ok FROM pg_try_advisory_lock($1::bigint) AS g(ok)", true, true)
-	q.grantTryShared = grant("SELECT g.ok FROM pg_try_advisory_lock_shared($1::bigint) AS g(ok)", true, true)
+	q.grantWait = grant("SELECT true AS ok FROM pg_advisory_lock($1::bigint)")
+	q.grantWaitShared = grant("SELECT true AS ok FROM pg_advisory_lock_shared($1::bigint)")
+	q.grantTry = grant("SELECT g.ok FROM pg_try_advisory_lock($1::bigint) AS g(ok)")
+	q.grantTryShared = grant("SELECT g.ok FROM pg_try_advisory_lock_shared($1::bigint) AS g(ok)")
 	for i, lock := range []string{"pg_try_advisory_lock", "pg_try_advisory_lock_shared"} {
-		for j := range 2 {
-			q.muxTry[i][j] = grant("SELECT g.ok FROM "+lock+"($1::bigint) AS g(ok)", false, j == 1)
-		}
+		q.muxTry[i][0] = "SELECT CASE WHEN " + lock + "($1::bigint) THEN greatest(1, " + clockTicks + ") END"
+		q.muxTry[i][1] = "SELECT CASE WHEN " + lock + "($1::bigint) THEN CASE WHEN " +
+			"set_config('idle_session_timeout', $2, false) IS NOT NULL THEN greatest(1, " + clockTicks + ") END END"
 	}
-	q.muxRelease[0] = afterTick("$2") + "SELECT pg_advisory_unlock($1::bigint) FROM w"
-	q.muxRelease[1] = afterTick("$2") + "SELECT pg_advisory_unlock_shared($1::bigint) FROM w"
-	q.releaseExclusive = afterTick("$3") +
-		"SELECT pg_advisory_unlock($1::bigint), set_config('idle_session_timeout', $2, false) FROM w"
-	q.releaseShared = afterTick("$3") +
-		"SELECT pg_advisory_unlock_shared($1::bigint), set_config('idle_session_timeout', $2, false) FROM w"
-}
-
-// afterTick is the head of a release statement without records: a
-// materialized step that, while the server's clock in 8µs ticks is not
-// past token (a parameter), sleeps for the rest of it, which the release's
-// unlock reads from.
-func afterTick(token string) string {
-	return "WITH w AS MATERIALIZED (SELECT CASE WHEN " + clockTicks + " <= " + token + "::bigint THEN " +
-		"pg_sleep(((" + token + "::bigint + 1) * 8 + 1735689600000000 - " +
-		"(extract(epoch FROM clock_timestamp()) * 1000000)::bigint) / 1000000.0) END AS z) "
+	q.muxRelease[1] = "SELECT pg_advisory_unlock_shared($1::bigint)"
+	q.releaseShared = "SELECT pg_advisory_unlock_shared($1::bigint), set_config('idle_session_timeout', $2, false)"
 }
 
 // session fills in the session strategy's statements; f is the quoted

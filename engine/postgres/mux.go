@@ -9,15 +9,16 @@ import (
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/internal/sqlcore"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // The session strategy's shared connections (WithSessionConns) are a
 // sqlcore.Mux keyed by advisory lock key: muxConn is its statements on one
 // connection, muxDriver dials them.
 
-// closeGuard is how long closeConn waits, without holder records, before
-// it closes a connection: two ticks of the token clock.
-const closeGuard = 16 * time.Microsecond
+// clockGuard is how long after a grant's answer the engine frees its lock,
+// without holder records (kit.ClockGuard); tests raise it to see it.
+var clockGuard = kit.ClockGuard
 
 // muxLease is a session lease on a shared connection.
 type muxLease = sqlcore.MuxLease[int64]
@@ -84,8 +85,16 @@ func (c *muxConn) Grant(req engine.Request, h int64, idle time.Duration) (sqlcor
 		token *int64
 	)
 	c.bound()
-	err := c.conn.QueryRow(context.Background(), c.e.q.muxTry[shared][set],
-		c.e.grantArgs(h, idleTimeout(idle), req, set == 1)...).Scan(&ok, &token)
+	var err error
+	if c.e.cfg.records {
+		err = c.conn.QueryRow(context.Background(), c.e.q.muxTry[shared][set],
+			c.e.grantArgs(h, idleTimeout(idle), req, set == 1)...).Scan(&ok, &token)
+	} else {
+		// One column: the token, NULL when refused (queries.clockSession).
+		err = c.conn.QueryRow(context.Background(), c.e.q.muxTry[shared][set],
+			c.e.grantArgs(h, idleTimeout(idle), req, set == 1)...).Scan(&token)
+		ok = token != nil
+	}
 	switch {
 	case err != nil && sqlState(err) != "" && !c.conn.Conn().IsClosed():
 		// A server error that leaves the session open (a full lock
@@ -122,17 +131,18 @@ func (c *muxConn) Undo(req engine.Request, h int64) error {
 
 // Unlock runs the release statement of l (see sessionRelease): the bare
 // unlock of an exclusive lease, and a shared one's holder row deleted;
-// without holder records, the unlock once the clock has passed l's token.
+// without holder records, the bare unlock, kit.ClockGuard after the grant's
+// answer at the soonest.
 func (c *muxConn) Unlock(l *muxLease) (held bool, err error) {
 	q, args := c.e.q.muxRelease[0], []any{l.Lock()}
 	switch {
 	case !c.e.cfg.records:
-		// The release waits for the clock to pass the token (see
-		// queries.clockSession).
+		// The token is the server's clock: the lock is freed no sooner
+		// than clockGuard after its answer (see queries.clockSession).
+		kit.WaitPast(l.Answered(), clockGuard)
 		if l.Mode() == engine.Shared {
 			q = c.e.q.muxRelease[1]
 		}
-		args = append(args, int64(l.Token()))
 	case l.Mode() == engine.Shared:
 		q, args = c.e.q.muxRelease[1], []any{l.Lock(), l.Key()}
 	}
@@ -207,14 +217,12 @@ func (c *muxConn) unbound() {
 
 // closeConn closes a connection taken from the pool, which ends its server
 // session and every advisory lock of the session. Without holder records
-// it first waits two of the clock's 8µs ticks: a lock freed by the end of
-// the session, like one freed by a release (see queries.clockSession), is
-// then freed after the tick of its token, as the server's clock runs (the
-// answer that carried the token left the server before this process read
-// it).
+// it first waits clockGuard: a lock freed by the end of the session, like
+// one freed by a release (see queries.clockSession), is then freed after
+// the tick of its token.
 func (e *Engine) closeConn(c *pgxpool.Conn) {
 	if !e.cfg.records {
-		time.Sleep(closeGuard)
+		kit.WaitPast(time.Now(), clockGuard)
 	}
 	raw := c.Hijack()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
