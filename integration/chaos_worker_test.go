@@ -156,7 +156,10 @@ func dialEngine(s workerSpec) (engine.Engine, error) {
 		return mysql.Open(s.Addrs[0], mysql.WithTable(s.Table), mysql.WithStrategy(mysql.StrategyRow), mysql.WithOpTimeout(time.Second))
 	case "mysql-session":
 		return mysql.Open(s.Addrs[0], mysql.WithTable(s.Table), mysql.WithStrategy(mysql.StrategySession), mysql.WithOpTimeout(time.Second))
-	case "postgres", "postgres-lease":
+	case "mysql-clock":
+		return mysql.Open(s.Addrs[0], mysql.WithTable(s.Table), mysql.WithStrategy(mysql.StrategySession),
+			mysql.WithHolderRecords(false), mysql.WithOpTimeout(time.Second))
+	case "postgres", "postgres-lease", "postgres-clock":
 		return dialPostgres(s)
 	}
 	return nil, fmt.Errorf("unknown engine %q", s.Engine)

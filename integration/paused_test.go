@@ -50,11 +50,13 @@ func TestPausedHolder(t *testing.T) {
 		{engine: "mysql-row", addrs: []string{dsn}, table: table, period: time.Second, bound: time.Second + 2*time.Second},
 		// The same wait_timeout cuts a silent GET_LOCK holder's session.
 		{engine: "mysql-session", addrs: []string{dsn}, table: table, period: time.Second, bound: time.Second + 2*time.Second},
+		{engine: "mysql-clock", addrs: []string{dsn}, table: table, period: time.Second, bound: time.Second + 2*time.Second},
 		{engine: "postgres-lease", addrs: []string{pgDSN}, table: pgTable, period: time.Second, bound: time.Second + 500*time.Millisecond},
 		// The server ends a silent holder's session after its
 		// idle_session_timeout (the lease period); its checks run on a timer
 		// of the server's, hence the wider bound, as for the row strategy.
 		{engine: "postgres", addrs: []string{pgDSN}, table: pgTable, period: time.Second, bound: time.Second + 2*time.Second},
+		{engine: "postgres-clock", addrs: []string{pgDSN}, table: pgTable, period: time.Second, bound: time.Second + 2*time.Second},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
 			t.Parallel()

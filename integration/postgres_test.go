@@ -34,7 +34,8 @@ func dialPostgres(s workerSpec) (engine.Engine, error) {
 		strategy = postgres.StrategyLease
 	}
 	return postgres.Open(s.Addrs[0], postgres.WithTable(s.Table), postgres.WithStrategy(strategy),
-		postgres.WithMaxConns(pgConns), postgres.WithOpTimeout(time.Second))
+		postgres.WithMaxConns(pgConns), postgres.WithOpTimeout(time.Second),
+		postgres.WithHolderRecords(s.Engine != "postgres-clock"))
 }
 
 // migratedPostgresTable migrates, for both strategies, a lock table of the
@@ -86,6 +87,17 @@ func TestCheckerPostgresSession(t *testing.T) {
 	checkEngine(t, chaosTarget{
 		name: "postgres", engine: "postgres", addrs: []string{dsn}, table: table, ttl: chaosTTL, volatile: true,
 		faults:      append(networkFaults(t, px, chaosTTL), serverFaults(srv, chaosTTL)...),
+		clientPause: 2*chaosTTL + time.Second,
+	})
+}
+
+// TestCheckerPostgresSessionClock: the session strategy without holder
+// records (tokens from the server's clock alone) under the same faults.
+func TestCheckerPostgresSessionClock(t *testing.T) {
+	srv, px, dsn, table := startPostgresTarget(t)
+	checkEngine(t, chaosTarget{
+		name: "postgres-clock", engine: "postgres-clock", addrs: []string{dsn}, table: table, ttl: chaosTTL,
+		volatile: true, faults: append(networkFaults(t, px, chaosTTL), serverFaults(srv, chaosTTL)...),
 		clientPause: 2*chaosTTL + time.Second,
 	})
 }

@@ -253,6 +253,17 @@ func TestCheckerMySQLSession(t *testing.T) {
 	})
 }
 
+// TestCheckerMySQLSessionClock: the session strategy without holder
+// records (tokens from the server's clock alone) under the same faults.
+func TestCheckerMySQLSessionClock(t *testing.T) {
+	srv, px, dsn, table := startMySQLTarget(t)
+	checkEngine(t, chaosTarget{
+		name: "mysql-clock", engine: "mysql-clock", addrs: []string{dsn}, table: table, ttl: chaosTTL, volatile: true,
+		faults:      append(networkFaults(t, px, chaosTTL), serverFaults(srv, chaosTTL)...),
+		clientPause: 2*chaosTTL + time.Second,
+	})
+}
+
 // TestCheckerMySQLRow: the row strategy (SELECT ... FOR UPDATE on a pinned
 // connection) on a private MariaDB behind a fault proxy. Its locks die with
 // the server: after a crash a new server can grant a key again before the

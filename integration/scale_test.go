@@ -86,8 +86,10 @@ func TestScale(t *testing.T) {
 		{"mysql", mysqlTable},
 		{"mysql-row", mysqlTable},
 		{"mysql-session", mysqlTable},
+		{"mysql-clock", mysqlTable},
 		{"postgres-lease", pgTable},
 		{"postgres", pgLocks},
+		{"postgres-clock", pgLocks},
 	} {
 		t.Run(tc.engine, func(t *testing.T) {
 			n, hold := scaleSize(tc.engine)
@@ -108,7 +110,8 @@ func TestScale(t *testing.T) {
 				defer stallReport(t, addr, 20*time.Second)()
 			}
 			perLease := runScale(t, tc.engine, e, n, hold)
-			if (tc.engine == "postgres" || tc.engine == "mysql-session") && perLease > maxSessionHeap {
+			if (tc.engine == "postgres" || tc.engine == "mysql-session" || tc.engine == "postgres-clock" ||
+				tc.engine == "mysql-clock") && perLease > maxSessionHeap {
 				// The session strategies share their few connections
 				// (WithSessionConns) among every lease: a lease costs
 				// memory, never a connection or a goroutine.
