@@ -144,7 +144,10 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 			}
 			l, err := e.Leader(octx)
 			switch {
-			case errors.Is(err, ErrClosed):
+			case errors.Is(err, ErrClosed), errors.Is(err, errors.ErrUnsupported):
+				// Closed, or an engine that does not list holders as
+				// configured (a SQL session engine without holder
+				// records): nothing will be delivered.
 				return
 			case err == nil && l != last && l.Token > last.Token:
 				// Terms are delivered in token order: a read that lags

@@ -3,11 +3,13 @@ package cerberus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/memory"
 )
 
@@ -162,4 +164,28 @@ func TestElectionBadInput(t *testing.T) {
 	if _, ok := <-plain.Election("e").Observe(ctx); ok {
 		t.Error("Observe on an engine that cannot list holders delivered a leader")
 	}
+	// An Inspector that does not serve Holders as configured (a SQL
+	// session engine without holder records): Leader says so, Observe
+	// closes instead of polling it for ever.
+	unserved, err := cerberus.New(noHolders{memory.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unserved.Close()
+	if _, err := unserved.Election("e").Leader(ctx); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Leader on an engine whose Holders is unsupported: %v, want errors.ErrUnsupported", err)
+	}
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, ok := <-unserved.Election("e").Observe(octx); ok || octx.Err() != nil {
+		t.Errorf("Observe on an engine whose Holders is unsupported: delivered %v, or stayed open until its ctx "+
+			"ended (%v)", ok, octx.Err())
+	}
+}
+
+// noHolders is an engine.Inspector whose Holders is unsupported.
+type noHolders struct{ engine.Engine }
+
+func (noHolders) Holders(context.Context, string) ([]engine.Holder, error) {
+	return nil, fmt.Errorf("test: no holder records: %w", errors.ErrUnsupported)
 }
