@@ -111,13 +111,13 @@ func TestClockSessionWritesNothing(t *testing.T) {
 		args []any
 	}{
 		{"shared connection's try, setting the idle timeout", a.q.muxTry[0][1], []any{h, "10000"}},
-		{"shared connection's release", a.q.muxRelease[0], []any{h}},
+		{"shared connection's release", a.q.muxRelease[0], []any{h, int64(0)}},
 		{"pinned grant", a.q.grantWait, []any{h, "10000"}},
-		{"pinned release", a.q.releaseExclusive, []any{h, "0"}},
+		{"pinned release", a.q.releaseExclusive, []any{h, "0", int64(0)}},
 		{"shared connection's shared try", a.q.muxTry[1][0], []any{h}},
-		{"shared connection's shared release", a.q.muxRelease[1], []any{h}},
+		{"shared connection's shared release", a.q.muxRelease[1], []any{h, int64(0)}},
 		{"pinned shared grant", a.q.grantWaitShared, []any{h, "10000"}},
-		{"pinned shared release", a.q.releaseShared, []any{h, "0"}},
+		{"pinned shared release", a.q.releaseShared, []any{h, "0", int64(0)}},
 	} {
 		tx, err := c.Begin(ctx)
 		if err != nil {
@@ -153,13 +153,96 @@ func TestClockSessionRefusesInventory(t *testing.T) {
 	enginetest.RunNoInventory(t, func() (engine.Engine, error) { return Open(dsn, clockOpts(table)...) })
 }
 
-// TestClockReleaseWaitsPastAnswer: with the guard raised to 30ms, a lease
-// released at once after its grant (on a shared connection, and on a pinned
-// one after a wait), or dropped by a closing engine, frees its lock no
-// sooner than 30ms after the grant's answer came: the next grant's token,
-// the server's clock, is that much above the lease's. Without the guard
-// the next token would be within a few milliseconds of it.
-func TestClockReleaseWaitsPastAnswer(t *testing.T) {
+// TestClockReleaseWaitsForTick: each release statement without records,
+// given a token 20ms ahead of the server's clock, unlocks only once the
+// clock has passed it, so that a grant waiting for the key reads a later
+// tick. Without the wait the waiter's token would be below the one given.
+func TestClockReleaseWaitsForTick(t *testing.T) {
+	dsn := testDSN(t)
+	table := testTable(t, dsn)
+	e := openT(t, dsn, clockOpts(table)...)
+	pool := rawPool(t, dsn)
+	ctx := hangCtx(t)
+	const ahead = 20 * time.Millisecond
+	for i, c := range []struct {
+		name, sql string
+		shared    bool
+		args      func(h, token int64) []any
+	}{
+		{"shared connection, exclusive", e.q.muxRelease[0], false, func(h, tok int64) []any { return []any{h, tok} }},
+		{"shared connection, shared", e.q.muxRelease[1], true, func(h, tok int64) []any { return []any{h, tok} }},
+		{"pinned, exclusive", e.q.releaseExclusive, false, func(h, tok int64) []any { return []any{h, "0", tok} }},
+		{"pinned, shared", e.q.releaseShared, true, func(h, tok int64) []any { return []any{h, "0", tok} }},
+	} {
+		h := keyHash(table, "tick") + int64(i)
+		holder, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lock := "SELECT pg_advisory_lock($1::bigint)"
+		if c.shared {
+			lock = "SELECT pg_advisory_lock_shared($1::bigint)"
+		}
+		if _, err := holder.Exec(ctx, lock, h); err != nil {
+			t.Fatal(err)
+		}
+		// A waiter queues for the exclusive lock and reads the clock
+		// once it holds it, as a grant does.
+		waiter, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan int64, 1)
+		go func() {
+			defer waiter.Release()
+			var tok int64
+			err := waiter.QueryRow(ctx, "WITH l AS MATERIALIZED (SELECT pg_advisory_lock($1::bigint)) SELECT "+
+				clockTicks+" FROM l", h).Scan(&tok)
+			if err != nil {
+				t.Error(err)
+			}
+			_, _ = waiter.Exec(ctx, "SELECT pg_advisory_unlock_all()")
+			got <- tok
+		}()
+		waitLocks(t, pool, h, 2)
+		token := int64(ticks(time.Now().Add(ahead)))
+		began := time.Now()
+		var held bool
+		rows, err := holder.Query(ctx, c.sql, c.args(h, token)...)
+		if err == nil {
+			if rows.Next() {
+				err = rows.Scan(append([]any{&held}, make([]any, len(rows.FieldDescriptions())-1)...)...)
+			}
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		took := time.Since(began)
+		holder.Release()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if !held {
+			t.Errorf("%s: the release found the lock not held", c.name)
+		}
+		if next := <-got; next <= token {
+			t.Errorf("%s: the waiter's clock read %d after a release of token %d (the release took %v)",
+				c.name, next, token, took)
+		}
+		if took < ahead/2 {
+			t.Errorf("%s: the release took %v, for a token %v ahead", c.name, took, ahead)
+		}
+	}
+}
+
+// TestClockCloseWaitsPastAnswer: with the guard raised to 30ms, closeConn,
+// which every close of a connection goes through, frees the locks of the
+// connection's session no sooner than 30ms after it is called: a lock
+// granted just before is freed that much later, and the next grant's
+// token, the server's clock, is that much above the lease's. Without the
+// guard it is within a few milliseconds of it.
+func TestClockCloseWaitsPastAnswer(t *testing.T) {
 	dsn := testDSN(t)
 	table := testTable(t, dsn)
 	const guard = 30 * time.Millisecond
@@ -167,79 +250,32 @@ func TestClockReleaseWaitsPastAnswer(t *testing.T) {
 	clockGuard = guard
 	t.Cleanup(func() { clockGuard = old })
 	ctx := hangCtx(t)
-	a := openT(t, dsn, clockOpts(table)...)
+	e := openT(t, dsn, clockOpts(table)...)
 	b := openT(t, dsn, clockOpts(table)...)
-	pool := rawPool(t, dsn)
 	const gap = uint64(guard/(8*time.Microsecond)) * 9 / 10 // ticks, with room for rounding
-	for _, mode := range []engine.Mode{engine.Exclusive, engine.Shared} {
-		req := engine.Request{Key: "guard-" + mode.String(), Mode: mode, TTL: 10 * time.Second, Renew: true, Wait: true}
-		held, err := a.Acquire(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := held.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		next, err := b.Acquire(ctx, engine.Request{Key: req.Key, Mode: engine.Exclusive, TTL: 10 * time.Second,
-			Renew: true, Wait: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if next.Token() < held.Token()+gap {
-			t.Errorf("%v on a shared connection: next token %d, %d ticks after %d, want at least %d",
-				mode, next.Token(), next.Token()-held.Token(), held.Token(), gap)
-		}
-		// A waiter on a pinned connection, released at once too.
-		waited := make(chan engine.Lease, 1)
-		go func() {
-			l, err := a.Acquire(ctx, req)
-			if err != nil {
-				t.Error(err)
-			}
-			waited <- l
-		}()
-		waitLocks(t, pool, keyHash(table, req.Key), 2)
-		if err := next.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		pinned := <-waited
-		if pinned == nil {
-			t.FailNow()
-		}
-		if err := pinned.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		after, err := b.Acquire(ctx, engine.Request{Key: req.Key, Mode: engine.Exclusive, TTL: 10 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if after.Token() < pinned.Token()+gap {
-			t.Errorf("%v on a pinned connection: next token %d, %d ticks after %d, want at least %d",
-				mode, after.Token(), after.Token()-pinned.Token(), pinned.Token(), gap)
-		}
-		if err := after.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A lease its closing engine drops.
-	c := openT(t, dsn, clockOpts(table)...)
-	held, err := c.Acquire(ctx, engine.Request{Key: "guard-close", Mode: engine.Exclusive, TTL: 10 * time.Second})
+	c, err := e.pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	began := time.Now()
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
+	h := keyHash(table, "guard-close")
+	var (
+		ok   bool
+		tok  *int64
+		idle string
+	)
+	if err := c.QueryRow(ctx, e.q.grantTry, h, "10000").Scan(&ok, &tok, &idle); err != nil || !ok || tok == nil {
+		t.Fatalf("grant: %v, %v, %v", ok, tok, err)
 	}
+	e.closeConn(c)
 	next, err := b.Acquire(ctx, engine.Request{Key: "guard-close", Mode: engine.Exclusive, TTL: 10 * time.Second,
 		Wait: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer next.Release(context.Background())
-	if took := time.Since(began); next.Token() < held.Token()+gap {
-		t.Errorf("closed engine: next token %d, %d ticks after %d (the close took %v), want at least %d",
-			next.Token(), next.Token()-held.Token(), held.Token(), took, gap)
+	if next.Token() < uint64(*tok)+gap {
+		t.Errorf("next token %d, %d ticks after %d, want at least %d", next.Token(), next.Token()-uint64(*tok),
+			*tok, gap)
 	}
 }
 

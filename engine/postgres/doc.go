@@ -169,20 +169,22 @@
 // lock. A grant is one statement that takes the lock and, once it is held,
 // sets the session's idle_session_timeout where needed and reads the
 // server's clock in the same 8µs ticks: that reading is the token, and the
-// statement writes nothing (no transaction id, no row, no WAL). The engine
-// frees the lock, by a release or by closing the connection, no sooner
-// than kit.ClockGuard (10µs: a tick, the microsecond the reading may be
-// truncated by, and one more) after the answer that carried its token came
-// back; the server read its clock before it sent that answer, so the lock
-// is freed in a later tick of the server's clock (a release that comes
-// later than that, as every release of a lease that did some work does,
-// waits for nothing). So whatever frees the lock, the next grant of the
-// key, which reads the clock only once it holds the lock, reads a later
-// tick, and tokens strictly increase as long as the server's clock runs
-// at the rate of the client's and does not step back (by more than the
-// time between two grants of one key). A session the server ends (its
-// idle cut-off, pg_terminate_backend, a crash) frees its locks long after
-// their grants. There is no counter to lose: a restart, a crash,
+// statement writes nothing (no transaction id, no row, no WAL). A release
+// unlocks only once the server's clock has passed the lease's token: one
+// CASE whose condition sleeps through the rest of the token's tick on the
+// server if need be (a release reaches the server a round trip after its
+// grant read the clock, so it never has to in practice, and costs what
+// the bare unlock does). A connection the engine closes, which frees its
+// locks, is closed no sooner than kit.ClockGuard (10µs: a tick, the
+// microsecond the reading may be truncated by, and one more) after the
+// answer that carried a token came back; the server read its clock before
+// it sent that answer, so those locks too are freed in a later tick of
+// its clock. So whatever frees the lock, the next grant of the key, which
+// reads the clock only once it holds the lock, reads a later tick, and
+// tokens strictly increase as long as the server's clock runs at the rate
+// of the client's and does not step back (by more than the time between
+// two grants of one key). A session the server ends (its idle cut-off,
+// pg_terminate_backend, a crash) frees its locks long after their grants. There is no counter to lose: a restart, a crash,
 // a restore or a promoted standby change nothing, as long as the new
 // server's clock is not behind the old one's by more than the time since
 // its last grant. The assumption is stronger than with records, where

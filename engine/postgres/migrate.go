@@ -467,13 +467,22 @@ func grantStatement(lock, f, h string, g grantForm) string {
 //     MATERIALIZED steps that read each other, so the clock is read once
 //     the lock is held; it answers ok, the token (NULL when not ok) and
 //     the idle_session_timeout from before;
-//   - a shared release is the bare unlock ($1; a pinned one also puts back
-//     the idle_session_timeout, $2), as an exclusive one is with records.
+//   - a release unlocks $1 only once the server's clock has passed the
+//     lease's token, $2 for a shared backend, $3 for a pinned connection
+//     (which also puts back its idle_session_timeout, $2): its CASE
+//     condition sleeps through the rest of the token's tick first (in
+//     whichever order the server evaluates the condition's two sides, the
+//     sleep is for what is left of the tick, nothing once it has passed),
+//     and both its results unlock. A release reaches the server a round
+//     trip after its grant's clock read, so in practice it never sleeps
+//     and costs what the bare unlock does; the same wait in this process
+//     (kit.WaitPast) would spin out the rest of kit.ClockGuard on every
+//     release sent at once.
 //
-// The engine sends a release, and closes a connection, no sooner than
-// kit.ClockGuard after the answer that carried the lease's token, so the
-// next grant of the key, which reads the clock only once it holds the
-// lock, reads a later tick: tokens strictly increase as long as the
+// A connection the engine closes, which frees its locks, is closed no
+// sooner than kit.ClockGuard after the last grant's answer (closeConn).
+// So the next grant of the key, which reads the clock only once it holds
+// the lock, reads a later tick: tokens strictly increase as long as the
 // server's clock does not step back (see the package documentation,
 // "Tokens without records").
 func (q *queries) clockSession() {
@@ -492,8 +501,23 @@ func (q *queries) clockSession() {
 		q.muxTry[i][1] = "SELECT CASE WHEN " + lock + "($1::bigint) THEN CASE WHEN " +
 			"set_config('idle_session_timeout', $2, false) IS NOT NULL THEN greatest(1, " + clockTicks + ") END END"
 	}
-	q.muxRelease[1] = "SELECT pg_advisory_unlock_shared($1::bigint)"
-	q.releaseShared = "SELECT pg_advisory_unlock_shared($1::bigint), set_config('idle_session_timeout', $2, false)"
+	q.muxRelease[0] = "SELECT " + afterTick("$2", "pg_advisory_unlock($1::bigint)")
+	q.muxRelease[1] = "SELECT " + afterTick("$2", "pg_advisory_unlock_shared($1::bigint)")
+	q.releaseExclusive = "SELECT " + afterTick("$3", "pg_advisory_unlock($1::bigint)") +
+		", set_config('idle_session_timeout', $2, false)"
+	q.releaseShared = "SELECT " + afterTick("$3", "pg_advisory_unlock_shared($1::bigint)") +
+		", set_config('idle_session_timeout', $2, false)"
+}
+
+// afterTick is a CASE that runs unlock once the server's clock in 8µs
+// ticks has passed token (a parameter): its condition, which a CASE
+// evaluates before either result, sleeps for the rest of the token's tick
+// while the clock has not passed it.
+func afterTick(token, unlock string) string {
+	return "CASE WHEN " + clockTicks + " > " + token + "::bigint OR " +
+		"pg_sleep(((" + token + "::bigint + 1) * 8 + 1735689600000000 - " +
+		"(extract(epoch FROM clock_timestamp()) * 1000000)::bigint) / 1000000.0)::text = '' " +
+		"THEN " + unlock + " ELSE " + unlock + " END"
 }
 
 // session fills in the session strategy's statements; f is the quoted

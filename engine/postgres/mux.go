@@ -16,7 +16,7 @@ import (
 // sqlcore.Mux keyed by advisory lock key: muxConn is its statements on one
 // connection, muxDriver dials them.
 
-// clockGuard is how long after a grant's answer the engine frees its lock,
+// clockGuard is how long closeConn waits before it closes a connection,
 // without holder records (kit.ClockGuard); tests raise it to see it.
 var clockGuard = kit.ClockGuard
 
@@ -131,18 +131,18 @@ func (c *muxConn) Undo(req engine.Request, h int64) error {
 
 // Unlock runs the release statement of l (see sessionRelease): the bare
 // unlock of an exclusive lease, and a shared one's holder row deleted;
-// without holder records, the bare unlock, kit.ClockGuard after the grant's
-// answer at the soonest.
+// without holder records, the unlock once the server's clock has passed
+// the lease's token.
 func (c *muxConn) Unlock(l *muxLease) (held bool, err error) {
 	q, args := c.e.q.muxRelease[0], []any{l.Lock()}
 	switch {
 	case !c.e.cfg.records:
-		// The token is the server's clock: the lock is freed no sooner
-		// than clockGuard after its answer (see queries.clockSession).
-		kit.WaitPast(l.Answered(), clockGuard)
+		// The token is the server's clock: the release waits on the
+		// server for it to pass the token (see queries.clockSession).
 		if l.Mode() == engine.Shared {
 			q = c.e.q.muxRelease[1]
 		}
+		args = append(args, int64(l.Token()))
 	case l.Mode() == engine.Shared:
 		q, args = c.e.q.muxRelease[1], []any{l.Lock(), l.Key()}
 	}
@@ -217,11 +217,12 @@ func (c *muxConn) unbound() {
 
 // closeConn closes a connection taken from the pool, which ends its server
 // session and every advisory lock of the session. Without holder records
-// it first waits clockGuard: a lock freed by the end of the session, like
-// one freed by a release (see queries.clockSession), is then freed after
-// the tick of its token.
+// it first waits clockGuard, which is after the answer of any grant on the
+// connection: a lock freed by the end of the session, like one freed by a
+// release (see queries.clockSession), is then freed in a later tick of the
+// server's clock than its token's.
 func (e *Engine) closeConn(c *pgxpool.Conn) {
-	if !e.cfg.records {
+	if e.noRecords() {
 		kit.WaitPast(time.Now(), clockGuard)
 	}
 	raw := c.Hijack()

@@ -211,8 +211,7 @@ func (e *Engine) stopErr(ctx context.Context) error {
 type grantResult struct {
 	ok    bool
 	token uint64
-	idle  string    // the session's idle_session_timeout before the grant
-	at    time.Time // when the answer came
+	idle  string // the session's idle_session_timeout before the grant
 	err   error
 }
 
@@ -264,7 +263,6 @@ func (e *Engine) lockOn(ctx context.Context, c *pgxpool.Conn, req engine.Request
 	select {
 	case r := <-res:
 		qcancel()
-		r.at = time.Now()
 		return r, sent, false
 	case <-ctx.Done():
 	case <-e.frame.Closing():
@@ -339,7 +337,7 @@ func (e *Engine) grantSession(ctx context.Context, c *pgxpool.Conn, req engine.R
 			engine.ErrNotAcquired, req.Key, req.TTL)
 	}
 	l := &sessionLease{LeaseCore: kit.NewLeaseCore(req.Key, req.Mode, req.OnLost), e: e, hash: h, idle: r.idle,
-		ttl: req.TTL, renew: req.Renew, stop: make(chan struct{}), conn: c, validFrom: sent, answered: r.at}
+		ttl: req.TTL, renew: req.Renew, stop: make(chan struct{}), conn: c, validFrom: sent}
 	l.SetToken(r.token)
 	if err := e.frame.Track(l, func() error {
 		l.mu.Lock()
@@ -371,9 +369,6 @@ type sessionLease struct {
 	ttl   time.Duration
 	renew bool
 	stop  chan struct{} // closed when the lease ends: stops watch
-	// answered is when the grant's answer came: without holder records
-	// the lock is freed no sooner than clockGuard after it.
-	answered time.Time
 
 	mu    sync.Mutex
 	conn  *pgxpool.Conn // nil once the lease has ended
@@ -463,10 +458,7 @@ func (l *sessionLease) take() *pgxpool.Conn {
 // idle_session_timeout (and clears a shared lease's holder row), in one
 // statement. It reports whether the session held the lock.
 func (l *sessionLease) unlock(c *pgxpool.Conn) (held bool, err error) {
-	if !l.e.cfg.records {
-		kit.WaitPast(l.answered, clockGuard) // see queries.clockSession
-	}
-	q, args := l.e.releaseOf(l.Mode(), l.hash, l.idle, l.Key())
+	q, args := l.e.releaseOf(l.Mode(), l.hash, l.idle, l.Key(), l.Token())
 	ctx, cancel := l.e.core.OpCtx()
 	defer cancel()
 	err = c.QueryRow(ctx, q, args...).Scan(&held, nil)
@@ -474,15 +466,18 @@ func (l *sessionLease) unlock(c *pgxpool.Conn) (held bool, err error) {
 }
 
 // releaseOf returns the release statement of a session lease of key in
-// mode, on advisory lock h, that puts idle back as the session's
-// idle_session_timeout, and its arguments (see queries.session and,
-// without holder records, queries.clockSession).
-func (e *Engine) releaseOf(mode engine.Mode, h int64, idle, key string) (string, []any) {
-	if mode == engine.Shared && e.cfg.records {
+// mode, on advisory lock h, with token token, that puts idle back as the
+// session's idle_session_timeout, and its arguments (see queries.session
+// and, without holder records, queries.clockSession: there the release
+// waits on the server for its clock to pass the token).
+func (e *Engine) releaseOf(mode engine.Mode, h int64, idle, key string, token uint64) (string, []any) {
+	switch {
+	case !e.cfg.records && mode == engine.Shared:
+		return e.q.releaseShared, []any{h, idle, int64(token)}
+	case !e.cfg.records:
+		return e.q.releaseExclusive, []any{h, idle, int64(token)}
+	case mode == engine.Shared:
 		return e.q.releaseShared, []any{h, idle, key}
-	}
-	if mode == engine.Shared {
-		return e.q.releaseShared, []any{h, idle}
 	}
 	return e.q.releaseExclusive, []any{h, idle}
 }

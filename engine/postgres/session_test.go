@@ -603,7 +603,7 @@ func TestGrantCommitsAsync(t *testing.T) {
 	if err := c.QueryRow(ctx, e.q.grantTry, h, "60000", "async", 0, "").Scan(&ok, nil, &idle); err != nil || !ok {
 		t.Fatalf("grant: %v, %v", ok, err)
 	}
-	q, args := e.releaseOf(engine.Exclusive, h, idle, "async")
+	q, args := e.releaseOf(engine.Exclusive, h, idle, "async", 0)
 	if err := c.QueryRow(ctx, q, args...).Scan(&ok, nil); err != nil || !ok {
 		t.Fatalf("release: %v, %v", ok, err)
 	}
