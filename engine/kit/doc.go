@@ -4,7 +4,9 @@
 // reports alike (LeaseCore, with its close-once loss notice, Signal), bounded clean-up after an ended wait
 // (Background, WaitUpTo, UndoWait), one waiting call per key and engine on
 // the server (Turns), and the renewal and polling frame of the engines
-// that renew in rounds and poll (RenewRounds, Pace, InBatches, Backoff).
+// that renew in rounds and poll (RenewRounds, Pace, InBatches, Backoff),
+// and the wait of an engine whose tokens are its server's clock before it
+// frees a lock (ClockGuard, WaitPast).
 //
 // An engine written outside this module may use them too; nothing in them
 // is specific to one server. Package engine's documentation, "Writing an
