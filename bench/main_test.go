@@ -93,6 +93,22 @@ func hotKeyRounds(names []string, newClient func(i int) LockFunc, maxWait time.D
 	return out
 }
 
+// hotKeyBy runs hotKeyRounds for the libraries named names (each reported
+// as prefix + name), with the clients build makes for the library at each
+// index, prints each library's result, and returns the results by name.
+func hotKeyBy(prefix string, names []string, build func(i int) LockFunc) map[string]HotKeyResult {
+	full := make([]string, len(names))
+	for i, n := range names {
+		full[i] = prefix + n
+	}
+	by := map[string]HotKeyResult{}
+	for i, r := range hotKeyRounds(full, build, 30*time.Second) {
+		r.Report(out)
+		by[names[i]] = r
+	}
+	return by
+}
+
 // hotKey runs the hot-key loop for name over -clients clients, each made by
 // newClient (and so with its own connection).
 func hotKey(name string, newClient func() LockFunc, maxWait time.Duration) HotKeyResult {

@@ -293,16 +293,11 @@ func BenchmarkMySQLHotKey(b *testing.B) {
 		}
 		names := make([]string, len(libs))
 		for i, l := range libs {
-			names[i] = "mysql/" + l.name
+			names[i] = l.name
 		}
 		// Interleaved rounds, so that the machine's load weighs on every
 		// library alike.
-		rounds := hotKeyRounds(names, func(i int) LockFunc { return libs[i].build(b, "hot/"+libs[i].name) }, 30*time.Second)
-		res := map[string]HotKeyResult{}
-		for i, r := range rounds {
-			r.Report(out)
-			res[libs[i].name] = r
-		}
+		res := hotKeyBy("mysql/", names, func(i int) LockFunc { return libs[i].build(b, "hot/"+libs[i].name) })
 		Ratio(out, "mysql_hotkey_acq", "cerberus-lease", "get_lock", res["cerberus-lease"].Rate(), res["get_lock"].Rate())
 		Ratio(out, "mysql_hotkey_acq", "cerberus-row", "get_lock", res["cerberus-row"].Rate(), res["get_lock"].Rate())
 		Ratio(out, "mysql_hotkey_wait_p99", "cerberus-row", "get_lock", float64(res["cerberus-row"].WaitP99), float64(res["get_lock"].WaitP99))
@@ -330,14 +325,11 @@ func BenchmarkMySQLHotKeyClock(b *testing.B) {
 		}
 		names := make([]string, len(libs))
 		for i, l := range libs {
-			names[i] = "mysql/" + l.name
+			names[i] = l.name
 		}
-		rounds := hotKeyRounds(names, func(i int) LockFunc { return libs[i].build(b, "hotclock/"+libs[i].name) }, 30*time.Second)
-		res := map[string]HotKeyResult{}
-		for i, r := range rounds {
-			r.Report(out)
-			res[libs[i].name] = r
-		}
+		// Interleaved rounds, so that the machine's load weighs on every
+		// library alike.
+		res := hotKeyBy("mysql/", names, func(i int) LockFunc { return libs[i].build(b, "hotclock/"+libs[i].name) })
 		Ratio(out, "mysql_hotkey_acq", "cerberus-session-clock", "get_lock", res["cerberus-session-clock"].Rate(), res["get_lock"].Rate())
 		Ratio(out, "mysql_hotkey_wait_p99", "cerberus-session-clock", "get_lock", float64(res["cerberus-session-clock"].WaitP99), float64(res["get_lock"].WaitP99))
 		Ratio(out, "mysql_hotkey_wait_p99", "get_lock+clock-read", "get_lock", float64(res["get_lock+clock-read"].WaitP99), float64(res["get_lock"].WaitP99))

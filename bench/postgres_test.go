@@ -244,14 +244,11 @@ func BenchmarkPostgresHotKey(b *testing.B) {
 		}
 		names := make([]string, len(libs))
 		for i, l := range libs {
-			names[i] = "postgres/" + l.name
+			names[i] = l.name
 		}
-		res := hotKeyRounds(names, func(i int) LockFunc { return libs[i].build(b, "hot/"+libs[i].name) }, 30*time.Second)
-		by := map[string]HotKeyResult{}
-		for i, r := range res {
-			r.Report(out)
-			by[libs[i].name] = r
-		}
+		// Interleaved rounds, so that the machine's load weighs on every
+		// library alike.
+		by := hotKeyBy("postgres/", names, func(i int) LockFunc { return libs[i].build(b, "hot/"+libs[i].name) })
 		Ratio(out, "postgres_hotkey_acq", "cerberus-session", "advisory", by["cerberus-session"].Rate(), by["advisory"].Rate())
 		Ratio(out, "postgres_hotkey_wait_p99", "cerberus-session", "advisory", float64(by["cerberus-session"].WaitP99), float64(by["advisory"].WaitP99))
 		Ratio(out, "postgres_hotkey_acq", "cerberus-session", "advisory+clock", by["cerberus-session"].Rate(), by["advisory+clock"].Rate())
@@ -278,14 +275,11 @@ func BenchmarkPostgresHotKeyClock(b *testing.B) {
 		}
 		names := make([]string, len(libs))
 		for i, l := range libs {
-			names[i] = "postgres/" + l.name
+			names[i] = l.name
 		}
-		res := hotKeyRounds(names, func(i int) LockFunc { return libs[i].build(b, "hotclock/"+libs[i].name) }, 30*time.Second)
-		by := map[string]HotKeyResult{}
-		for i, r := range res {
-			r.Report(out)
-			by[libs[i].name] = r
-		}
+		// Interleaved rounds, so that the machine's load weighs on every
+		// library alike.
+		by := hotKeyBy("postgres/", names, func(i int) LockFunc { return libs[i].build(b, "hotclock/"+libs[i].name) })
 		Ratio(out, "postgres_hotkey_acq", "cerberus-session-clock", "advisory", by["cerberus-session-clock"].Rate(), by["advisory"].Rate())
 		Ratio(out, "postgres_hotkey_wait_p99", "cerberus-session-clock", "advisory", float64(by["cerberus-session-clock"].WaitP99), float64(by["advisory"].WaitP99))
 		Ratio(out, "postgres_hotkey_wait_p99", "advisory+clock-read", "advisory", float64(by["advisory+clock-read"].WaitP99), float64(by["advisory"].WaitP99))

@@ -557,11 +557,11 @@ type MuxLease[K comparable] struct {
 }
 
 // Answered returns when the answer to the lease's grant came back to this
-// process. An engine whose token is the server's clock
-// (engine/postgres, engine/mysql without holder records) frees the lock no
-// sooner than two clock ticks after it (kit.WaitPast), so that the next
-// grant, which reads the server's clock once it holds the lock, reads a
-// later tick.
+// process. An engine whose token is the server's clock and whose release
+// does not check that clock itself (engine/mysql without holder records)
+// sends the release no sooner than kit.ClockGuard after it (kit.WaitPast),
+// so that the next grant, which reads the server's clock once it holds the
+// lock, reads a later tick.
 func (l *MuxLease[K]) Answered() time.Time { return l.answered }
 
 // Key returns the lease's key.
