@@ -247,10 +247,14 @@
 // the names of any number of leases, one statement at a time per
 // connection: an engine holds tens of thousands of leases on those few
 // connections (TestScale holds 20,000 on two), and a lease costs memory,
-// not a connection. GET_LOCK is reentrant per session, so a name is never
-// tried on a connection that holds it already. A waiting request that
-// finds the key held then waits on a connection pinned for it (up to
-// WithMaxConns less the shared ones and two): it CALLs "<table>_grant2",
+// not a connection. A try goes to the shared connection that holds the
+// fewest leases and, among those, to the one the last statement ran on
+// (so that one lock after another costs one server session, not a wake-up
+// of an idle one each), or to another if that one is busy. GET_LOCK is
+// reentrant per session, so a name is never tried on a connection that
+// holds it already. A waiting request that finds the key held then waits
+// on a connection pinned for it (up to WithMaxConns less the shared ones
+// and two): it CALLs "<table>_grant2",
 // which waits in GET_LOCK (locking no table) and runs the same write once
 // granted, one round trip, and keeps that connection for as long as it
 // holds the lease. A waiting request whose key a try found held in the

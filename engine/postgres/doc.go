@@ -127,8 +127,13 @@
 // clock does. Tokens fit in 48 bits until about 2096.
 //
 // Connections: the session connections (WithSessionConns) carry every
-// lease granted at once, each statement one at a time per connection;
-// each lease that had to wait pins a pool connection of its own while it
+// lease granted at once, each statement one at a time per connection. A
+// grant goes to the connection that holds the fewest leases and, among
+// those, to the one the last statement ran on, so that leases spread
+// over the connections while a process that takes one lock after another
+// talks to one server session (dialled only when first needed); a grant
+// that comes while that connection is busy goes to another. Each lease
+// that had to wait pins a pool connection of its own while it
 // waits and while it is held. The pool (WithMaxConns with Open; the
 // pool's MaxConns with New, at least the session connections plus 2)
 // holds the session connections, one connection the engine keeps for

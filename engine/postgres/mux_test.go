@@ -74,6 +74,59 @@ func TestSessionConnsHoldMany(t *testing.T) {
 	acquireT(t, e, engine.Request{Key: pids[victim][0].Key(), TTL: time.Minute, Wait: true})
 }
 
+// TestSessionConnsKeepToOne: an engine that takes one lock after another
+// on three shared connections sends every grant and release to one server
+// session (a session that has waited costs a wake-up on each side), and
+// dials no other; a grant that comes while that session is busy with
+// another statement goes to a second one at once instead of queueing
+// behind it.
+func TestSessionConnsKeepToOne(t *testing.T) {
+	dsn := testDSN(t)
+	table := testTable(t, dsn)
+	for _, opts := range [][]Option{{WithTable(table)}, clockOpts(table)} {
+		e := openT(t, dsn, append(opts, WithSessionConns(3), WithMaxConns(5))...)
+		pids := map[uint32]int{}
+		for i := range 30 {
+			l := acquireT(t, e, sessionReq(fmt.Sprintf("one/%d", i%3), time.Minute))
+			pids[pidOf(t, l)]++
+			if err := l.Release(hangCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(pids) != 1 {
+			t.Errorf("records %v: 30 cycles one after another went to %d sessions (%v), want 1",
+				e.cfg.records, len(pids), pids)
+		}
+		if n := e.pool.Stat().TotalConns(); n != 1 {
+			t.Errorf("records %v: the pool holds %d connections after the cycles, want 1", e.cfg.records, n)
+		}
+		var (
+			other uint32
+			err   error
+		)
+		busy := e.mux.Do(0, func(c sqlcore.MuxConn[int64]) {
+			// Backend 0 is locked, as while a statement of another
+			// caller runs on it.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			var l engine.Lease
+			if l, err = e.Acquire(ctx, sessionReq("one/busy", time.Minute)); err == nil {
+				other = pidOf(t, l)
+				_ = l.Release(context.Background())
+			}
+		})
+		if !busy {
+			t.Fatal("backend 0 has no live connection")
+		}
+		if err != nil {
+			t.Fatalf("records %v: a grant while the one session was busy: %v", e.cfg.records, err)
+		}
+		if _, same := pids[other]; same {
+			t.Errorf("records %v: the grant while the session was busy went to it", e.cfg.records)
+		}
+	}
+}
+
 // TestSessionConnReentrancy: advisory locks are reentrant per session,
 // and a session connection carries many leases, so the engine never sends
 // a grant of a key on a session that holds it: an exclusive TryLock of a
