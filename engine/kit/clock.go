@@ -31,3 +31,26 @@ func WaitPast(at time.Time, d time.Duration) {
 		}
 	}
 }
+
+// TickEpoch is when the SQL engines' clock tokens count from,
+// 2025-01-01T00:00:00Z: a token is the 8µs ticks since then (Ticks).
+var TickEpoch = time.Unix(1735689600, 0)
+
+// Tick is the length of one tick of a clock token.
+const Tick = 8 * time.Microsecond
+
+// Ticks returns t in whole ticks since TickEpoch, at least 1: the token an
+// engine gives for a server clock reading of t. t's microseconds are
+// exact, so Ticks agrees with the same count made on the server from the
+// same reading (engine/postgres's clockTicks), and it never decreases as t
+// grows.
+func Ticks(t time.Time) uint64 {
+	us := t.UnixMicro() - TickEpoch.UnixMicro()
+	return uint64(max(1, us/int64(Tick/time.Microsecond)))
+}
+
+// TickEnd returns when the tick of token ends: a clock that reads TickEnd
+// or later reads a later tick (Ticks(TickEnd(n)) is n+1).
+func TickEnd(token uint64) time.Time {
+	return TickEpoch.Add(time.Duration(token+1) * Tick)
+}

@@ -25,3 +25,32 @@ func TestWaitPast(t *testing.T) {
 		}
 	}
 }
+
+// TestTicks: Ticks counts whole 8µs ticks since TickEpoch (1 at least), and
+// TickEnd is the first instant of the next tick.
+func TestTicks(t *testing.T) {
+	for _, c := range []struct {
+		at   time.Time
+		want uint64
+	}{
+		{TickEpoch, 1},
+		{TickEpoch.Add(-time.Hour), 1},
+		{TickEpoch.Add(15 * time.Microsecond), 1},
+		{TickEpoch.Add(16 * time.Microsecond), 2},
+		{TickEpoch.Add(16*time.Microsecond + 999*time.Nanosecond), 2},
+		{time.Date(2026, 12, 1, 0, 0, 0, 8000, time.UTC), uint64((time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).UnixMicro()-1735689600000000)/8) + 1},
+	} {
+		if got := Ticks(c.at); got != c.want {
+			t.Errorf("Ticks(%v) = %d, want %d", c.at, got, c.want)
+		}
+	}
+	for _, n := range []uint64{1, 2, 7_500_000_000_000} {
+		end := TickEnd(n)
+		if got := Ticks(end); got != n+1 {
+			t.Errorf("Ticks(TickEnd(%d)) = %d, want %d", n, got, n+1)
+		}
+		if got := Ticks(end.Add(-time.Microsecond)); got != n {
+			t.Errorf("Ticks(TickEnd(%d) - 1µs) = %d, want %d", n, got, n)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/enginetest"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // The tests of this file check the session strategy without holder
@@ -111,13 +112,13 @@ func TestClockSessionWritesNothing(t *testing.T) {
 		args []any
 	}{
 		{"shared connection's try, setting the idle timeout", a.q.muxTry[0][1], []any{h, "10000"}},
-		{"shared connection's release", a.q.muxRelease[0], []any{h, int64(0)}},
+		{"shared connection's release", a.q.muxRelease[0], []any{h, kit.TickEnd(1)}},
 		{"pinned grant", a.q.grantWait, []any{h, "10000"}},
-		{"pinned release", a.q.releaseExclusive, []any{h, "0", int64(0)}},
+		{"pinned release", a.q.releaseExclusive, []any{h, "0", kit.TickEnd(1)}},
 		{"shared connection's shared try", a.q.muxTry[1][0], []any{h}},
-		{"shared connection's shared release", a.q.muxRelease[1], []any{h, int64(0)}},
+		{"shared connection's shared release", a.q.muxRelease[1], []any{h, kit.TickEnd(1)}},
 		{"pinned shared grant", a.q.grantWaitShared, []any{h, "10000"}},
-		{"pinned shared release", a.q.releaseShared, []any{h, "0", int64(0)}},
+		{"pinned shared release", a.q.releaseShared, []any{h, "0", kit.TickEnd(1)}},
 	} {
 		tx, err := c.Begin(ctx)
 		if err != nil {
@@ -167,12 +168,12 @@ func TestClockReleaseWaitsForTick(t *testing.T) {
 	for i, c := range []struct {
 		name, sql string
 		shared    bool
-		args      func(h, token int64) []any
+		args      func(h int64, end time.Time) []any
 	}{
-		{"shared connection, exclusive", e.q.muxRelease[0], false, func(h, tok int64) []any { return []any{h, tok} }},
-		{"shared connection, shared", e.q.muxRelease[1], true, func(h, tok int64) []any { return []any{h, tok} }},
-		{"pinned, exclusive", e.q.releaseExclusive, false, func(h, tok int64) []any { return []any{h, "0", tok} }},
-		{"pinned, shared", e.q.releaseShared, true, func(h, tok int64) []any { return []any{h, "0", tok} }},
+		{"shared connection, exclusive", e.q.muxRelease[0], false, func(h int64, end time.Time) []any { return []any{h, end} }},
+		{"shared connection, shared", e.q.muxRelease[1], true, func(h int64, end time.Time) []any { return []any{h, end} }},
+		{"pinned, exclusive", e.q.releaseExclusive, false, func(h int64, end time.Time) []any { return []any{h, "0", end} }},
+		{"pinned, shared", e.q.releaseShared, true, func(h int64, end time.Time) []any { return []any{h, "0", end} }},
 	} {
 		h := keyHash(table, "tick") + int64(i)
 		holder, err := pool.Acquire(ctx)
@@ -208,7 +209,7 @@ func TestClockReleaseWaitsForTick(t *testing.T) {
 		token := int64(ticks(time.Now().Add(ahead)))
 		began := time.Now()
 		var held bool
-		rows, err := holder.Query(ctx, c.sql, c.args(h, token)...)
+		rows, err := holder.Query(ctx, c.sql, c.args(h, kit.TickEnd(uint64(token)))...)
 		if err == nil {
 			if rows.Next() {
 				err = rows.Scan(append([]any{&held}, make([]any, len(rows.FieldDescriptions())-1)...)...)
@@ -259,23 +260,24 @@ func TestClockCloseWaitsPastAnswer(t *testing.T) {
 	}
 	h := keyHash(table, "guard-close")
 	var (
-		ok   bool
-		tok  *int64
-		idle string
+		ok    bool
+		clock *time.Time
+		idle  string
 	)
-	if err := c.QueryRow(ctx, e.q.grantTry, h, "10000").Scan(&ok, &tok, &idle); err != nil || !ok || tok == nil {
-		t.Fatalf("grant: %v, %v, %v", ok, tok, err)
-	}
+	err = c.QueryRow(ctx, e.q.grantTry, h, "10000").Scan(&ok, &clock, &idle)
 	e.closeConn(c)
+	if err != nil || !ok || clock == nil {
+		t.Fatalf("grant: %v, %v, %v", ok, clock, err)
+	}
+	tok := kit.Ticks(*clock)
 	next, err := b.Acquire(ctx, engine.Request{Key: "guard-close", Mode: engine.Exclusive, TTL: 10 * time.Second,
 		Wait: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer next.Release(context.Background())
-	if next.Token() < uint64(*tok)+gap {
-		t.Errorf("next token %d, %d ticks after %d, want at least %d", next.Token(), next.Token()-uint64(*tok),
-			*tok, gap)
+	if next.Token() < tok+gap {
+		t.Errorf("next token %d, %d ticks after %d, want at least %d", next.Token(), next.Token()-tok, tok, gap)
 	}
 }
 

@@ -173,7 +173,8 @@
 // holder records and the key's counter for the price of a bare advisory
 // lock. A grant is one statement that takes the lock and, once it is held,
 // sets the session's idle_session_timeout where needed and reads the
-// server's clock in the same 8µs ticks: that reading is the token, and the
+// server's clock, clock_timestamp(): that reading, in the same 8µs ticks
+// (counted in this process from its microseconds), is the token, and the
 // statement writes nothing (no transaction id, no row, no WAL). A release
 // unlocks only once the server's clock has passed the lease's token: one
 // CASE whose condition sleeps through the rest of the token's tick on the

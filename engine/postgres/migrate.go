@@ -362,7 +362,9 @@ func latestOf(f, a string) string {
 // 2025-01-01T00:00:00Z, computed exactly: extract returns numeric (on
 // PostgreSQL 14 and later), whose microseconds fit a bigint, and
 // 1735689600 * 10^6 is a multiple of 8, so the bigint division is the
-// floor for every time after the epoch.
+// floor for every time after the epoch. It is kit.Ticks of the same
+// reading (without the floor of 1), which the statements without holder
+// records count in this process instead (see queries.clockSession).
 const clockTicks = "((extract(epoch FROM clock_timestamp()) * 1000000)::bigint - 1735689600000000) / 8"
 
 // sessionGrant returns the session strategy's grant: one statement, so one
@@ -458,26 +460,29 @@ func grantStatement(lock, f, h string, g grantForm) string {
 //     with the try function on $1 and whose result, evaluated only once
 //     the condition has held, sets the session's idle_session_timeout to
 //     $2 (the form that changes it, in a CASE of its own) and reads the
-//     server's clock in 8µs ticks: the token, at least 1, or NULL when the
-//     lock was refused. (A CASE evaluates its conditions before its
-//     results; the MATERIALIZED steps of the statements with records cost
-//     a fifth of an uncontended cycle.)
+//     server's clock, clock_timestamp(), or NULL when the lock was
+//     refused. The token is that reading in 8µs ticks (kit.Ticks), counted
+//     in this process from its exact microseconds. (A CASE evaluates its
+//     conditions before its results; the MATERIALIZED steps of the
+//     statements with records cost a fifth of an uncontended cycle, and
+//     counting the ticks on the server, clockTicks, whose numeric
+//     arithmetic the server sets up for every statement, a tenth.)
 //   - a pinned grant is the lock function on $1 and, if it granted, the
 //     session's idle_session_timeout set to $2 and the clock read, in
 //     MATERIALIZED steps that read each other, so the clock is read once
-//     the lock is held; it answers ok, the token (NULL when not ok) and
-//     the idle_session_timeout from before;
-//   - a release unlocks $1 only once the server's clock has passed the
-//     lease's token, $2 for a shared backend, $3 for a pinned connection
-//     (which also puts back its idle_session_timeout, $2): its CASE
-//     condition sleeps through the rest of the token's tick first (in
-//     whichever order the server evaluates the condition's two sides, the
-//     sleep is for what is left of the tick, nothing once it has passed),
-//     and both its results unlock. A release reaches the server a round
-//     trip after its grant's clock read, so in practice it never sleeps
-//     and costs what the bare unlock does; the same wait in this process
-//     (kit.WaitPast) would spin out the rest of kit.ClockGuard on every
-//     release sent at once.
+//     the lock is held; it answers ok, the clock reading (NULL when not
+//     ok) and the idle_session_timeout from before;
+//   - a release unlocks $1 only once the server's clock has reached the
+//     end of the lease's token's tick (kit.TickEnd), $2 for a shared
+//     backend, $3 for a pinned connection (which also puts back its
+//     idle_session_timeout, $2): its CASE condition sleeps through the
+//     rest of the tick first (in whichever order the server evaluates the
+//     condition's two sides, the sleep is for what is left of the tick,
+//     nothing once it has passed), and both its results unlock. A
+//     release reaches the server a round trip after its grant's clock
+//     read, so in practice it never sleeps and costs what the bare unlock
+//     does; the same wait in this process (kit.WaitPast) would spin out
+//     the rest of kit.ClockGuard on every release sent at once.
 //
 // A connection the engine closes, which frees its locks, is closed no
 // sooner than kit.ClockGuard after the last grant's answer (closeConn).
@@ -489,17 +494,17 @@ func (q *queries) clockSession() {
 	grant := func(lock string) string {
 		return "WITH l AS MATERIALIZED (SELECT x.ok, current_setting('idle_session_timeout') AS idle " +
 			"FROM (" + lock + ") AS x), " +
-			"s AS MATERIALIZED (SELECT set_config('idle_session_timeout', $2, false), " + clockTicks +
-			" AS c FROM l WHERE l.ok) SELECT l.ok, (SELECT greatest(1, s.c) FROM s), l.idle FROM l"
+			"s AS MATERIALIZED (SELECT set_config('idle_session_timeout', $2, false), clock_timestamp() " +
+			"AS c FROM l WHERE l.ok) SELECT l.ok, (SELECT s.c FROM s), l.idle FROM l"
 	}
 	q.grantWait = grant("SELECT true AS ok FROM pg_advisory_lock($1::bigint)")
 	q.grantWaitShared = grant("SELECT true AS ok FROM pg_advisory_lock_shared($1::bigint)")
 	q.grantTry = grant("SELECT g.ok FROM pg_try_advisory_lock($1::bigint) AS g(ok)")
 	q.grantTryShared = grant("SELECT g.ok FROM pg_try_advisory_lock_shared($1::bigint) AS g(ok)")
 	for i, lock := range []string{"pg_try_advisory_lock", "pg_try_advisory_lock_shared"} {
-		q.muxTry[i][0] = "SELECT CASE WHEN " + lock + "($1::bigint) THEN greatest(1, " + clockTicks + ") END"
+		q.muxTry[i][0] = "SELECT CASE WHEN " + lock + "($1::bigint) THEN clock_timestamp() END"
 		q.muxTry[i][1] = "SELECT CASE WHEN " + lock + "($1::bigint) THEN CASE WHEN " +
-			"set_config('idle_session_timeout', $2, false) IS NOT NULL THEN greatest(1, " + clockTicks + ") END END"
+			"set_config('idle_session_timeout', $2, false) IS NOT NULL THEN clock_timestamp() END END"
 	}
 	q.muxRelease[0] = "SELECT " + afterTick("$2", "pg_advisory_unlock($1::bigint)")
 	q.muxRelease[1] = "SELECT " + afterTick("$2", "pg_advisory_unlock_shared($1::bigint)")
@@ -509,14 +514,14 @@ func (q *queries) clockSession() {
 		", set_config('idle_session_timeout', $2, false)"
 }
 
-// afterTick is a CASE that runs unlock once the server's clock in 8µs
-// ticks has passed token (a parameter): its condition, which a CASE
-// evaluates before either result, sleeps for the rest of the token's tick
-// while the clock has not passed it.
-func afterTick(token, unlock string) string {
-	return "CASE WHEN " + clockTicks + " > " + token + "::bigint OR " +
-		"pg_sleep(((" + token + "::bigint + 1) * 8 + 1735689600000000 - " +
-		"(extract(epoch FROM clock_timestamp()) * 1000000)::bigint) / 1000000.0)::text = '' " +
+// afterTick is a CASE that runs unlock once the server's clock has
+// reached end (a timestamptz parameter: kit.TickEnd of the lease's token),
+// so reads a later tick than the token's: its condition, which a CASE
+// evaluates before either result, sleeps for what is left until end while
+// the clock has not reached it.
+func afterTick(end, unlock string) string {
+	return "CASE WHEN clock_timestamp() >= " + end + "::timestamptz OR " +
+		"pg_sleep(extract(epoch FROM " + end + "::timestamptz - clock_timestamp())::float8)::text = '' " +
 		"THEN " + unlock + " ELSE " + unlock + " END"
 }
 

@@ -90,10 +90,15 @@ func (c *muxConn) Grant(req engine.Request, h int64, idle time.Duration) (sqlcor
 		err = c.conn.QueryRow(context.Background(), c.e.q.muxTry[shared][set],
 			c.e.grantArgs(h, idleTimeout(idle), req, set == 1)...).Scan(&ok, &token)
 	} else {
-		// One column: the token, NULL when refused (queries.clockSession).
+		// One column: the server's clock, NULL when refused
+		// (queries.clockSession).
+		var clock *time.Time
 		err = c.conn.QueryRow(context.Background(), c.e.q.muxTry[shared][set],
-			c.e.grantArgs(h, idleTimeout(idle), req, set == 1)...).Scan(&token)
-		ok = token != nil
+			c.e.grantArgs(h, idleTimeout(idle), req, set == 1)...).Scan(&clock)
+		if ok = clock != nil; ok {
+			n := int64(kit.Ticks(*clock))
+			token = &n
+		}
 	}
 	switch {
 	case err != nil && sqlState(err) != "" && !c.conn.Conn().IsClosed():
@@ -138,11 +143,12 @@ func (c *muxConn) Unlock(l *muxLease) (held bool, err error) {
 	switch {
 	case !c.e.cfg.records:
 		// The token is the server's clock: the release waits on the
-		// server for it to pass the token (see queries.clockSession).
+		// server for it to pass the token's tick (see
+		// queries.clockSession).
 		if l.Mode() == engine.Shared {
 			q = c.e.q.muxRelease[1]
 		}
-		args = append(args, int64(l.Token()))
+		args = append(args, kit.TickEnd(l.Token()))
 	case l.Mode() == engine.Shared:
 		q, args = c.e.q.muxRelease[1], []any{l.Lock(), l.Key()}
 	}

@@ -248,9 +248,20 @@ func (e *Engine) lockOn(ctx context.Context, c *pgxpool.Conn, req engine.Request
 	sent = time.Now()
 	go func() {
 		var r grantResult
-		var token *int64
-		r.err = c.QueryRow(qctx, q, e.grantArgs(h, idleTimeout(req.TTL), req, true)...).Scan(&r.ok, &token,
+		var (
+			token *int64
+			clock *time.Time // without records: the server's clock (queries.clockSession)
+			dst   any        = &token
+		)
+		if !e.cfg.records {
+			dst = &clock
+		}
+		r.err = c.QueryRow(qctx, q, e.grantArgs(h, idleTimeout(req.TTL), req, true)...).Scan(&r.ok, dst,
 			&r.idle)
+		if clock != nil {
+			n := int64(kit.Ticks(*clock))
+			token = &n
+		}
 		if r.err == nil && r.ok {
 			if token == nil {
 				r.err = errors.New("the grant drew no token")
@@ -469,13 +480,13 @@ func (l *sessionLease) unlock(c *pgxpool.Conn) (held bool, err error) {
 // mode, on advisory lock h, with token token, that puts idle back as the
 // session's idle_session_timeout, and its arguments (see queries.session
 // and, without holder records, queries.clockSession: there the release
-// waits on the server for its clock to pass the token).
+// waits on the server for its clock to pass the token's tick).
 func (e *Engine) releaseOf(mode engine.Mode, h int64, idle, key string, token uint64) (string, []any) {
 	switch {
 	case !e.cfg.records && mode == engine.Shared:
-		return e.q.releaseShared, []any{h, idle, int64(token)}
+		return e.q.releaseShared, []any{h, idle, kit.TickEnd(token)}
 	case !e.cfg.records:
-		return e.q.releaseExclusive, []any{h, idle, int64(token)}
+		return e.q.releaseExclusive, []any{h, idle, kit.TickEnd(token)}
 	case mode == engine.Shared:
 		return e.q.releaseShared, []any{h, idle, key}
 	}
