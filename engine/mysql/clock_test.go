@@ -225,3 +225,30 @@ func TestClockReleaseWaitsPastAnswer(t *testing.T) {
 			last.Token(), last.Token()-dropped.Token(), dropped.Token(), gap)
 	}
 }
+
+// TestClockAnswer: a grant's answer without records is the server's clock
+// reading, whose 8µs ticks since 2025 are the token; '0' is a wait that
+// ran out, NULL a failed GET_LOCK, and a reading that is not a time an
+// error.
+func TestClockAnswer(t *testing.T) {
+	for _, c := range []struct {
+		ans     sql.NullString
+		g       int64
+		token   uint64
+		wantErr bool
+	}{
+		{sql.NullString{String: "2025-01-01 00:00:00.000016", Valid: true}, 1, 2, false},
+		{sql.NullString{String: "2026-12-01 22:37:11.123456", Valid: true}, 1,
+			uint64((time.Date(2026, 12, 1, 22, 37, 11, 123456000, time.UTC).UnixMicro() - 1735689600000000) / 8), false},
+		{sql.NullString{String: "2024-12-31 23:59:59.999999", Valid: true}, 1, 1, false},
+		{sql.NullString{String: "0", Valid: true}, 0, 0, false},
+		{sql.NullString{}, -1, 0, false},
+		{sql.NullString{String: "1764628631.123456", Valid: true}, -1, 0, true},
+	} {
+		g, token, err := clockAnswer(c.ans)
+		if g != c.g || token != c.token || (err != nil) != c.wantErr {
+			t.Errorf("clockAnswer(%v) = %d, %d, %v; want %d, %d, error %v", c.ans, g, token, err, c.g, c.token,
+				c.wantErr)
+		}
+	}
+}

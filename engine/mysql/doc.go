@@ -312,8 +312,9 @@
 // GET_LOCK. A grant, the try on a shared connection and the wait on a
 // pinned one alike, is one SELECT that takes the lock with GET_LOCK and,
 // once it is held, reads the server's clock (SYSDATE(6), in the UTC time
-// zone that the engine sets on each of its connections) in the same 8µs
-// ticks: that reading is the token, and the statement writes nothing. The
+// zone that the engine sets on each of its connections): that reading, in
+// the same 8µs ticks (counted in this process from its microseconds), is
+// the token, and the statement writes nothing. The
 // engine frees the name, by RELEASE_LOCK or by dropping the connection, no
 // sooner than kit.ClockGuard (10µs: a tick, the microsecond the reading may
 // be truncated by, and one more) after the answer that carried its token
@@ -322,8 +323,9 @@
 // the name, the next grant of the key, which reads the clock only once it
 // holds the name, reads a later tick, and tokens strictly increase as long
 // as the server's clock runs at the rate of the client's and does not
-// step back (by more than the time between two grants of one key). There is no counter
-// to lose: a restart, a crash or a promoted replica change nothing, as
+// step back (by more than the time between two grants of one key). There
+// is no counter to lose: a restart, a crash or a promoted replica change
+// nothing, as
 // long as the new server's clock is not behind the old one's by more than
 // the time since its last grant. The assumption is stronger than with
 // records, where the clock matters only after the MEMORY table is lost: a

@@ -129,10 +129,14 @@ func (c *muxConn) Grant(req engine.Request, name string, idle time.Duration) (sq
 		}
 		return c.granted(ctx, name, idle, n, token, err)
 	}
-	var tok sql.NullInt64
-	err := c.rc.conn.QueryRowContext(ctx, c.e.q.sessClockGrant, name, 0).Scan(&tok)
-	if g, t := clockAnswer(tok); g == 1 {
-		n, token = 1, int64(t)
+	var ans sql.NullString
+	err := c.rc.conn.QueryRowContext(ctx, c.e.q.sessClockGrant, name, 0).Scan(&ans)
+	if err == nil {
+		var g int64
+		var t uint64
+		if g, t, err = clockAnswer(ans); g == 1 {
+			n, token = 1, int64(t)
+		}
 	}
 	return c.granted(ctx, name, idle, n, token, err)
 }

@@ -235,10 +235,11 @@ func (e *Engine) tryGrant(ctx context.Context, rc *rowConn, req engine.Request, 
 	qctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
 	defer cancel()
 	if !e.cfg.records {
-		var tok sql.NullInt64
-		err := rc.conn.QueryRowContext(qctx, e.q.sessClockGrant, name, 0).Scan(&tok)
-		g, token := clockAnswer(tok)
-		return g, token, err
+		var ans sql.NullString
+		if err := rc.conn.QueryRowContext(qctx, e.q.sessClockGrant, name, 0).Scan(&ans); err != nil {
+			return 0, 0, err
+		}
+		return clockAnswer(ans)
 	}
 	res, err := rc.conn.ExecContext(qctx, e.q.sessTry, name, req.Key, req.Value, 0, name)
 	if err != nil {
@@ -264,9 +265,12 @@ func (e *Engine) waitGrant(ctx context.Context, rc *rowConn, req engine.Request,
 	a := new(answer)
 	err, killed = e.killable(ctx, rc, func(qctx context.Context) error {
 		if !e.cfg.records {
-			var tok sql.NullInt64
-			err := rc.conn.QueryRowContext(qctx, e.q.sessClockGrant, name, getLockWait(ctx, req.Wait)).Scan(&tok)
-			g, token := clockAnswer(tok)
+			var ans sql.NullString
+			err := rc.conn.QueryRowContext(qctx, e.q.sessClockGrant, name, getLockWait(ctx, req.Wait)).Scan(&ans)
+			if err != nil {
+				return err
+			}
+			g, token, err := clockAnswer(ans)
 			a.got, a.token = sql.NullInt64{Int64: g, Valid: g >= 0}, token
 			return err
 		}
@@ -280,17 +284,27 @@ func (e *Engine) waitGrant(ctx context.Context, rc *rowConn, req engine.Request,
 }
 
 // clockAnswer reads the answer of a grant without holder records (see
-// queries.clockSession): g is 1 and token the token if it granted, g is 0
-// if the wait ran out, -1 if GET_LOCK failed (NULL).
-func clockAnswer(tok sql.NullInt64) (g int64, token uint64) {
+// queries.clockSession): g is 1 and token the server's clock reading in
+// ticks (kit.Ticks) if it granted, g is 0 if the wait ran out, -1 if
+// GET_LOCK failed (NULL) or, with an error, if the reading is not a UTC
+// time with its microseconds (the name is held then: the caller drops the
+// connection, which frees it).
+func clockAnswer(ans sql.NullString) (g int64, token uint64, err error) {
 	switch {
-	case !tok.Valid:
-		return -1, 0
-	case tok.Int64 == 0:
-		return 0, 0
+	case !ans.Valid:
+		return -1, 0, nil
+	case ans.String == "0":
+		return 0, 0, nil
 	}
-	return 1, uint64(tok.Int64)
+	t, err := time.ParseInLocation(clockLayout, ans.String, time.UTC)
+	if err != nil {
+		return -1, 0, fmt.Errorf("the grant's clock reading: %w", err)
+	}
+	return 1, kit.Ticks(t), nil
 }
+
+// clockLayout is the layout of the server's clock reading (clockNow).
+const clockLayout = "2006-01-02 15:04:05.999999"
 
 // sweep clears, best effort, the rows of lock names that nobody holds and
 // whose counters the clock has overtaken, when the MEMORY table is full,
