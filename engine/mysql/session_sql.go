@@ -16,10 +16,10 @@ const clockTicks = "(TIMESTAMPDIFF(MICROSECOND, '2025-01-01 00:00:00', UTC_TIMES
 // engine without holder records set to UTC (pinConn), so that no daylight
 // saving change moves it back. A server started with --sysdate-is-now
 // makes SYSDATE the statement's start too: such a server must not be used
-// without records. (Counting the ticks on the server, as clockTicks does,
-// took a third of an uncontended cycle: TIMESTAMPDIFF from a literal is
-// dear. UNIX_TIMESTAMP would be cheap too, but MariaDB before 11.5 has it
-// NULL after 2038-01-19.)
+// without records. (Counting the ticks in this process leaves the server
+// the lock and one clock read per grant, as on PostgreSQL; UNIX_TIMESTAMP
+// would do as well, but MariaDB before 11.5 has it NULL after
+// 2038-01-19.)
 const clockNow = "CAST(SYSDATE(6) AS CHAR)"
 
 // sessionGrant returns the session strategy's grant of lock name ?1 for
