@@ -8,7 +8,6 @@ import (
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/internal/sqlcore"
-	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // The session strategy's shared connections (WithSessionConns) are a
@@ -169,17 +168,12 @@ func (c *muxConn) Undo(_ engine.Request, name string) error {
 	return err
 }
 
-// Unlock runs RELEASE_LOCK of l's name: without holder records,
-// kit.ClockGuard after the grant's answer at the soonest.
+// Unlock runs RELEASE_LOCK of l's name: without holder records, once the
+// server's clock has passed the lease's token (Engine.releaseName).
 func (c *muxConn) Unlock(l *muxLease) (bool, error) {
 	ctx, cancel := c.opCtx()
 	defer cancel()
-	var got sql.NullInt64
-	if c.e.noRecords() {
-		kit.WaitPast(l.Answered(), clockGuard) // see queries.clockSession
-	}
-	err := c.rc.conn.QueryRowContext(ctx, c.e.q.sessRelease, l.Lock()).Scan(&got)
-	return got.Valid && got.Int64 == 1, err
+	return c.e.releaseName(ctx, c.rc.conn, l.Lock(), l.Token())
 }
 
 // Ping reads the session's leases whose token a force release recorded as

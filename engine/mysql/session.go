@@ -303,8 +303,9 @@ func clockAnswer(ans sql.NullString) (g int64, token uint64, err error) {
 	return 1, kit.Ticks(t), nil
 }
 
-// clockLayout is the layout of the server's clock reading (clockNow).
-const clockLayout = "2006-01-02 15:04:05.999999"
+// clockLayout is the layout of the server's clock reading (clockNow), and
+// of the end of a token's tick that a release sends (releaseName).
+const clockLayout = "2006-01-02 15:04:05.000000"
 
 // sweep clears, best effort, the rows of lock names that nobody holds and
 // whose counters the clock has overtaken, when the MEMORY table is full,
@@ -352,7 +353,6 @@ func (e *Engine) anchor(ctx context.Context, rc *rowConn, ttl time.Duration, sen
 // (the drawn token is skipped).
 func (e *Engine) grantedSession(ctx context.Context, rc *rowConn, req engine.Request, name string,
 	token uint64, sent time.Time) (engine.Lease, *rowConn, error) {
-	answered := time.Now()
 	sent, err := e.anchor(ctx, rc, req.TTL, sent)
 	switch {
 	case errors.Is(err, errCut):
@@ -366,8 +366,7 @@ func (e *Engine) grantedSession(ctx context.Context, rc *rowConn, req engine.Req
 			engine.ErrNotAcquired, req.Key, req.TTL)
 	}
 	l := &sessionLease{e: e, key: req.Key, name: name, token: token, conn: rc.id, ttl: req.TTL,
-		renew: req.Renew, sig: kit.NewSignal(req.OnLost), stop: make(chan struct{}), rc: rc, validFrom: sent,
-		answered: answered}
+		renew: req.Renew, sig: kit.NewSignal(req.OnLost), stop: make(chan struct{}), rc: rc, validFrom: sent}
 	if err := e.frame.Track(l, func() error {
 		l.mu.Lock()
 		l.timer = time.AfterFunc(sqlcore.Life(req.TTL)-time.Since(sent), l.expire)
@@ -398,9 +397,6 @@ type sessionLease struct {
 	renew bool
 	sig   *kit.Signal
 	stop  chan struct{} // closed when the lease ends: stops watch
-	// answered is when the grant's answer had come: without holder
-	// records the name is freed no sooner than clockGuard after it.
-	answered time.Time
 
 	mu    sync.Mutex
 	rc    *rowConn    // nil once the lease has ended
@@ -506,12 +502,32 @@ func (l *sessionLease) take() *rowConn {
 func (l *sessionLease) unlock(rc *rowConn) (bool, error) {
 	ctx, cancel := l.e.core.OpCtx()
 	defer cancel()
-	var held sql.NullInt64
-	if l.e.noRecords() {
-		kit.WaitPast(l.answered, clockGuard) // see queries.clockSession
+	return l.e.releaseName(ctx, rc.conn, l.name, l.token)
+}
+
+// releaseName runs RELEASE_LOCK of name on conn, for a lease with token,
+// and reports whether the session held the name. Without holder records
+// the server runs it only once its clock has passed the token's tick (see
+// queries.clockSession): while it answers that it has not, the engine
+// waits for as long as the server says is left, and kit.ClockGuard more,
+// and asks again.
+func (e *Engine) releaseName(ctx context.Context, conn *sql.Conn, name string, token uint64) (bool, error) {
+	var got sql.NullInt64
+	if !e.noRecords() {
+		err := conn.QueryRowContext(ctx, e.q.sessRelease, name).Scan(&got)
+		return got.Valid && got.Int64 == 1, err
 	}
-	err := rc.conn.QueryRowContext(ctx, l.e.q.sessRelease, l.name).Scan(&held)
-	return held.Valid && held.Int64 == 1, err
+	end := kit.TickEnd(token).UTC().Format(clockLayout)
+	for {
+		if err := conn.QueryRowContext(ctx, e.q.sessClockRelease, end, name, end).Scan(&got); err != nil {
+			return false, err
+		}
+		if !got.Valid || got.Int64 >= 0 {
+			return got.Int64 == 1, nil
+		}
+		left := time.Duration(-got.Int64) * time.Microsecond
+		kit.WaitPast(time.Now(), left+clockGuard)
+	}
 }
 
 // Release runs RELEASE_LOCK on the pinned connection, which goes back to

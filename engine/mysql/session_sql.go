@@ -137,20 +137,33 @@ func (q *queries) session(table string) {
 	q.sessSweep = "DELETE FROM " + n + " WHERE IS_USED_LOCK(`name`) IS NULL AND `token` < " + clockTicks
 }
 
-// clockSession replaces the session strategy's grants with those of an
-// engine without holder records (WithHolderRecords(false)), which write
-// nothing: a grant, the try and the wait alike, is one SELECT of
-// GET_LOCK(?1, ?2) (a wait of ?2 seconds, 0 for the try) that answers, if
-// it granted, the server's clock read once the lock is held (clockNow),
-// whose 8µs ticks are the token (clockAnswer); '0' if the wait ran out,
-// NULL if GET_LOCK failed (CASE evaluates its operand once, before its
-// branches).
-// The release is RELEASE_LOCK, as with records, sent no sooner than
-// kit.ClockGuard after the grant's answer (and a connection is dropped no
-// sooner than that either): so the next grant of the name, which reads
-// the clock only once it holds the name, reads a later tick, and tokens
-// strictly increase as long as the server's clock does not step back (see
-// the package documentation, "Tokens without records").
+// clockSession replaces the session strategy's grants and releases with
+// those of an engine without holder records (WithHolderRecords(false)),
+// which write nothing:
+//
+//   - a grant, the try and the wait alike, is one SELECT of GET_LOCK(?1,
+//     ?2) (a wait of ?2 seconds, 0 for the try) that answers, if it
+//     granted, the server's clock read once the lock is held (clockNow),
+//     whose 8µs ticks are the token (clockAnswer); '0' if the wait ran
+//     out, NULL if GET_LOCK failed (CASE evaluates its operand once,
+//     before its branches);
+//   - a release is one SELECT that runs RELEASE_LOCK(?2) only once the
+//     server's clock has reached ?1, the end of the token's tick
+//     (kit.TickEnd, as UTC text), and otherwise answers how many
+//     microseconds are left, a negative number, after which the engine
+//     asks again (Engine.releaseName; IF evaluates its condition, then
+//     only the branch it picks). A release reaches the server a round
+//     trip after its grant read the clock, so in practice it is asked
+//     once and costs what the bare RELEASE_LOCK does.
+//
+// A connection the engine drops, which frees its names, is dropped no
+// sooner than kit.ClockGuard after the engine decides to (discard), which
+// is after the last grant's answer. So the next grant of the name, which
+// reads the clock only once it holds the name, reads a later tick, and
+// tokens strictly increase as long as the server's clock does not step
+// back (see the package documentation, "Tokens without records").
 func (q *queries) clockSession() {
 	q.sessClockGrant = "SELECT CASE GET_LOCK(?, ?) WHEN 1 THEN " + clockNow + " WHEN 0 THEN '0' END"
+	q.sessClockRelease = "SELECT IF(SYSDATE(6) >= CAST(? AS DATETIME(6)), RELEASE_LOCK(?), " +
+		"LEAST(-1, TIMESTAMPDIFF(MICROSECOND, CAST(? AS DATETIME(6)), SYSDATE(6))))"
 }

@@ -389,8 +389,7 @@ func (b *muxBackend[K]) grant(req engine.Request, k K) (*MuxLease[K], *muxDead[K
 	case !a.Granted:
 		return nil, nil, ErrRefused
 	}
-	l := &MuxLease[K]{b: b, key: req.Key, mode: req.Mode, token: a.Token, lock: k, sig: kit.NewSignal(req.OnLost),
-		answered: time.Now()}
+	l := &MuxLease[K]{b: b, key: req.Key, mode: req.Mode, token: a.Token, lock: k, sig: kit.NewSignal(req.OnLost)}
 	if err := b.m.frame.Track(l, func() error { return nil }); err != nil {
 		_ = b.conn.Undo(req, k)
 		return nil, nil, err
@@ -638,18 +637,7 @@ type MuxLease[K comparable] struct {
 	sig    *kit.Signal
 	timer  *time.Timer // ends a lease without Renew when its TTL runs out
 	ending bool        // under b.mu: its release has begun
-	// answered is when the answer to the lease's grant came back: see
-	// Answered.
-	answered time.Time
 }
-
-// Answered returns when the answer to the lease's grant came back to this
-// process. An engine whose token is the server's clock and whose release
-// does not check that clock itself (engine/mysql without holder records)
-// sends the release no sooner than kit.ClockGuard after it (kit.WaitPast),
-// so that the next grant, which reads the server's clock once it holds the
-// lock, reads a later tick.
-func (l *MuxLease[K]) Answered() time.Time { return l.answered }
 
 // Key returns the lease's key.
 func (l *MuxLease[K]) Key() string { return l.key }
