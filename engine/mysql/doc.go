@@ -272,7 +272,9 @@
 // grant, if it came, is released in the background. A statement on a
 // shared connection is bounded by WithOpTimeout all the same: an engine
 // from Open keeps its shared connections in a pool of their own whose
-// socket reads and writes time out then, and one from New bounds each
+// socket reads and writes time out within one and a half of it (a
+// deadline set again only when less than half of one is left, not for
+// each read and write), and one from New bounds each
 // statement by a context; a statement that runs out cuts the connection,
 // which ends every lease on it.
 //

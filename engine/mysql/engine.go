@@ -86,10 +86,10 @@ const DefaultSessionConns = 2
 // the WithMaxConns budget for as long as the engine lives, so n must be
 // at least 1 and the max conns at least n+3. The default is
 // DefaultSessionConns (2). With Open they are a pool of their own, whose
-// socket reads and writes are bounded by WithOpTimeout (so that their
-// statements need no context that can end, which the driver would watch
-// with a goroutine each time), and Open's main pool gets the rest of the
-// budget. Other strategies ignore it.
+// socket reads and writes are bounded by one to one and a half
+// WithOpTimeout (so that their statements need no context that can end,
+// which the driver would watch with a goroutine each time), and Open's
+// main pool gets the rest of the budget. Other strategies ignore it.
 func WithSessionConns(n int) Option { return func(c *config) { c.muxConns = n } }
 
 // WithHolderRecords says whether the session strategy writes each grant's
@@ -186,8 +186,8 @@ type Engine struct {
 	owned bool // Close closes db
 	q     queries
 	// muxDB, when Open made the engine for the session strategy, is the
-	// pool of its shared session connections, whose connector bounds
-	// every socket read and write by the op timeout: their statements
+	// pool of its shared session connections, whose sockets bound every
+	// read and write by the op timeout (boundDial): their statements
 	// then need no context that can end, which go-sql-driver would hand
 	// to a watcher goroutine and back for each statement (see muxConn).
 	// nil otherwise: New's shared connections come from the caller's
@@ -276,7 +276,11 @@ func Open(dsn string, opts ...Option) (*Engine, error) {
 	// The shared session connections count among WithMaxConns.
 	sqlDB.SetMaxOpenConns(cfg.maxConns - cfg.muxConns)
 	mc := dc.Clone()
-	mc.ReadTimeout, mc.WriteTimeout = cfg.opTimeout, cfg.opTimeout
+	if dial := boundDial(dc, cfg.opTimeout); dial != nil {
+		mc.DialFunc, mc.ReadTimeout, mc.WriteTimeout = dial, 0, 0 // the socket bounds them
+	} else {
+		mc.ReadTimeout, mc.WriteTimeout = cfg.opTimeout, cfg.opTimeout
+	}
 	mconn, err := mysqldrv.NewConnector(mc)
 	if err != nil {
 		_ = sqlDB.Close()
