@@ -296,16 +296,12 @@ func clockAnswer(ans sql.NullString) (g int64, token uint64, err error) {
 	case ans.String == "0":
 		return 0, 0, nil
 	}
-	t, err := time.ParseInLocation(clockLayout, ans.String, time.UTC)
+	t, err := parseClock(ans.String)
 	if err != nil {
 		return -1, 0, fmt.Errorf("the grant's clock reading: %w", err)
 	}
 	return 1, kit.Ticks(t), nil
 }
-
-// clockLayout is the layout of the server's clock reading (clockNow), and
-// of the end of a token's tick that a release sends (releaseName).
-const clockLayout = "2006-01-02 15:04:05.000000"
 
 // sweep clears, best effort, the rows of lock names that nobody holds and
 // whose counters the clock has overtaken, when the MEMORY table is full,
@@ -509,24 +505,32 @@ func (l *sessionLease) unlock(rc *rowConn) (bool, error) {
 // and reports whether the session held the name. Without holder records
 // the server runs it only once its clock has passed the token's tick (see
 // queries.clockSession): while it answers that it has not, the engine
-// waits for as long as the server says is left, and kit.ClockGuard more,
-// and asks again.
+// asks again, after clockGuard, then twice as long each time up to a
+// millisecond, for up to the op timeout (a server clock behind the token
+// by more than that stepped back, and the call fails).
 func (e *Engine) releaseName(ctx context.Context, conn *sql.Conn, name string, token uint64) (bool, error) {
 	var got sql.NullInt64
 	if !e.noRecords() {
 		err := conn.QueryRowContext(ctx, e.q.sessRelease, name).Scan(&got)
 		return got.Valid && got.Int64 == 1, err
 	}
-	end := kit.TickEnd(token).UTC().Format(clockLayout)
+	end := formatClock(kit.TickEnd(token))
+	wait, began := clockGuard, time.Now()
 	for {
-		if err := conn.QueryRowContext(ctx, e.q.sessClockRelease, end, name, end).Scan(&got); err != nil {
+		if err := conn.QueryRowContext(ctx, e.q.sessClockRelease, end, name).Scan(&got); err != nil {
 			return false, err
 		}
 		if !got.Valid || got.Int64 >= 0 {
 			return got.Int64 == 1, nil
 		}
-		left := time.Duration(-got.Int64) * time.Microsecond
-		kit.WaitPast(time.Now(), left+clockGuard)
+		if time.Since(began) > e.cfg.opTimeout {
+			// The server's clock is that far behind the token: it
+			// stepped back, and the token's rule cannot hold.
+			return false, fmt.Errorf("the server's clock is more than %v behind the token of %q", e.cfg.opTimeout,
+				name)
+		}
+		kit.WaitPast(time.Now(), wait)
+		wait = min(2*wait, time.Millisecond)
 	}
 }
 
