@@ -204,9 +204,16 @@ func (m *Mux[K]) backendAt(ctx context.Context, i int) (*muxBackend[K], error) {
 // statement is passed over for a free or new one first, so that callers
 // at once do not queue behind each other while a slot is free.
 func (m *Mux[K]) pick(ctx context.Context, k K) (*muxBackend[K], error) {
-	order := m.order()
+	// m.mu is held by a caller that dials (backendAt): every wait for it
+	// ends with ctx.
+	order, err := m.order(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for _, i := range order {
-		m.mu.Lock()
+		if !kit.LockCtx(ctx, &m.mu) {
+			return nil, ctx.Err()
+		}
 		b := m.slots[i]
 		m.mu.Unlock()
 		if b != nil {
@@ -255,9 +262,11 @@ func (m *Mux[K]) lockAt(ctx context.Context, i int, k K) (*muxBackend[K], error)
 
 // order returns the slots in the order pick tries them: live backends by
 // load, the last one used first among equals, then the empty or dead
-// slots.
-func (m *Mux[K]) order() []int {
-	m.mu.Lock()
+// slots; or ctx's error if it ends while another caller holds m.mu.
+func (m *Mux[K]) order(ctx context.Context) ([]int, error) {
+	if !kit.LockCtx(ctx, &m.mu) {
+		return nil, ctx.Err()
+	}
 	defer m.mu.Unlock()
 	last := int(m.last.Load())
 	rank := func(i int) (empty bool, load int32) {
@@ -289,7 +298,7 @@ func (m *Mux[K]) order() []int {
 		}
 		return 0
 	})
-	return order
+	return order, nil
 }
 
 // Grant tries to grant req, lock k, at once on a shared session. It
