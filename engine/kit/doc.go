@@ -5,8 +5,9 @@
 // (Background, WaitUpTo, UndoWait), one waiting call per key and engine on
 // the server (Turns), and the renewal and polling frame of the engines
 // that renew in rounds and poll (RenewRounds, Pace, InBatches, Backoff),
-// and the wait of an engine whose tokens are its server's clock before it
-// frees a lock (ClockGuard, WaitPast).
+// and the tokens of an engine that are its server's clock: their ticks
+// (Ticks, TickEnd) and the wait before it frees a lock by closing a
+// connection (ClockGuard, WaitPast).
 //
 // An engine written outside this module may use them too; nothing in them
 // is specific to one server. Package engine's documentation, "Writing an

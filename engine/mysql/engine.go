@@ -109,9 +109,8 @@ func WithHolderRecords(on bool) Option { return func(c *config) { c.records = on
 
 // clockGuard is how long the engine waits before it drops a connection,
 // which frees its lock names, without holder records (kit.ClockGuard), and
-// how much longer than the server says it waits before it asks again for a
-// release the server's clock was not ready for (releaseName); tests raise
-// it to see it.
+// its first pause before it asks again for a release the server's clock
+// was not ready for (releaseName); tests raise it to see it.
 var clockGuard = kit.ClockGuard
 
 // HolderRecords reports whether the session strategy records its holders

@@ -206,17 +206,14 @@ func (m *Mux[K]) backendAt(ctx context.Context, i int) (*muxBackend[K], error) {
 func (m *Mux[K]) pick(ctx context.Context, k K) (*muxBackend[K], error) {
 	// m.mu is held by a caller that dials (backendAt): every wait for it
 	// ends with ctx.
-	order, err := m.order(ctx)
+	order, backends, err := m.order(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for _, i := range order {
-		if !kit.LockCtx(ctx, &m.mu) {
-			return nil, ctx.Err()
-		}
-		b := m.slots[i]
-		m.mu.Unlock()
-		if b != nil {
+	for j, i := range order {
+		// The slot as order read it: one that has changed since is
+		// dialled or locked afresh by lockAt.
+		if b := backends[j]; b != nil {
 			if !b.mu.TryLock() {
 				continue // busy: a free or new one first
 			}
@@ -260,12 +257,13 @@ func (m *Mux[K]) lockAt(ctx context.Context, i int, k K) (*muxBackend[K], error)
 	return nil, nil
 }
 
-// order returns the slots in the order pick tries them: live backends by
-// load, the last one used first among equals, then the empty or dead
-// slots; or ctx's error if it ends while another caller holds m.mu.
-func (m *Mux[K]) order(ctx context.Context) ([]int, error) {
+// order returns the slots in the order pick tries them, and their
+// backends then (nil for an empty slot): live backends by load, the last
+// one used first among equals, then the empty or dead slots; or ctx's
+// error if it ends while another caller holds m.mu.
+func (m *Mux[K]) order(ctx context.Context) ([]int, []*muxBackend[K], error) {
 	if !kit.LockCtx(ctx, &m.mu) {
-		return nil, ctx.Err()
+		return nil, nil, ctx.Err()
 	}
 	defer m.mu.Unlock()
 	last := int(m.last.Load())
@@ -298,7 +296,11 @@ func (m *Mux[K]) order(ctx context.Context) ([]int, error) {
 		}
 		return 0
 	})
-	return order, nil
+	backends := make([]*muxBackend[K], len(order))
+	for j, i := range order {
+		backends[j] = m.slots[i]
+	}
+	return order, backends, nil
 }
 
 // Grant tries to grant req, lock k, at once on a shared session. It
