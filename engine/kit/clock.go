@@ -31,6 +31,22 @@ func WaitPast(at time.Time, d time.Duration) {
 	}
 }
 
+// FreeAt returns when this process may free a lock whose grant read the
+// server's clock as r (exact to the microsecond, read once the lock was
+// held) and whose answer it had received by answered: a microsecond after
+// the server's clock has left r's tick, as this process reckons it. The
+// server read r before it sent the answer, so its clock, if it runs at
+// this process's rate and does not step back, has reached TickEnd of r's
+// tick by answered plus what was left of the tick at r; the next grant of
+// the lock, which reads the clock once it holds it, then reads a later
+// tick. That is at most a tick, and a lock held for longer than that waits
+// for nothing. (A reading before TickEpoch, whose token is 1 whatever the
+// wait, waits a tick at most.)
+func FreeAt(answered, r time.Time) time.Time {
+	left := min(TickEnd(Ticks(r)).Sub(r), Tick)
+	return answered.Add(left + time.Microsecond)
+}
+
 // TickEpoch is when the SQL engines' clock tokens count from,
 // 2025-01-01T00:00:00Z: a token is the 8µs ticks since then (Ticks).
 var TickEpoch = time.Unix(1735689600, 0)

@@ -54,3 +54,26 @@ func TestTicks(t *testing.T) {
 		}
 	}
 }
+
+// TestFreeAt: a lock may be freed a microsecond after what was left of its
+// reading's tick has passed since the answer, a tick at most.
+func TestFreeAt(t *testing.T) {
+	answered := time.Now()
+	for _, c := range []struct {
+		r    time.Time
+		want time.Duration
+	}{
+		{TickEpoch.Add(16 * time.Microsecond), 9 * time.Microsecond}, // a tick's first microsecond
+		{TickEpoch.Add(23 * time.Microsecond), 2 * time.Microsecond}, // its last
+		{TickEpoch.Add(20*time.Microsecond + 500*time.Nanosecond), 4500 * time.Nanosecond},
+		{time.Date(2026, 12, 2, 1, 30, 0, 5000, time.UTC), 4 * time.Microsecond},
+		{TickEpoch.Add(-time.Hour), 9 * time.Microsecond},
+	} {
+		if got := FreeAt(answered, c.r).Sub(answered); got != c.want {
+			t.Errorf("FreeAt(answered, %v) = answered + %v, want + %v", c.r, got, c.want)
+		}
+		if Ticks(c.r) > 1 && Ticks(c.r.Add(FreeAt(answered, c.r).Sub(answered))) <= Ticks(c.r) {
+			t.Errorf("the clock %v after %v still reads its tick", FreeAt(answered, c.r).Sub(answered), c.r)
+		}
+	}
+}

@@ -6,8 +6,8 @@
 // the server (Turns), and the renewal and polling frame of the engines
 // that renew in rounds and poll (RenewRounds, Pace, InBatches, Backoff),
 // and the tokens of an engine that are its server's clock: their ticks
-// (Ticks, TickEnd) and the wait before it frees a lock by closing a
-// connection (ClockGuard, WaitPast).
+// (Ticks, TickEnd) and the waits before it frees a lock: by releasing it
+// (FreeAt) or by closing a connection (ClockGuard), each with WaitPast.
 //
 // An engine written outside this module may use them too; nothing in them
 // is specific to one server. Package engine's documentation, "Writing an

@@ -6,10 +6,10 @@ import (
 )
 
 // The server's clock as the session strategy without holder records reads
-// and sends it: DATETIME(6) text, "2006-01-02 15:04:05.000000", in UTC
-// (clockNow; releaseName). time.Parse and time.Format of that layout cost
-// a tenth of the engine's own work in an uncontended lock and release, so
-// these two read and write exactly that form, and nothing else.
+// it: DATETIME(6) text, "2006-01-02 15:04:05.000000", in UTC (clockNow).
+// time.Parse of that layout cost a tenth of the engine's own work in an
+// uncontended lock and release, so parseClock reads exactly that form, and
+// nothing else.
 
 // clockLen is the length of the text of a clock reading.
 const clockLen = len("2006-01-02 15:04:05.000000")
@@ -44,31 +44,4 @@ func parseClock(s string) (time.Time, error) {
 		return time.Time{}, errClockText // a day the month does not have
 	}
 	return t, nil
-}
-
-// formatClock writes t, in UTC, as a DATETIME(6) with its six fraction
-// digits (microseconds, truncated).
-func formatClock(t time.Time) string {
-	t = t.UTC()
-	var b [clockLen]byte
-	put := func(at, width, n int) {
-		for i := at + width - 1; i >= at; i-- {
-			b[i] = byte('0' + n%10)
-			n /= 10
-		}
-	}
-	put(0, 4, t.Year())
-	b[4] = '-'
-	put(5, 2, int(t.Month()))
-	b[7] = '-'
-	put(8, 2, t.Day())
-	b[10] = ' '
-	put(11, 2, t.Hour())
-	b[13] = ':'
-	put(14, 2, t.Minute())
-	b[16] = ':'
-	put(17, 2, t.Second())
-	b[19] = '.'
-	put(20, 6, t.Nanosecond()/1000)
-	return string(b[:])
 }

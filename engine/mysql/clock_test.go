@@ -8,12 +8,13 @@ import (
 
 	"github.com/cerberus-go/cerberus/engine"
 	"github.com/cerberus-go/cerberus/engine/enginetest"
+	"github.com/cerberus-go/cerberus/engine/kit"
 )
 
 // The tests of this file check the session strategy without holder
 // records (WithHolderRecords(false)): the conformance suite, a grant that
 // writes nothing, the calls it cannot serve, a token that is the server's
-// clock, the release that waits for the clock to pass the token's tick,
+// clock, the release that waits until the clock has left the token's tick,
 // and the guard that drops a connection no sooner than kit.ClockGuard
 // after its grant's answer. Its tokens after restarts and a kill are in
 // token_test.go.
@@ -119,7 +120,7 @@ func waitUserLock(t *testing.T, db *sql.DB) {
 	waitFor(t, func() bool {
 		var n int
 		err := db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE " +
-			"'SELECT CASE GET_LOCK%' AND STATE = 'User lock'").Scan(&n)
+			"'SELECT IF(GET_LOCK%' AND STATE = 'User lock'").Scan(&n)
 		return err == nil && n > 0
 	}, "a wait in GET_LOCK")
 }
@@ -143,12 +144,11 @@ func TestClockSessionRefusesInventory(t *testing.T) {
 	enginetest.RunNoInventory(t, func() (engine.Engine, error) { return Open(dsn, clockOpts(table)...) })
 }
 
-// TestClockReleaseWaitsForTick: a release without records, given a token
-// 20ms ahead of the server's clock, frees the name only once the clock has
-// passed it (the server answers how long is left, and the engine asks
-// again), so that a grant waiting for the name reads a later tick. Without
-// the check the waiter's token would be below the one given.
-func TestClockReleaseWaitsForTick(t *testing.T) {
+// TestClockReleaseWaitsForFree: a release without records frees the name
+// only once the lease's free time has passed, here 20ms ahead, so that a
+// grant waiting for the name reads the clock after it. Without the wait
+// the waiter's token would be below the tick of the free time.
+func TestClockReleaseWaitsForFree(t *testing.T) {
 	dsn := testDSN(t)
 	table := testTable(t, dsn)
 	e := openClock(t, dsn, table)
@@ -181,28 +181,98 @@ func TestClockReleaseWaitsForTick(t *testing.T) {
 		if _, err = c.ExecContext(ctx, "SET time_zone = '+00:00'"); err == nil {
 			err = c.QueryRowContext(ctx, e.q.sessClockGrant, name, 20).Scan(&ans)
 		}
-		_, token, aerr := clockAnswer(ans)
-		if err != nil || aerr != nil {
-			t.Error(err, aerr)
+		a, aerr := clockAnswer(ans)
+		if err != nil || aerr != nil || a.g != 1 {
+			t.Error(a, err, aerr)
 		}
-		got <- token
+		got <- a.token
 	}()
 	waitUserLock(t, db)
-	if _, err := holder.ExecContext(ctx, "SET time_zone = '+00:00'"); err != nil {
-		t.Fatal(err)
-	}
-	token := ticks(time.Now().Add(ahead))
+	free := time.Now().Add(ahead)
 	began := time.Now()
-	held, err := e.releaseName(ctx, holder, name, token)
+	held, err := releaseName(ctx, connRelease{holder, e.q.sessRelease}, name, free)
 	took := time.Since(began)
 	if err != nil || !held {
 		t.Fatalf("release: held %v, %v", held, err)
 	}
-	if next := <-got; next <= token {
-		t.Errorf("the waiter's clock read %d after a release of token %d (the release took %v)", next, token, took)
+	if next := <-got; next < ticks(free) {
+		t.Errorf("the waiter's clock read %d, before the free time's tick %d (the release took %v)", next,
+			ticks(free), took)
 	}
-	if took < ahead/2 {
-		t.Errorf("the release took %v, for a token %v ahead", took, ahead)
+	if took < ahead*9/10 {
+		t.Errorf("the release took %v, for a free time %v ahead", took, ahead)
+	}
+}
+
+// TestClockLeaseFree: a lease without records, granted at once (on a
+// shared connection) and after a wait (on a pinned one), may free its lock
+// no later than a tick and a microsecond after its grant returned
+// (kit.FreeAt), and not before the grant was sent: a lease with no free
+// time would release within its token's tick.
+func TestClockLeaseFree(t *testing.T) {
+	dsn := testDSN(t)
+	table := testTable(t, dsn)
+	a := openClock(t, dsn, table)
+	b := openClock(t, dsn, table)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := rawDB(t, dsn)
+	req := engine.Request{Key: "free", Mode: engine.Exclusive, TTL: 10 * time.Second, Renew: true, Wait: true}
+	free := func(l engine.Lease) time.Time {
+		switch l := l.(type) {
+		case *muxLease:
+			return l.Free()
+		case *sessionLease:
+			return l.free
+		}
+		t.Fatalf("lease of type %T", l)
+		return time.Time{}
+	}
+	check := func(what string, l engine.Lease, sent, back time.Time) {
+		t.Helper()
+		if f := free(l); f.Before(sent) || f.After(back.Add(kit.Tick+time.Microsecond)) {
+			t.Errorf("%s: free %v after the grant was sent, %v after it returned; want within a tick and a "+
+				"microsecond of its return", what, f.Sub(sent), f.Sub(back))
+		}
+	}
+	sent := time.Now()
+	first, err := a.Acquire(ctx, req)
+	back := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := first.(*muxLease); !ok {
+		t.Fatalf("the first grant is a %T, not on a shared connection", first)
+	}
+	check("shared", first, sent, back)
+	type grant struct {
+		l          engine.Lease
+		sent, back time.Time
+	}
+	waited := make(chan grant, 1)
+	go func() {
+		g := grant{sent: time.Now()}
+		l, err := b.Acquire(ctx, req) // waits on a pinned connection
+		g.l, g.back = l, time.Now()
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- g
+	}()
+	waitUserLock(t, db)
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := <-waited
+	if w.l == nil {
+		t.FailNow()
+	}
+	if _, ok := w.l.(*sessionLease); !ok {
+		t.Fatalf("the waiting grant is a %T, not on a pinned connection", w.l)
+	}
+	check("pinned", w.l, w.sent, w.back)
+	if err := w.l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -242,28 +312,42 @@ func TestClockCloseWaitsPastAnswer(t *testing.T) {
 }
 
 // TestClockAnswer: a grant's answer without records is the server's clock
-// reading, whose 8µs ticks since 2025 are the token; '0' is a wait that
-// ran out, NULL a failed GET_LOCK, and a reading that is not a time an
-// error.
+// reading, whose 8µs ticks since 2025 are the token and which sets when
+// the lock may be freed (kit.FreeAt, from when it is read); '0' is a grant
+// that did not take the lock, NULL a failed GET_LOCK, and a reading that
+// is not a time an error.
 func TestClockAnswer(t *testing.T) {
 	for _, c := range []struct {
 		ans     sql.NullString
 		g       int64
 		token   uint64
+		left    time.Duration // of the reading's tick, when granted
 		wantErr bool
 	}{
-		{sql.NullString{String: "2025-01-01 00:00:00.000016", Valid: true}, 1, 2, false},
+		{sql.NullString{String: "2025-01-01 00:00:00.000016", Valid: true}, 1, 2, 8 * time.Microsecond, false},
+		{sql.NullString{String: "2025-01-01 00:00:00.000023", Valid: true}, 1, 2, time.Microsecond, false},
 		{sql.NullString{String: "2026-12-01 22:37:11.123456", Valid: true}, 1,
-			uint64((time.Date(2026, 12, 1, 22, 37, 11, 123456000, time.UTC).UnixMicro() - 1735689600000000) / 8), false},
-		{sql.NullString{String: "2024-12-31 23:59:59.999999", Valid: true}, 1, 1, false},
-		{sql.NullString{String: "0", Valid: true}, 0, 0, false},
-		{sql.NullString{}, -1, 0, false},
-		{sql.NullString{String: "1764628631.123456", Valid: true}, -1, 0, true},
+			uint64((time.Date(2026, 12, 1, 22, 37, 11, 123456000, time.UTC).UnixMicro() - 1735689600000000) / 8),
+			8 * time.Microsecond, false},
+		{sql.NullString{String: "2024-12-31 23:59:59.999999", Valid: true}, 1, 1, 8 * time.Microsecond, false},
+		{sql.NullString{String: "0", Valid: true}, 0, 0, 0, false},
+		{sql.NullString{}, -1, 0, 0, false},
+		{sql.NullString{String: "1764628631.123456", Valid: true}, -1, 0, 0, true},
 	} {
-		g, token, err := clockAnswer(c.ans)
-		if g != c.g || token != c.token || (err != nil) != c.wantErr {
-			t.Errorf("clockAnswer(%v) = %d, %d, %v; want %d, %d, error %v", c.ans, g, token, err, c.g, c.token,
+		before := time.Now()
+		a, err := clockAnswer(c.ans)
+		after := time.Now()
+		if a.g != c.g || a.token != c.token || (err != nil) != c.wantErr {
+			t.Errorf("clockAnswer(%v) = %d, %d, %v; want %d, %d, error %v", c.ans, a.g, a.token, err, c.g, c.token,
 				c.wantErr)
+		}
+		switch {
+		case c.g != 1 && !a.free.IsZero():
+			t.Errorf("clockAnswer(%v): free %v without a grant", c.ans, a.free)
+		case c.g == 1 && (a.free.Before(before.Add(c.left+time.Microsecond)) ||
+			a.free.After(after.Add(c.left+time.Microsecond))):
+			t.Errorf("clockAnswer(%v): free %v after the call, want %v", c.ans, a.free.Sub(before),
+				c.left+time.Microsecond)
 		}
 	}
 }

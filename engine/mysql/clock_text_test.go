@@ -5,9 +5,8 @@ import (
 	"time"
 )
 
-// TestClockText: parseClock and formatClock agree with time.Parse and
-// time.Format of the DATETIME(6) layout, both ways, and parseClock refuses
-// text in any other form.
+// TestClockText: parseClock agrees with time.Parse of the DATETIME(6)
+// layout, and refuses text in any other form.
 func TestClockText(t *testing.T) {
 	const layout = "2006-01-02 15:04:05.000000"
 	for _, at := range []time.Time{
@@ -17,9 +16,6 @@ func TestClockText(t *testing.T) {
 		time.Date(2096, 7, 4, 9, 5, 3, 7000, time.FixedZone("x", 3600)),
 	} {
 		want := at.UTC().Format(layout)
-		if got := formatClock(at); got != want {
-			t.Errorf("formatClock(%v) = %q, want %q", at, got, want)
-		}
 		back, err := parseClock(want)
 		ref, _ := time.ParseInLocation(layout, want, time.UTC)
 		if err != nil || !back.Equal(ref) {

@@ -316,16 +316,17 @@
 // once it is held, reads the server's clock (SYSDATE(6), in the UTC time
 // zone that the engine sets on each of its connections): that reading, in
 // the same 8µs ticks (counted in this process from its microseconds), is
-// the token, and the statement writes nothing. A release runs
-// RELEASE_LOCK only once the server's clock has passed the token's tick
-// (one IF on the server; if the clock has not, the server answers how long
-// is left and the engine asks again then, which a release sent a round
-// trip after its grant never needs). A connection the engine drops, which
-// frees its names, is dropped no sooner than kit.ClockGuard (10µs: a tick,
-// the microsecond the reading may be truncated by, and one more) after the
-// answer that carried the last token came back; the server read its clock
-// before it sent that answer, so those names too are freed in a later
-// tick of the server's clock. So whatever frees
+// the token, and the statement writes nothing. A release is a bare
+// RELEASE_LOCK, sent once the server's clock has left the token's tick as
+// this process reckons it: the server read its clock before it sent the
+// grant's answer, so that is a microsecond after what was left of the
+// reading's tick has passed since the answer came back (kit.FreeAt: at
+// most 9µs; a lease held longer waits for nothing). A connection the
+// engine drops, which frees its names, is dropped no sooner than
+// kit.ClockGuard (10µs: a tick, the microsecond the reading may be
+// truncated by, and one more) after the answer that carried the last token
+// came back, so those names too are freed in a later tick of the server's
+// clock. So whatever frees
 // the name, the next grant of the key, which reads the clock only once it
 // holds the name, reads a later tick, and tokens strictly increase as long
 // as the server's clock runs at the rate of the client's and does not

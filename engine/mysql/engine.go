@@ -108,9 +108,8 @@ func WithSessionConns(n int) Option { return func(c *config) { c.muxConns = n } 
 func WithHolderRecords(on bool) Option { return func(c *config) { c.records = on } }
 
 // clockGuard is how long the engine waits before it drops a connection,
-// which frees its lock names, without holder records (kit.ClockGuard), and
-// its first pause before it asks again for a release the server's clock
-// was not ready for (releaseName); tests raise it to see it.
+// which frees its lock names, without holder records (kit.ClockGuard);
+// tests raise it to see it.
 var clockGuard = kit.ClockGuard
 
 // HolderRecords reports whether the session strategy records its holders

@@ -239,9 +239,9 @@ type queries struct {
 	rowMark, rowMarkShared, rowHolders, rowRecords                    string
 	enqueue, queueTidy, queueRefresh, queuePlace, dequeue, ticketDone string
 	sessTry, sessWait, sessRelease, sessHolders, sessList, sessKill   string
-	// sessClockGrant and sessClockRelease are the grant and the release
-	// without holder records (clockSession), empty with them.
-	sessClockGrant, sessClockRelease                            string
+	// sessClockGrant is the grant without holder records
+	// (clockSession), empty with them.
+	sessClockGrant                                              string
 	sessHolder, sessMarked, sessSweep                           string
 	sessRevoke, sessRevoked, sessReleased, sessStill            string
 	freeRow, freeReaders, freeTidy, freeClear, freeClearReaders string

@@ -129,15 +129,16 @@ func (c *muxConn) Grant(req engine.Request, name string, idle time.Duration) (sq
 		return c.granted(ctx, name, idle, n, token, err)
 	}
 	var ans sql.NullString
+	var a grantAnswer
 	err := c.rc.conn.QueryRowContext(ctx, c.e.q.sessClockGrant, name, 0).Scan(&ans)
 	if err == nil {
-		var g int64
-		var t uint64
-		if g, t, err = clockAnswer(ans); g == 1 {
-			n, token = 1, int64(t)
+		if a, err = clockAnswer(ans); a.g == 1 {
+			n, token = 1, int64(a.token)
 		}
 	}
-	return c.granted(ctx, name, idle, n, token, err)
+	res, err := c.granted(ctx, name, idle, n, token, err)
+	res.Free = a.free
+	return res, err
 }
 
 // granted is Grant's answer for a try that affected n rows (1 when it
@@ -169,11 +170,11 @@ func (c *muxConn) Undo(_ engine.Request, name string) error {
 }
 
 // Unlock runs RELEASE_LOCK of l's name: without holder records, once the
-// server's clock has passed the lease's token (Engine.releaseName).
+// lease's Free time has passed (releaseName).
 func (c *muxConn) Unlock(l *muxLease) (bool, error) {
 	ctx, cancel := c.opCtx()
 	defer cancel()
-	return c.e.releaseName(ctx, c.rc.conn, l.Lock(), l.Token())
+	return releaseName(ctx, connRelease{c.rc.conn, c.e.q.sessRelease}, l.Lock(), l.Free())
 }
 
 // Ping reads the session's leases whose token a force release recorded as

@@ -181,22 +181,22 @@ func (e *Engine) trySession(ctx context.Context, rc *rowConn, req engine.Request
 		return nil, nil, e.acquireErr(ctx, req, err)
 	}
 	var (
-		g      int64
-		token  uint64
+		a      grantAnswer
 		killed bool
 	)
 	sent := time.Now()
 	try := first && !(req.Wait && e.hot.recent(name))
 	if try {
-		g, token, err = e.tryGrant(ctx, rc, req, name)
-		if err == nil && g == 0 && req.Wait {
+		a, err = e.tryGrant(ctx, rc, req, name)
+		if err == nil && a.g == 0 && req.Wait {
 			e.hot.mark(name)
 		}
 	}
-	if !try || err == nil && g == 0 && req.Wait {
+	if !try || err == nil && a.g == 0 && req.Wait {
 		sent = time.Now()
-		g, token, err, killed = e.waitGrant(ctx, rc, req, name)
+		a, err, killed = e.waitGrant(ctx, rc, req, name)
 	}
+	g := a.g
 	switch {
 	case killed:
 		// killable drops rc, which frees the lock should the grant
@@ -224,83 +224,97 @@ func (e *Engine) trySession(ctx context.Context, rc *rowConn, req engine.Request
 	case g == 0:
 		return nil, rc, nil // the wait ran out (no deadline): ask again
 	}
-	return e.grantedSession(ctx, rc, req, name, token, sent)
+	return e.grantedSession(ctx, rc, req, name, a, sent)
+}
+
+// grantAnswer is what a grant statement answered: g is GET_LOCK's answer
+// (1 granted, 0 the key held or the wait ran out, -1 failed), token the
+// lease's token if g is 1, and, without holder records, free when its
+// release may free the lock (kit.FreeAt; zero with records).
+type grantAnswer struct {
+	g     int64
+	token uint64
+	free  time.Time
 }
 
 // tryGrant runs the one-statement try on rc, bounded by ctx and the op
 // timeout: g is 1 and token the new token if it granted the lock, g is 0 if
 // the key is held. A statement that ctx cuts short breaks rc's connection.
-func (e *Engine) tryGrant(ctx context.Context, rc *rowConn, req engine.Request, name string) (g int64,
-	token uint64, err error) {
+func (e *Engine) tryGrant(ctx context.Context, rc *rowConn, req engine.Request, name string) (grantAnswer,
+	error) {
 	qctx, cancel := context.WithTimeout(ctx, e.cfg.opTimeout)
 	defer cancel()
 	if !e.cfg.records {
 		var ans sql.NullString
 		if err := rc.conn.QueryRowContext(qctx, e.q.sessClockGrant, name, 0).Scan(&ans); err != nil {
-			return 0, 0, err
+			return grantAnswer{}, err
 		}
 		return clockAnswer(ans)
 	}
 	res, err := rc.conn.ExecContext(qctx, e.q.sessTry, name, req.Key, req.Value, 0, name)
 	if err != nil {
-		return 0, 0, err
+		return grantAnswer{}, err
 	}
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return 0, 0, err
+		return grantAnswer{}, err
 	}
 	id, err := res.LastInsertId()
-	return 1, uint64(id), err
+	return grantAnswer{g: 1, token: uint64(id)}, err
 }
 
-// waitGrant runs the waiting CALL on rc (see killable for killed): g is
-// GET_LOCK's answer, -1 for NULL, and token the new token if g is 1.
-func (e *Engine) waitGrant(ctx context.Context, rc *rowConn, req engine.Request, name string) (g int64,
-	token uint64, err error, killed bool) {
+// waitGrant runs the waiting grant on rc (see killable for killed): the
+// CALL with holder records, else the clock grant with a wait. Its g is -1
+// for NULL.
+func (e *Engine) waitGrant(ctx context.Context, rc *rowConn, req engine.Request, name string) (grantAnswer,
+	error, bool) {
 	// The scan targets belong to the statement's goroutine: once killed,
 	// killable may return while that goroutine still writes them.
 	type answer struct {
-		got   sql.NullInt64
-		token uint64
+		got sql.NullInt64
+		a   grantAnswer
 	}
 	a := new(answer)
-	err, killed = e.killable(ctx, rc, func(qctx context.Context) error {
+	err, killed := e.killable(ctx, rc, func(qctx context.Context) error {
 		if !e.cfg.records {
 			var ans sql.NullString
 			err := rc.conn.QueryRowContext(qctx, e.q.sessClockGrant, name, getLockWait(ctx, req.Wait)).Scan(&ans)
 			if err != nil {
 				return err
 			}
-			g, token, err := clockAnswer(ans)
-			a.got, a.token = sql.NullInt64{Int64: g, Valid: g >= 0}, token
+			a.a, err = clockAnswer(ans)
+			a.got = sql.NullInt64{Int64: a.a.g, Valid: a.a.g >= 0}
 			return err
 		}
 		return rc.conn.QueryRowContext(qctx, e.q.sessWait, name, getLockWait(ctx, req.Wait), req.Key,
-			req.Value).Scan(&a.got, &a.token)
+			req.Value).Scan(&a.got, &a.a.token)
 	})
 	if killed || !a.got.Valid {
-		return -1, 0, err, killed
+		return grantAnswer{g: -1}, err, killed
 	}
-	return a.got.Int64, a.token, err, false
+	a.a.g = a.got.Int64
+	return a.a, err, false
 }
 
 // clockAnswer reads the answer of a grant without holder records (see
-// queries.clockSession): g is 1 and token the server's clock reading in
-// ticks (kit.Ticks) if it granted, g is 0 if the wait ran out, -1 if
-// GET_LOCK failed (NULL) or, with an error, if the reading is not a UTC
-// time with its microseconds (the name is held then: the caller drops the
-// connection, which frees it).
-func clockAnswer(ans sql.NullString) (g int64, token uint64, err error) {
+// queries.clockSession), received just now: if it granted, g is 1, token
+// the server's clock reading in ticks (kit.Ticks) and free when the lock
+// may be freed (kit.FreeAt, from now); g is 0 if it did not (the key is
+// held, the wait ran out, or GET_LOCK failed), and -1 with an error if the
+// reading is not a UTC time with its microseconds (the name is held then:
+// the caller drops the connection, which frees it). NULL, which the grant
+// never answers, is -1 too.
+func clockAnswer(ans sql.NullString) (grantAnswer, error) {
 	switch {
 	case !ans.Valid:
-		return -1, 0, nil
+		return grantAnswer{g: -1}, nil
 	case ans.String == "0":
-		return 0, 0, nil
+		return grantAnswer{}, nil
 	}
 	t, err := parseClock(ans.String)
 	if err != nil {
-		return -1, 0, fmt.Errorf("the grant's clock reading: %w", err)
+		return grantAnswer{g: -1}, fmt.Errorf("the grant's clock reading: %w", err)
 	}
-	return 1, kit.Ticks(t), nil
+	return grantAnswer{g: 1, token: kit.Ticks(t), free: kit.FreeAt(time.Now(), t)}, nil
 }
 
 // sweep clears, best effort, the rows of lock names that nobody holds and
@@ -342,13 +356,13 @@ func (e *Engine) anchor(ctx context.Context, rc *rowConn, ttl time.Duration, sen
 	return sent, nil
 }
 
-// grantedSession makes the lease of a grant of token on rc, whose session
-// holds name, by a statement sent at sent; see trySession for next. The lease
+// grantedSession makes the lease of grant a on rc, whose session holds
+// name, by a statement sent at sent; see trySession for next. The lease
 // is valid until its anchor plus sqlcore.Life(TTL), renewed by its watchdog's
 // pings when req.Renew. On an error rc is dropped, which frees the lock
 // (the drawn token is skipped).
 func (e *Engine) grantedSession(ctx context.Context, rc *rowConn, req engine.Request, name string,
-	token uint64, sent time.Time) (engine.Lease, *rowConn, error) {
+	a grantAnswer, sent time.Time) (engine.Lease, *rowConn, error) {
 	sent, err := e.anchor(ctx, rc, req.TTL, sent)
 	switch {
 	case errors.Is(err, errCut):
@@ -361,7 +375,7 @@ func (e *Engine) grantedSession(ctx context.Context, rc *rowConn, req engine.Req
 		return nil, nil, fmt.Errorf("%w: %q: the grant arrived after its %v TTL had run out",
 			engine.ErrNotAcquired, req.Key, req.TTL)
 	}
-	l := &sessionLease{e: e, key: req.Key, name: name, token: token, conn: rc.id, ttl: req.TTL,
+	l := &sessionLease{e: e, key: req.Key, name: name, token: a.token, free: a.free, conn: rc.id, ttl: req.TTL,
 		renew: req.Renew, sig: kit.NewSignal(req.OnLost), stop: make(chan struct{}), rc: rc, validFrom: sent}
 	if err := e.frame.Track(l, func() error {
 		l.mu.Lock()
@@ -388,7 +402,8 @@ type sessionLease struct {
 	key   string
 	name  string // the lock name
 	token uint64
-	conn  uint64 // the pinned connection's CONNECTION_ID()
+	free  time.Time // when the lock may be freed (grantAnswer.free)
+	conn  uint64    // the pinned connection's CONNECTION_ID()
 	ttl   time.Duration
 	renew bool
 	sig   *kit.Signal
@@ -498,40 +513,38 @@ func (l *sessionLease) take() *rowConn {
 func (l *sessionLease) unlock(rc *rowConn) (bool, error) {
 	ctx, cancel := l.e.core.OpCtx()
 	defer cancel()
-	return l.e.releaseName(ctx, rc.conn, l.name, l.token)
+	return releaseName(ctx, connRelease{rc.conn, l.e.q.sessRelease}, l.name, l.free)
 }
 
-// releaseName runs RELEASE_LOCK of name on conn, for a lease with token,
-// and reports whether the session held the name. Without holder records
-// the server runs it only once its clock has passed the token's tick (see
-// queries.clockSession): while it answers that it has not, the engine
-// asks again, after clockGuard, then twice as long each time up to a
-// millisecond, for up to the op timeout (a server clock behind the token
-// by more than that stepped back, and the call fails).
-func (e *Engine) releaseName(ctx context.Context, conn *sql.Conn, name string, token uint64) (bool, error) {
+// releaser runs a release: the session's connection, with sessRelease's
+// text, or sessRelease prepared on it.
+type releaser interface {
+	QueryRowContext(ctx context.Context, args ...any) *sql.Row
+}
+
+// connRelease is a release's text on a connection, as a releaser.
+type connRelease struct {
+	conn  *sql.Conn
+	query string
+}
+
+// QueryRowContext runs the release with args on the connection.
+func (c connRelease) QueryRowContext(ctx context.Context, args ...any) *sql.Row {
+	return c.conn.QueryRowContext(ctx, c.query, args...)
+}
+
+// releaseName runs RELEASE_LOCK of name with r once free has passed (at
+// once with holder records, where it is zero), and reports whether the
+// session held the name. Without records the wait is at most a tick and a
+// microsecond after the grant's answer (kit.FreeAt), and none for a lease
+// held longer than that: it keeps the name until the server's clock has
+// left the tick of the lease's token, so that the next grant reads a later
+// tick.
+func releaseName(ctx context.Context, r releaser, name string, free time.Time) (bool, error) {
+	kit.WaitPast(free, 0)
 	var got sql.NullInt64
-	if !e.noRecords() {
-		err := conn.QueryRowContext(ctx, e.q.sessRelease, name).Scan(&got)
-		return got.Valid && got.Int64 == 1, err
-	}
-	end := formatClock(kit.TickEnd(token))
-	wait, began := clockGuard, time.Now()
-	for {
-		if err := conn.QueryRowContext(ctx, e.q.sessClockRelease, end, name).Scan(&got); err != nil {
-			return false, err
-		}
-		if !got.Valid || got.Int64 >= 0 {
-			return got.Int64 == 1, nil
-		}
-		if time.Since(began) > e.cfg.opTimeout {
-			// The server's clock is that far behind the token: it
-			// stepped back, and the token's rule cannot hold.
-			return false, fmt.Errorf("the server's clock is more than %v behind the token of %q", e.cfg.opTimeout,
-				name)
-		}
-		kit.WaitPast(time.Now(), wait)
-		wait = min(2*wait, time.Millisecond)
-	}
+	err := r.QueryRowContext(ctx, name).Scan(&got)
+	return got.Valid && got.Int64 == 1, err
 }
 
 // Release runs RELEASE_LOCK on the pinned connection, which goes back to

@@ -73,6 +73,9 @@ type MuxAnswer struct {
 	Cut time.Duration
 	// Dead, with an error: the connection is unusable.
 	Dead bool
+	// Free, if Granted, is when the lease's lock may be freed
+	// (MuxLease.Free): zero for at once.
+	Free time.Time
 }
 
 // MuxDriver makes a Mux's connections.
@@ -400,7 +403,8 @@ func (b *muxBackend[K]) grant(req engine.Request, k K) (*MuxLease[K], *muxDead[K
 	case !a.Granted:
 		return nil, nil, ErrRefused
 	}
-	l := &MuxLease[K]{b: b, key: req.Key, mode: req.Mode, token: a.Token, lock: k, sig: kit.NewSignal(req.OnLost)}
+	l := &MuxLease[K]{b: b, key: req.Key, mode: req.Mode, token: a.Token, lock: k, free: a.Free,
+		sig: kit.NewSignal(req.OnLost)}
 	if err := b.m.frame.Track(l, func() error { return nil }); err != nil {
 		_ = b.conn.Undo(req, k)
 		return nil, nil, err
@@ -645,6 +649,7 @@ type MuxLease[K comparable] struct {
 	mode   engine.Mode
 	token  uint64
 	lock   K
+	free   time.Time // MuxAnswer.Free
 	sig    *kit.Signal
 	timer  *time.Timer // ends a lease without Renew when its TTL runs out
 	ending bool        // under b.mu: its release has begun
@@ -667,6 +672,12 @@ func (l *MuxLease[K]) Err() error { return l.sig.Err() }
 
 // Lock returns the lease's lock on its session (MuxConn's K).
 func (l *MuxLease[K]) Lock() K { return l.lock }
+
+// Free returns when the lease's lock may be freed, from its grant's
+// MuxAnswer.Free: an engine whose tokens are its server's clock holds the
+// lock until the clock has left the token's tick (kit.FreeAt). Zero for
+// at once.
+func (l *MuxLease[K]) Free() time.Time { return l.free }
 
 // Tell ends the lease's Done with err without letting go of its lock,
 // for an engine's Close, after which Mux.Close frees every lock of a
