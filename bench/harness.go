@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -223,6 +224,20 @@ type Cycle struct {
 // chunks of 50 so that load from elsewhere on the machine falls on every
 // library alike, and reports each one's rate and cycle-time percentiles.
 func Interleaved(n int, libs ...Cycle) ([]Latencies, error) {
+	cycles, err := interleave(n, libs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Latencies, len(libs))
+	for i, lib := range libs {
+		out[i] = latencies(lib.Name, cycles[i])
+	}
+	return out, nil
+}
+
+// interleave runs Interleaved's cycles and returns each library's cycle
+// times.
+func interleave(n int, libs []Cycle) ([][]time.Duration, error) {
 	ctx := context.Background()
 	const chunk = 50
 	cycles := make([][]time.Duration, len(libs))
@@ -241,16 +256,65 @@ func Interleaved(n int, libs ...Cycle) ([]Latencies, error) {
 			}
 		}
 	}
-	out := make([]Latencies, len(libs))
-	for i, lib := range libs {
-		c := cycles[i]
-		slices.Sort(c)
-		var total time.Duration
-		for _, d := range c {
-			total += d
+	return cycles, nil
+}
+
+// latencies summarises the cycle times c of the library name.
+func latencies(name string, c []time.Duration) Latencies {
+	slices.Sort(c)
+	var total time.Duration
+	for _, d := range c {
+		total += d
+	}
+	return Latencies{Name: name, Cycles: len(c), Total: total, P50: c[len(c)*50/100],
+		P99: c[min(len(c)-1, len(c)*99/100)]}
+}
+
+// InterleavedRounds is Interleaved over clients made afresh for each of
+// rounds rounds: round(r) returns the libraries' clients for round r,
+// warmed, and a function that closes them, which runs once the round's n
+// cycles of each library have. Within a round the libraries run in an
+// order drawn for it (from r), so that none is always first after the
+// connections are made. Each library's figures merge its rounds; a
+// library is known by its Cycle's Name.
+//
+// A client's connection is served by a server thread that the operating
+// system places on a CPU, and on a virtual machine with few CPUs that
+// placement alone moves a connection's cycle time by up to four times
+// (bench/doc.go): one connection per library for a whole run measures
+// where its threads landed as much as the library. Many rounds of fresh
+// connections give every library the same draw.
+func InterleavedRounds(rounds, n int, round func(r int) ([]Cycle, func(), error)) ([]Latencies, error) {
+	var names []string
+	by := map[string][]time.Duration{}
+	for r := range rounds {
+		libs, done, err := round(r)
+		if err != nil {
+			return nil, err
 		}
-		out[i] = Latencies{Name: lib.Name, Cycles: len(c), Total: total, P50: c[len(c)*50/100],
-			P99: c[min(len(c)-1, len(c)*99/100)]}
+		order := rand.New(rand.NewPCG(uint64(r), 0x5eed)).Perm(len(libs))
+		shuffled := make([]Cycle, len(libs))
+		for i, j := range order {
+			shuffled[i] = libs[j]
+		}
+		cycles, err := interleave(n, shuffled)
+		done()
+		if err != nil {
+			return nil, err
+		}
+		for _, lib := range libs {
+			if _, ok := by[lib.Name]; !ok {
+				names = append(names, lib.Name)
+				by[lib.Name] = nil
+			}
+		}
+		for i, lib := range shuffled {
+			by[lib.Name] = append(by[lib.Name], cycles[i]...)
+		}
+	}
+	out := make([]Latencies, 0, len(names))
+	for _, name := range names {
+		out = append(out, latencies(name, by[name]))
 	}
 	return out, nil
 }

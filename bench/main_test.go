@@ -19,6 +19,8 @@ var (
 	hotClients   = flag.Int("clients", 16, "clients in hot-key runs, each with its own connection")
 	uncontendedN = flag.Int("cycles", 2000, "lock+unlock cycles in uncontended runs")
 	hotRounds    = flag.Int("rounds", 5, "rounds each interleaved hot-key run is split into")
+	sqlRounds    = flag.Int("sql-rounds", 200, "rounds of fresh clients in the SQL engines' uncontended runs")
+	sqlCycles    = flag.Int("sql-round-cycles", 100, "lock+unlock cycles per library and round in those runs")
 )
 
 // once runs body on the first call of a benchmark function only, so that a
@@ -51,6 +53,13 @@ func warm(lock LockFunc) {
 func interleavedRates(b *testing.B, prefix string, libs []Cycle) map[string]float64 {
 	b.Helper()
 	res, err := Interleaved(*uncontendedN, libs...)
+	return reportRates(b, prefix, res, err)
+}
+
+// reportRates reports every library of res, or fails b with err, and
+// returns each one's rate by name with prefix removed.
+func reportRates(b *testing.B, prefix string, res []Latencies, err error) map[string]float64 {
+	b.Helper()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -60,6 +69,64 @@ func interleavedRates(b *testing.B, prefix string, libs []Cycle) map[string]floa
 		rates[strings.TrimPrefix(l.Name, prefix)] = l.Rate()
 	}
 	return rates
+}
+
+// roundTB is the testing.TB of one round of roundsRates: what its clients
+// register with Cleanup runs when the round ends, not the benchmark.
+type roundTB struct {
+	testing.TB
+	cleanups []func()
+}
+
+// Cleanup registers f to run when the round ends.
+func (r *roundTB) Cleanup(f func()) { r.cleanups = append(r.cleanups, f) }
+
+// end runs the round's clean-ups, the last registered first.
+func (r *roundTB) end() {
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+}
+
+// roundsRates runs InterleavedRounds, -sql-rounds rounds of
+// -sql-round-cycles cycles, over the clients build makes for each round
+// with that round's testing.TB (their connections closed when it ends),
+// reports every library, and returns each one's rate by name with prefix
+// removed.
+func roundsRates(b *testing.B, prefix string, build func(tb testing.TB) []Cycle) map[string]float64 {
+	b.Helper()
+	res, err := InterleavedRounds(*sqlRounds, *sqlCycles, func(int) ([]Cycle, func(), error) {
+		tb := &roundTB{TB: b}
+		return build(tb), tb.end, nil
+	})
+	return reportRates(b, prefix, res, err)
+}
+
+// locker builds one LockFunc per client for one library, each client with
+// its own connection(s).
+type locker struct {
+	name  string
+	build func(b testing.TB, key string) LockFunc
+}
+
+// roundClients builds and warms, for one round of roundsRates, a client of
+// each of libs on the key uncontended/<name>, named prefix+name, and after
+// the library named control a second client of it, named control#2, whose
+// ratio to the first is the run's resolution.
+func roundClients(tb testing.TB, prefix, control string, libs []locker) []Cycle {
+	var out []Cycle
+	for _, lib := range libs {
+		names := []string{lib.name}
+		if lib.name == control {
+			names = append(names, control+"#2")
+		}
+		for _, name := range names {
+			lock := lib.build(tb, "uncontended/"+name)
+			warm(lock)
+			out = append(out, Cycle{prefix + name, lock})
+		}
+	}
+	return out
 }
 
 // hotKeyRounds runs the hot-key loop for every library in turn, in

@@ -13,6 +13,7 @@ import (
 	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/cerberus-go/cerberus"
+	"github.com/cerberus-go/cerberus/engine/kit"
 	"github.com/cerberus-go/cerberus/engine/mysql"
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
@@ -57,22 +58,15 @@ func mysqlSetup(b *testing.B) (dsn, table string) {
 	return dsn, table
 }
 
-// mysqlLocker builds one LockFunc per client for one library, each client
-// with its own connection.
-type mysqlLocker struct {
-	name  string
-	build func(b *testing.B, key string) LockFunc
-}
-
 // mysqlLibraries: cerberus on each strategy, and the server's own named
 // locks (GET_LOCK/RELEASE_LOCK on a pinned connection), which wake waiters
 // inside the server: the baseline; and get_lock+token, the floor of the
 // session strategy: its statements without the library on a pinned
 // connection (the one-statement try of GET_LOCK(name, 0) and the token,
 // then if the key is held the waiting CALL; RELEASE_LOCK).
-func mysqlLibraries(dsn, table string) []mysqlLocker {
-	cerb := func(strategy mysql.Strategy, opts ...mysql.Option) func(b *testing.B, key string) LockFunc {
-		return func(b *testing.B, key string) LockFunc {
+func mysqlLibraries(dsn, table string) []locker {
+	cerb := func(strategy mysql.Strategy, opts ...mysql.Option) func(b testing.TB, key string) LockFunc {
+		return func(b testing.TB, key string) LockFunc {
 			e, err := mysql.Open(dsn, append([]mysql.Option{mysql.WithTable(table), mysql.WithStrategy(strategy)},
 				opts...)...)
 			if err != nil {
@@ -92,23 +86,37 @@ func mysqlLibraries(dsn, table string) []mysqlLocker {
 			}
 		}
 	}
-	return []mysqlLocker{
+	return []locker{
 		{"cerberus-lease", cerb(mysql.StrategyLease)},
 		{"cerberus-row", cerb(mysql.StrategyRow)},
 		{"cerberus-session", cerb(mysql.StrategySession)},
 		{"cerberus-session-clock", cerb(mysql.StrategySession, mysql.WithHolderRecords(false))},
-		{"get_lock", func(b *testing.B, key string) LockFunc {
+		{"get_lock", func(b testing.TB, key string) LockFunc {
 			name := fmt.Sprintf("%.40s/%s", table, key) // GET_LOCK names are at most 64 characters
 			return rawGetLock(b, dsn, name, "SELECT GET_LOCK(?, ?)", false)
 		}},
-		{"get_lock+clock-read", func(b *testing.B, key string) LockFunc {
+		{"get_lock-prepared", func(b testing.TB, key string) LockFunc {
+			// The bare lock as statements prepared once on the
+			// connection, as the session strategy's shared connections
+			// run their grant and release: what preparing them is worth.
+			return preparedGetLock(b, dsn, fmt.Sprintf("%.40s/%s", table, key))
+		}},
+		{"get_lock+clock-read", func(b testing.TB, key string) LockFunc {
 			// The lock and a read of the clock in one statement, no
 			// write: no token rule (a clock stepped back gives a smaller
 			// one), what the token's write costs beside it.
 			name := fmt.Sprintf("%.40s/%s", table, key)
 			return rawGetLock(b, dsn, name, "SELECT GET_LOCK(?, ?), "+mysqlClock, true)
 		}},
-		{"get_lock+sequence", func(b *testing.B, key string) LockFunc {
+		{"get_lock+clock-tick", func(b testing.TB, key string) LockFunc {
+			// The floor of a lock whose tokens are the server's clock and
+			// strictly increase, as the session strategy's without holder
+			// records: the lock and a read of the clock in one statement,
+			// and RELEASE_LOCK once the clock has left the reading's tick
+			// (kit.FreeAt), with nothing around them.
+			return clockTick(b, dsn, fmt.Sprintf("%.40s/%s", table, key))
+		}},
+		{"get_lock+sequence", func(b testing.TB, key string) LockFunc {
 			// The lock and GREATEST(NEXTVAL of a MariaDB sequence,
 			// clock) in one statement: a counter the server hands out
 			// from a cache in memory (1,000 values a write).
@@ -125,7 +133,7 @@ func mysqlLibraries(dsn, table string) []mysqlLocker {
 			})
 			return rawGetLock(b, dsn, name, "SELECT GET_LOCK(?, ?), GREATEST(NEXTVAL("+seq+"), "+mysqlClock+")", true)
 		}},
-		{"get_lock+token", func(b *testing.B, key string) LockFunc {
+		{"get_lock+token", func(b testing.TB, key string) LockFunc {
 			name := fmt.Sprintf("%.40s/%s", table, key)
 			try := rawTry(table)
 			wait := rawGetLock(b, dsn, name, "CALL `"+table+"_grant2`(?, ?, ?, NULL)", true, key)
@@ -155,18 +163,9 @@ func mysqlLibraries(dsn, table string) []mysqlLocker {
 // its first column GET_LOCK's result, then token columns if tokens),
 // unless a try in the call's context (tryKey) took it first, and unlocks
 // it with RELEASE_LOCK.
-func rawGetLock(b *testing.B, dsn, name, grant string, tokens bool, extra ...any) LockFunc {
+func rawGetLock(b testing.TB, dsn, name, grant string, tokens bool, extra ...any) LockFunc {
 	conn := pinnedConn(b, dsn)
-	unlock := func() error {
-		var rel sql.NullInt64
-		if err := conn.QueryRowContext(context.Background(), "SELECT RELEASE_LOCK(?)", name).Scan(&rel); err != nil {
-			return err
-		}
-		if rel.Int64 != 1 {
-			return fmt.Errorf("RELEASE_LOCK(%q) = %v", name, rel)
-		}
-		return nil
-	}
+	unlock := func() error { return releaseLock(conn, name) }
 	return func(ctx context.Context) (func() error, error) {
 		wait := 3600
 		if dl, ok := ctx.Deadline(); ok {
@@ -192,6 +191,79 @@ func rawGetLock(b *testing.B, dsn, name, grant string, tokens bool, extra ...any
 	}
 }
 
+// preparedGetLock is a client of its own connection that locks name with
+// GET_LOCK(name, 0) and unlocks it with RELEASE_LOCK, both prepared once
+// on the connection.
+func preparedGetLock(b testing.TB, dsn, name string) LockFunc {
+	conn := pinnedConn(b, dsn)
+	ctx := context.Background()
+	grant, err := conn.PrepareContext(ctx, "SELECT GET_LOCK(?, 0)")
+	if err != nil {
+		b.Fatal(err)
+	}
+	release, err := conn.PrepareContext(ctx, "SELECT RELEASE_LOCK(?)")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = grant.Close(); _ = release.Close() })
+	return func(ctx context.Context) (func() error, error) {
+		var got sql.NullInt64
+		if err := grant.QueryRowContext(ctx, name).Scan(&got); err != nil {
+			return nil, err
+		}
+		if got.Int64 != 1 {
+			return nil, fmt.Errorf("GET_LOCK(%q) = %v", name, got)
+		}
+		return func() error {
+			var rel sql.NullInt64
+			if err := release.QueryRowContext(context.Background(), name).Scan(&rel); err != nil {
+				return err
+			}
+			if rel.Int64 != 1 {
+				return fmt.Errorf("RELEASE_LOCK(%q) = %v", name, rel)
+			}
+			return nil
+		}, nil
+	}
+}
+
+// clockTick is a client of its own connection that locks name with
+// GET_LOCK and reads the server's clock in the same statement, and unlocks
+// it with RELEASE_LOCK once kit.FreeAt of that reading has passed.
+func clockTick(b testing.TB, dsn, name string) LockFunc {
+	conn := pinnedConn(b, dsn)
+	return func(ctx context.Context) (func() error, error) {
+		var ans string
+		err := conn.QueryRowContext(ctx, "SELECT IF(GET_LOCK(?, 0), CAST(SYSDATE(6) AS CHAR), '0')", name).Scan(&ans)
+		if err != nil {
+			return nil, err
+		}
+		// Whatever the session's time zone (a whole number of minutes
+		// from UTC), the reading's place in its tick is the same.
+		read, err := time.Parse("2006-01-02 15:04:05.000000", ans)
+		if err != nil {
+			return nil, fmt.Errorf("GET_LOCK(%q) answered %q: %w", name, ans, err)
+		}
+		free := kit.FreeAt(time.Now(), read)
+		return func() error {
+			kit.WaitPast(free, 0)
+			return releaseLock(conn, name)
+		}, nil
+	}
+}
+
+// releaseLock runs RELEASE_LOCK(name) on conn, which must have held it.
+func releaseLock(conn *sql.Conn, name string) error {
+	var rel sql.NullInt64
+	if err := conn.QueryRowContext(context.Background(), "SELECT RELEASE_LOCK(?)", name).Scan(&rel); err != nil {
+		return err
+	}
+	if rel.Int64 != 1 {
+		return fmt.Errorf("RELEASE_LOCK(%q) = %v", name, rel)
+	}
+	return nil
+}
+
 // tryKey carries, in a rawGetLock call's context, a one-statement try to
 // run on its connection before the grant statement.
 type tryKey struct{}
@@ -211,43 +283,46 @@ func rawTry(table string) string {
 		"VALUES(`token`))), `conn` = VALUES(`conn`), `lock_key` = VALUES(`lock_key`), `value` = VALUES(`value`)"
 }
 
-// BenchmarkMySQLUncontended: one client, lock+unlock cycles on one key.
+// BenchmarkMySQLUncontended: one client, lock+unlock cycles on one key, in
+// rounds of fresh clients (roundsRates). get_lock#2 is a second bare
+// GET_LOCK client: its ratio to get_lock is the resolution of the run.
 func BenchmarkMySQLUncontended(b *testing.B) {
 	once(b, func() {
 		dsn, table := mysqlSetup(b)
-		var libs []Cycle
-		for _, lib := range mysqlLibraries(dsn, table) {
-			lock := lib.build(b, "uncontended/"+lib.name)
-			warm(lock) // connections and the key's row
-			libs = append(libs, Cycle{"mysql/" + lib.name, lock})
-		}
-		// The floor of any lock whose state is durable rows: two
-		// autocommit UPDATEs (grant, release) per cycle, each one a log
-		// flush on a server with innodb_flush_log_at_trx_commit=1.
-		floor := twoCommits(b, dsn, table)
-		for range 50 {
-			_ = floor()
-		}
-		libs = append(libs, Cycle{"mysql/two_commits", func(context.Context) (func() error, error) {
-			return func() error { return nil }, floor()
-		}})
-		rates := interleavedRates(b, "mysql/", libs)
+		rates := roundsRates(b, "mysql/", func(tb testing.TB) []Cycle {
+			libs := roundClients(tb, "mysql/", "get_lock", mysqlLibraries(dsn, table))
+			// The floor of any lock whose state is durable rows: two
+			// autocommit UPDATEs (grant, release) per cycle, each one a
+			// log flush on a server with innodb_flush_log_at_trx_commit=1.
+			floor := twoCommits(tb, dsn, table)
+			for range 50 {
+				_ = floor()
+			}
+			return append(libs, Cycle{"mysql/two_commits", func(context.Context) (func() error, error) {
+				return func() error { return nil }, floor()
+			}})
+		})
+		Ratio(out, "mysql_uncontended_cycles", "get_lock#2", "get_lock", rates["get_lock#2"], rates["get_lock"])
 		Ratio(out, "mysql_uncontended_cycles", "cerberus-lease", "get_lock", rates["cerberus-lease"], rates["get_lock"])
 		Ratio(out, "mysql_uncontended_cycles", "cerberus-lease", "two_commits", rates["cerberus-lease"], rates["two_commits"])
 		Ratio(out, "mysql_uncontended_cycles", "cerberus-row", "get_lock", rates["cerberus-row"], rates["get_lock"])
 		Ratio(out, "mysql_uncontended_cycles", "cerberus-session", "get_lock", rates["cerberus-session"], rates["get_lock"])
 		Ratio(out, "mysql_uncontended_cycles", "cerberus-session-clock", "get_lock", rates["cerberus-session-clock"], rates["get_lock"])
 		Ratio(out, "mysql_uncontended_cycles", "cerberus-session-clock", "get_lock+clock-read", rates["cerberus-session-clock"], rates["get_lock+clock-read"])
+		Ratio(out, "mysql_uncontended_cycles", "cerberus-session-clock", "get_lock+clock-tick", rates["cerberus-session-clock"], rates["get_lock+clock-tick"])
+		Ratio(out, "mysql_uncontended_cycles", "get_lock+clock-tick", "get_lock", rates["get_lock+clock-tick"], rates["get_lock"])
 		Ratio(out, "mysql_uncontended_cycles", "cerberus-session", "get_lock+token", rates["cerberus-session"], rates["get_lock+token"])
 		Ratio(out, "mysql_uncontended_cycles", "get_lock+token", "get_lock", rates["get_lock+token"], rates["get_lock"])
 		Ratio(out, "mysql_uncontended_cycles", "get_lock+clock-read", "get_lock", rates["get_lock+clock-read"], rates["get_lock"])
+		Ratio(out, "mysql_uncontended_cycles", "get_lock-prepared", "get_lock", rates["get_lock-prepared"], rates["get_lock"])
+		Ratio(out, "mysql_uncontended_cycles", "cerberus-session-clock", "get_lock-prepared", rates["cerberus-session-clock"], rates["get_lock-prepared"])
 		Ratio(out, "mysql_uncontended_cycles", "get_lock+sequence", "get_lock", rates["get_lock+sequence"], rates["get_lock"])
 	})
 }
 
 // pinnedConn returns a connection of a pool of its own on dsn, both closed
 // when the benchmark ends.
-func pinnedConn(b *testing.B, dsn string) *sql.Conn {
+func pinnedConn(b testing.TB, dsn string) *sql.Conn {
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		b.Fatal(err)
@@ -262,7 +337,7 @@ func pinnedConn(b *testing.B, dsn string) *sql.Conn {
 
 // twoCommits returns a cycle of two autocommit UPDATEs of one row of the
 // lock table on a pinned connection: no lock, only the writes.
-func twoCommits(b *testing.B, dsn, table string) func() error {
+func twoCommits(b testing.TB, dsn, table string) func() error {
 	conn := pinnedConn(b, dsn)
 	ctx := context.Background()
 	if _, err := conn.ExecContext(ctx, "INSERT IGNORE INTO `"+table+"` (`lock_key`) VALUES ('floor')"); err != nil {
@@ -282,12 +357,15 @@ func twoCommits(b *testing.B, dsn, table string) func() error {
 func BenchmarkMySQLHotKey(b *testing.B) {
 	once(b, func() {
 		dsn, table := mysqlSetup(b)
-		var libs []mysqlLocker
+		var libs []locker
 		for _, l := range mysqlLibraries(dsn, table) {
 			// The measures of the token's write are uncontended only; the
 			// session strategy without records has a run of its own
 			// (BenchmarkMySQLHotKeyClock), within max_connections.
-			if l.name != "get_lock+clock-read" && l.name != "get_lock+sequence" && l.name != "cerberus-session-clock" {
+			switch l.name {
+			case "get_lock+clock-read", "get_lock+clock-tick", "get_lock-prepared", "get_lock+sequence",
+				"cerberus-session-clock":
+			default:
 				libs = append(libs, l)
 			}
 		}
@@ -317,7 +395,7 @@ func BenchmarkMySQLHotKey(b *testing.B) {
 func BenchmarkMySQLHotKeyClock(b *testing.B) {
 	once(b, func() {
 		dsn, table := mysqlSetup(b)
-		var libs []mysqlLocker
+		var libs []locker
 		for _, l := range mysqlLibraries(dsn, table) {
 			if l.name == "cerberus-session-clock" || l.name == "get_lock" || l.name == "get_lock+clock-read" {
 				libs = append(libs, l)

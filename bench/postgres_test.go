@@ -58,21 +58,14 @@ func postgresSetup(b *testing.B) (dsn, table string) {
 	return dsn, table
 }
 
-// postgresLocker builds one LockFunc per client for one library, each
-// client with its own connection(s).
-type postgresLocker struct {
-	name  string
-	build func(b *testing.B, key string) LockFunc
-}
-
 // postgresLibraries: cerberus on each strategy, and the server's own
 // advisory lock (pg_advisory_lock/pg_advisory_unlock on one connection,
 // the key hashed to 64 bits), which queues waiters inside the server: the
 // baseline of issue 18; with a durable token bump (advisory+bump), and
 // with a token that needs no flush (advisory+clock): the floors.
-func postgresLibraries(dsn, table string) []postgresLocker {
-	cerb := func(strategy postgres.Strategy, opts ...postgres.Option) func(b *testing.B, key string) LockFunc {
-		return func(b *testing.B, key string) LockFunc {
+func postgresLibraries(dsn, table string) []locker {
+	cerb := func(strategy postgres.Strategy, opts ...postgres.Option) func(b testing.TB, key string) LockFunc {
+		return func(b testing.TB, key string) LockFunc {
 			e, err := postgres.Open(dsn, append([]postgres.Option{postgres.WithTable(table),
 				postgres.WithStrategy(strategy), postgres.WithMaxConns(4)}, opts...)...)
 			if err != nil {
@@ -92,7 +85,7 @@ func postgresLibraries(dsn, table string) []postgresLocker {
 			}
 		}
 	}
-	return []postgresLocker{
+	return []locker{
 		{"cerberus-session", cerb(postgres.StrategySession)},
 		{"cerberus-session-clock", cerb(postgres.StrategySession, postgres.WithHolderRecords(false))},
 		{"cerberus-lease", cerb(postgres.StrategyLease)},
@@ -134,8 +127,8 @@ const (
 // to max(counter + 1, the server's clock) with synchronous_commit off, the
 // session strategy's token rule: the floor of any fenced lock whose token
 // needs no flush (one round trip and one write per grant).
-func advisory(dsn, table string, kind bump) func(b *testing.B, key string) LockFunc {
-	return func(b *testing.B, key string) LockFunc {
+func advisory(dsn, table string, kind bump) func(b testing.TB, key string) LockFunc {
+	return func(b testing.TB, key string) LockFunc {
 		conn, err := pgx.Connect(context.Background(), dsn)
 		if err != nil {
 			b.Fatal(err)
@@ -202,17 +195,16 @@ func advisory(dsn, table string, kind bump) func(b *testing.B, key string) LockF
 	}
 }
 
-// BenchmarkPostgresUncontended: one client, lock+unlock cycles on one key.
+// BenchmarkPostgresUncontended: one client, lock+unlock cycles on one key,
+// in rounds of fresh clients (roundsRates). advisory#2 is a second bare
+// advisory client: its ratio to advisory is the resolution of the run.
 func BenchmarkPostgresUncontended(b *testing.B) {
 	once(b, func() {
 		dsn, table := postgresSetup(b)
-		var libs []Cycle
-		for _, lib := range postgresLibraries(dsn, table) {
-			lock := lib.build(b, "uncontended/"+lib.name)
-			warm(lock)
-			libs = append(libs, Cycle{"postgres/" + lib.name, lock})
-		}
-		rates := interleavedRates(b, "postgres/", libs)
+		rates := roundsRates(b, "postgres/", func(tb testing.TB) []Cycle {
+			return roundClients(tb, "postgres/", "advisory", postgresLibraries(dsn, table))
+		})
+		Ratio(out, "postgres_uncontended_cycles", "advisory#2", "advisory", rates["advisory#2"], rates["advisory"])
 		Ratio(out, "postgres_uncontended_cycles", "cerberus-session", "advisory", rates["cerberus-session"], rates["advisory"])
 		Ratio(out, "postgres_uncontended_cycles", "cerberus-session-clock", "advisory", rates["cerberus-session-clock"], rates["advisory"])
 		Ratio(out, "postgres_uncontended_cycles", "cerberus-session-clock", "advisory+clock-read", rates["cerberus-session-clock"], rates["advisory+clock-read"])
@@ -235,7 +227,7 @@ func BenchmarkPostgresUncontended(b *testing.B) {
 func BenchmarkPostgresHotKey(b *testing.B) {
 	once(b, func() {
 		dsn, table := postgresSetup(b)
-		var libs []postgresLocker
+		var libs []locker
 		for _, l := range postgresLibraries(dsn, table) {
 			if l.name != "advisory+bump" && l.name != "advisory+clock-unlogged" && l.name != "advisory+clock-read" &&
 				l.name != "advisory+sequence" && l.name != "cerberus-session-clock" {
@@ -267,7 +259,7 @@ func BenchmarkPostgresHotKey(b *testing.B) {
 func BenchmarkPostgresHotKeyClock(b *testing.B) {
 	once(b, func() {
 		dsn, table := postgresSetup(b)
-		var libs []postgresLocker
+		var libs []locker
 		for _, l := range postgresLibraries(dsn, table) {
 			if l.name == "cerberus-session-clock" || l.name == "advisory" || l.name == "advisory+clock-read" {
 				libs = append(libs, l)
