@@ -255,7 +255,9 @@
 // holds it already. A shared connection's try and release are prepared
 // on the server when it is dialled, and executed from then on, which the
 // server does without parsing them again (other statements are sent as
-// text, with the driver's interpolateParams). A waiting request that finds
+// text, with the driver's interpolateParams, and so are these on a server
+// that refuses to prepare them: one whose max_prepared_stmt_count is
+// reached). A waiting request that finds
 // the key held then waits on a connection pinned for it (up to WithMaxConns less the shared ones
 // and two): it CALLs "<table>_grant2",
 // which waits in GET_LOCK (locking no table) and runs the same write once

@@ -39,14 +39,7 @@ func (d muxDriver) Dial(ctx context.Context) (sqlcore.MuxConn[string], error) {
 		return nil, err
 	}
 	c := &muxConn{e: d.e, rc: rc}
-	grant := d.e.q.sessTry
-	if !d.e.cfg.records {
-		grant = d.e.q.sessClockGrant
-	}
-	if c.grant, err = rc.conn.PrepareContext(ctx, grant); err == nil {
-		c.release, err = rc.conn.PrepareContext(ctx, d.e.q.sessRelease)
-	}
-	if err != nil {
+	if err := c.prepare(ctx); err != nil {
 		c.Close(false)
 		return nil, err
 	}
@@ -99,9 +92,9 @@ func (d muxDriver) Revoked(leases []*muxLease) []*muxLease {
 // session.
 //
 // Its grant and its release are prepared on the server when it is dialled
-// and then executed, which the server does without parsing them again:
-// with interpolateParams a statement is sent as text, which MariaDB parses
-// each time. Side by side on fresh connections, a prepared bare
+// (unless the server refuses) and then executed, which the server does
+// without parsing them again: with interpolateParams a statement is sent
+// as text, which MariaDB parses each time. Side by side on fresh connections, a prepared bare
 // GET_LOCK/RELEASE_LOCK ran at 1.11x-1.22x the same statements as text,
 // and the grant and release without holder records prepared at
 // 0.96x-1.07x the bare ones as text.
@@ -111,6 +104,53 @@ type muxConn struct {
 	// grant is the one-statement try (sessTry, or sessClockGrant without
 	// holder records) and release sessRelease, prepared on rc.
 	grant, release *sql.Stmt
+}
+
+// prepare prepares c's grant and release on the server. A server that
+// refuses (its max_prepared_stmt_count reached, say) leaves c sending
+// them as text; an error is the connection's.
+func (c *muxConn) prepare(ctx context.Context) error {
+	grant := c.e.q.sessTry
+	if !c.e.cfg.records {
+		grant = c.e.q.sessClockGrant
+	}
+	var err error
+	if c.grant, err = c.rc.conn.PrepareContext(ctx, grant); err == nil {
+		c.release, err = c.rc.conn.PrepareContext(ctx, c.e.q.sessRelease)
+	}
+	if err == nil || errNumber(err) == 0 {
+		return err
+	}
+	if c.grant != nil {
+		_ = c.grant.Close()
+	}
+	c.grant, c.release = nil, nil
+	return nil
+}
+
+// grantExec runs the grant, query, with args: prepared if c prepared it
+// (c.grant), else as text.
+func (c *muxConn) grantExec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if c.grant != nil {
+		return c.grant.ExecContext(ctx, args...)
+	}
+	return c.rc.conn.ExecContext(ctx, query, args...)
+}
+
+// grantRow is grantExec for a grant that answers a row.
+func (c *muxConn) grantRow(ctx context.Context, query string, args ...any) *sql.Row {
+	if c.grant != nil {
+		return c.grant.QueryRowContext(ctx, args...)
+	}
+	return c.rc.conn.QueryRowContext(ctx, query, args...)
+}
+
+// releaser is c's release, prepared if c prepared it.
+func (c *muxConn) releaser() releaser {
+	if c.release != nil {
+		return c.release
+	}
+	return connRelease{c.rc.conn, c.e.q.sessRelease}
 }
 
 // opCtx is the context of one statement on c: on a connection whose
@@ -143,7 +183,7 @@ func (c *muxConn) Grant(req engine.Request, name string, idle time.Duration) (sq
 	}
 	var n, token int64
 	if c.e.cfg.records {
-		res, err := c.grant.ExecContext(ctx, name, req.Key, req.Value, secs, name)
+		res, err := c.grantExec(ctx, c.e.q.sessTry, name, req.Key, req.Value, secs, name)
 		if err == nil {
 			if n, err = res.RowsAffected(); err == nil && n > 0 {
 				token, err = res.LastInsertId()
@@ -153,7 +193,7 @@ func (c *muxConn) Grant(req engine.Request, name string, idle time.Duration) (sq
 	}
 	var ans sql.NullString
 	var a grantAnswer
-	err := c.grant.QueryRowContext(ctx, name, 0).Scan(&ans)
+	err := c.grantRow(ctx, c.e.q.sessClockGrant, name, 0).Scan(&ans)
 	if err == nil {
 		if a, err = clockAnswer(ans); a.g == 1 {
 			n, token = 1, int64(a.token)
@@ -197,7 +237,7 @@ func (c *muxConn) Undo(_ engine.Request, name string) error {
 func (c *muxConn) Unlock(l *muxLease) (bool, error) {
 	ctx, cancel := c.opCtx()
 	defer cancel()
-	return releaseName(ctx, c.release, l.Lock(), l.Free())
+	return releaseName(ctx, c.releaser(), l.Lock(), l.Free())
 }
 
 // Ping reads the session's leases whose token a force release recorded as

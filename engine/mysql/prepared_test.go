@@ -53,3 +53,36 @@ func TestSessionConnsPrepared(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionConnsUnprepared: a private mariadbd that refuses to prepare
+// statements (--max-prepared-stmt-count=0) still grants and releases on
+// the shared connections, which send the statements as text instead, with
+// tokens that increase; none of them is executed prepared.
+func TestSessionConnsUnprepared(t *testing.T) {
+	srv := testenv.StartMariaDB(t, "--max-prepared-stmt-count=0")
+	tables := tokenTables(t, srv.DSN)
+	db, err := sql.Open("mysql", srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	executed := func() uint64 {
+		t.Helper()
+		var (
+			v string
+			n uint64
+		)
+		if err := db.QueryRow("SHOW GLOBAL STATUS LIKE 'Com_stmt_execute'").Scan(&v, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, v := range []variant{sessionVariant, clockVariant} {
+		e := openOn(t, srv.DSN, tables[v.name], v)
+		before := executed()
+		cycles(t, e, "unprepared", 20, 0)
+		if n := executed() - before; n != 0 {
+			t.Errorf("%s: %d statements executed prepared on a server that prepares none", v.name, n)
+		}
+	}
+}
