@@ -165,7 +165,9 @@ func mysqlLibraries(dsn, table string) []locker {
 // it with RELEASE_LOCK.
 func rawGetLock(b testing.TB, dsn, name, grant string, tokens bool, extra ...any) LockFunc {
 	conn := pinnedConn(b, dsn)
-	unlock := func() error { return releaseLock(conn, name) }
+	unlock := func() error {
+		return releaseLock(conn.QueryRowContext(context.Background(), "SELECT RELEASE_LOCK(?)", name), name)
+	}
 	return func(ctx context.Context) (func() error, error) {
 		wait := 3600
 		if dl, ok := ctx.Deadline(); ok {
@@ -214,16 +216,7 @@ func preparedGetLock(b testing.TB, dsn, name string) LockFunc {
 		if got.Int64 != 1 {
 			return nil, fmt.Errorf("GET_LOCK(%q) = %v", name, got)
 		}
-		return func() error {
-			var rel sql.NullInt64
-			if err := release.QueryRowContext(context.Background(), name).Scan(&rel); err != nil {
-				return err
-			}
-			if rel.Int64 != 1 {
-				return fmt.Errorf("RELEASE_LOCK(%q) = %v", name, rel)
-			}
-			return nil
-		}, nil
+		return func() error { return releaseLock(release.QueryRowContext(context.Background(), name), name) }, nil
 	}
 }
 
@@ -247,15 +240,16 @@ func clockTick(b testing.TB, dsn, name string) LockFunc {
 		free := kit.FreeAt(time.Now(), read)
 		return func() error {
 			kit.WaitPast(free, 0)
-			return releaseLock(conn, name)
+			return releaseLock(conn.QueryRowContext(context.Background(), "SELECT RELEASE_LOCK(?)", name), name)
 		}, nil
 	}
 }
 
-// releaseLock runs RELEASE_LOCK(name) on conn, which must have held it.
-func releaseLock(conn *sql.Conn, name string) error {
+// releaseLock reads row, the answer of RELEASE_LOCK(name), which must have
+// freed a lock its session held.
+func releaseLock(row *sql.Row, name string) error {
 	var rel sql.NullInt64
-	if err := conn.QueryRowContext(context.Background(), "SELECT RELEASE_LOCK(?)", name).Scan(&rel); err != nil {
+	if err := row.Scan(&rel); err != nil {
 		return err
 	}
 	if rel.Int64 != 1 {

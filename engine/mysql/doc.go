@@ -257,10 +257,10 @@
 // server does without parsing them again (other statements are sent as
 // text, with the driver's interpolateParams, and so are these on a server
 // that refuses to prepare them: one whose max_prepared_stmt_count is
-// reached). A waiting request that finds
-// the key held then waits on a connection pinned for it (up to WithMaxConns less the shared ones
-// and two): it CALLs "<table>_grant2",
-// which waits in GET_LOCK (locking no table) and runs the same write once
+// reached). A waiting request that finds the key held then waits on a
+// connection pinned for it (up to WithMaxConns less the shared ones and
+// two): it CALLs "<table>_grant2", which waits in GET_LOCK (locking no
+// table) and runs the same write once
 // granted, one round trip, and keeps that connection for as long as it
 // holds the lease. A waiting request whose key a try found held in the
 // last second goes to the CALL at once. The MEMORY table has no redo log,

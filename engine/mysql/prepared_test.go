@@ -7,6 +7,20 @@ import (
 	"github.com/cerberus-go/cerberus/internal/testenv"
 )
 
+// globalStatus returns the server's status counter name, read as text (a
+// query without arguments is not prepared).
+func globalStatus(t *testing.T, db *sql.DB, name string) uint64 {
+	t.Helper()
+	var (
+		v string
+		n uint64
+	)
+	if err := db.QueryRow("SHOW GLOBAL STATUS LIKE '"+name+"'").Scan(&v, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // TestSessionConnsPrepared: on a private mariadbd, the session strategy's
 // uncontended grants and releases, with holder records and without, are
 // executions of statements that the shared connections prepared once (the
@@ -21,18 +35,7 @@ func TestSessionConnsPrepared(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	status := func(name string) uint64 {
-		t.Helper()
-		var (
-			v string
-			n uint64
-		)
-		// No arguments: the query is sent as text, not prepared.
-		if err := db.QueryRow("SHOW GLOBAL STATUS LIKE '"+name+"'").Scan(&v, &n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	status := func(name string) uint64 { return globalStatus(t, db, name) }
 	const n = 50
 	for _, v := range []variant{sessionVariant, clockVariant} {
 		e := openOn(t, srv.DSN, tables[v.name], v)
@@ -66,17 +69,7 @@ func TestSessionConnsUnprepared(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	executed := func() uint64 {
-		t.Helper()
-		var (
-			v string
-			n uint64
-		)
-		if err := db.QueryRow("SHOW GLOBAL STATUS LIKE 'Com_stmt_execute'").Scan(&v, &n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	executed := func() uint64 { return globalStatus(t, db, "Com_stmt_execute") }
 	for _, v := range []variant{sessionVariant, clockVariant} {
 		e := openOn(t, srv.DSN, tables[v.name], v)
 		before := executed()
